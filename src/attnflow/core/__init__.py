@@ -1,0 +1,11 @@
+"""The pure core: residual augmentation, head fusion, raw attention, rollout and flow.
+
+Imports numpy, torch, scipy and networkx only: no transformers, no plotting, no CLI.
+"""
+
+from attnflow.core.flow import flow
+from attnflow.core.maps import AttentionMaps
+from attnflow.core.raw import raw
+from attnflow.core.rollout import rollout
+
+__all__ = ["AttentionMaps", "flow", "raw", "rollout"]

@@ -1,0 +1,125 @@
+"""Attention flow (Abnar & Zuidema 2020, section 3): attention weights as capacities.
+
+The layered attention graph has a node per (layer, position), layer 0 being the input tokens, and
+an edge from ``(l, q)`` to ``(l-1, k)`` with capacity ``A_l[q, k]``, the residual-augmented,
+head-fused attention of layer ``l`` (see :mod:`attnflow.core.fusion`). The flow value of input token
+``j`` for node ``(l, q)`` is the maximum flow from ``(l, q)`` down to ``(0, j)``. With
+``normalize=True`` each row is divided by its sum, as the paper's code does.
+
+Solvers (all return the same unnormalised values; see each module for its algorithm):
+
+- ``"networkx"``: :mod:`.oracle`, the paper's semantics, one Edmonds-Karp per pair; the test oracle.
+- ``"scipy"``: :mod:`.scipy_pairs`, one integer-scaled scipy max-flow per pair (the peer baseline).
+- ``"auto"``: the fastest exact solver available.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from attnflow.core.flow import oracle, scipy_pairs
+from attnflow.core.fusion import augmented
+from attnflow.core.inputs import as_stack
+from attnflow.errors import AttnflowError
+
+SOLVERS: dict[str, Callable[..., np.ndarray]] = {
+    "networkx": oracle.solve,
+    "scipy": scipy_pairs.solve,
+}
+
+
+def _solver(name: str) -> Callable[..., np.ndarray]:
+    if name == "auto":
+        return SOLVERS.get("engine", SOLVERS["scipy"])
+    if name not in SOLVERS:
+        raise AttnflowError(f"solver must be one of {['auto', *SOLVERS]}; got {name!r}")
+    return SOLVERS[name]
+
+
+def _indices(given: Any, size: int, what: str) -> np.ndarray:
+    if given is None:
+        return np.arange(size)
+    values = np.atleast_1d(np.asarray(given))
+    if values.size == 0 or values.dtype.kind not in "iu" or values.ndim != 1:
+        raise AttnflowError(f"{what} must be a non-empty list of integers; got {given!r}")
+    if (values < -size).any() or (values >= size).any():
+        raise AttnflowError(f"{what} must lie in [{-size}, {size}); got {given!r}")
+    return values % size
+
+
+def normalize_rows(values: np.ndarray) -> np.ndarray:
+    """Divide each row (last axis) by its sum; all-zero rows stay zero."""
+    sums = values.sum(axis=-1, keepdims=True)
+    return np.divide(values, sums, out=np.zeros_like(values), where=sums > 0)
+
+
+def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "mean", positions: Any = None,
+         layers: Any = None, normalize: bool = True, solver: str = "auto", mask: Any = None,
+         progress: Callable[[int, int], None] | None = None) -> Any:
+    """Attention flow from chosen (layer, position) nodes to every input token.
+
+    Parameters
+    ----------
+    attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face per-layer
+        tuple, or :class:`AttentionMaps`. Row = query, column = key.
+    residual, head_fusion: as in :func:`attnflow.rollout` (head_fusion None gives per-head flow).
+    positions: query positions (sources); all when None. Negative indices count from the end.
+    layers: 0-based layer indices (``-1`` = top layer); all when None.
+    normalize: divide each row by its sum (the paper's code does); False returns raw max-flow values.
+    solver: ``"auto"`` | ``"networkx"`` | ``"scipy"`` (see module docstring).
+    mask: optional padding mask, True for real tokens; padded tokens are left out of the graph and
+        their rows/columns in the result are 0.
+    progress: optional ``progress(done_rows, total_rows)`` callback.
+
+    Returns
+    -------
+    ``(len(layers), len(positions), n)`` (``(len(layers), heads, len(positions), n)`` when
+    head_fusion is None), with a leading batch axis for batched input.
+    """
+    stack = as_stack(attentions, mask)
+    batch, n_layers, heads, n, _ = stack.shape
+    layer_idx = _indices(layers, n_layers, "layers")
+    pos_idx = _indices(positions, n, "positions")
+    solve = _solver(solver)
+    if not isinstance(normalize, bool):
+        raise AttnflowError(f"normalize must be True or False; got {normalize!r}")
+    a = augmented(stack.values, stack.mask, residual=residual, head_fusion=head_fusion)
+    a = a.detach().cpu().to(torch.float64).numpy()
+    if head_fusion is None:
+        a = a.transpose(0, 2, 1, 3, 4)  # (batch, heads, layers, n, n)
+    else:
+        a = a[:, None]
+    mask_np = stack.mask.cpu().numpy()
+
+    total = batch * a.shape[1] * len(pos_idx) * len(layer_idx)
+    done = [0]
+
+    def tick(k: int) -> None:
+        done[0] += k
+        if progress is not None:
+            progress(done[0], total)
+
+    out = np.zeros((batch, a.shape[1], len(layer_idx), len(pos_idx), n))
+    for b in range(batch):
+        real = np.flatnonzero(mask_np[b])
+        new_index = -np.ones(n, dtype=np.int64)
+        new_index[real] = np.arange(len(real))
+        keep = mask_np[b, pos_idx]  # requested positions that are real tokens
+        sub_pos = new_index[pos_idx[keep]]
+        for h in range(a.shape[1]):
+            sub = a[b, h][:, real][:, :, real]
+            values = solve(np.ascontiguousarray(sub), layer_idx, sub_pos, progress=tick) if len(sub_pos) else None
+            if values is not None:
+                full = np.zeros((len(layer_idx), len(sub_pos), n))
+                full[:, :, real] = values
+                out[b, h][:, keep] = full
+            skipped = (len(pos_idx) - len(sub_pos)) * len(layer_idx)
+            if skipped:
+                tick(skipped)
+    if normalize:
+        out = normalize_rows(out)
+    out = out.transpose(0, 2, 1, 3, 4) if head_fusion is None else out[:, 0]
+    return stack.out(out)

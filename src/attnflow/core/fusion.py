@@ -1,0 +1,113 @@
+"""From per-head attention to the matrices the methods multiply: head fusion, discard, residual.
+
+Conventions (pinned here, used everywhere):
+
+- row = query, column = key; layer index 0 is the lowest layer.
+- head fusion: ``"mean"`` (the paper's default), ``"max"``, ``"min"`` over heads, or ``None`` to keep
+  each head separately.
+- residual: ``A = (1 - residual) * W + residual * I`` and then every row is divided by its sum, so a
+  row of ``A`` is a distribution over keys. ``residual=0.5`` reproduces the paper's ``(W + I) / 2``;
+  ``residual=0`` leaves ``W`` (rows re-normalised) unchanged.
+- padding: padded keys receive no attention (their columns are zeroed); a padded query row keeps only
+  its self-loop so that it never feeds a real token.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnflow.errors import AttnflowError
+
+HEAD_FUSIONS = ("mean", "max", "min", None)
+
+
+def check_head_fusion(head_fusion: str | None) -> None:
+    if head_fusion not in HEAD_FUSIONS:
+        raise AttnflowError(f"head_fusion must be one of 'mean', 'max', 'min' or None; got {head_fusion!r}")
+
+
+def check_residual(residual: float) -> None:
+    if not (isinstance(residual, (int, float)) and 0.0 <= float(residual) <= 1.0):
+        raise AttnflowError(f"residual must be a number in [0, 1]; got {residual!r}")
+
+
+def fuse_heads(values: torch.Tensor, head_fusion: str | None) -> torch.Tensor:
+    """``(..., heads, n, n)`` -> ``(..., n, n)`` (or unchanged when ``head_fusion`` is None)."""
+    check_head_fusion(head_fusion)
+    if head_fusion is None:
+        return values
+    if head_fusion == "mean":
+        return values.mean(dim=-3)
+    if head_fusion == "max":
+        return values.amax(dim=-3)
+    return values.amin(dim=-3)
+
+
+def apply_padding(w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Zero attention to and from padded positions. ``w``: ``(batch, ..., n, n)``; ``mask``: ``(batch, n)``."""
+    shape = (mask.shape[0],) + (1,) * (w.dim() - 3) + (mask.shape[1],)
+    keys = mask.reshape(shape).unsqueeze(-2).to(w.dtype)  # (batch, ..., 1, n)
+    queries = mask.reshape(shape).unsqueeze(-1).to(w.dtype)  # (batch, ..., n, 1)
+    return w * keys * queries
+
+
+def discard_lowest(w: torch.Tensor, ratio: float, mask: torch.Tensor) -> torch.Tensor:
+    """Zero the lowest ``ratio`` fraction of each matrix's off-diagonal weights between real tokens.
+
+    ``w``: ``(batch, ..., n, n)`` fused weights. For every matrix, the ``floor(ratio * m)`` smallest of
+    its ``m`` off-diagonal query-key pairs between real tokens are set to 0 (ties broken by position).
+    Protected, never discarded: the diagonal (each token's attention to itself, so no row can lose
+    all its mass) and every entry involving a padded position (already 0).
+    """
+    if not (0.0 <= ratio < 1.0):
+        raise AttnflowError(f"discard_ratio must be in [0, 1); got {ratio!r}")
+    if ratio == 0.0:
+        return w
+    n = w.shape[-1]
+    eye = torch.eye(n, dtype=torch.bool, device=w.device)
+    shape = (mask.shape[0],) + (1,) * (w.dim() - 3) + (n,)
+    valid = mask.reshape(shape).unsqueeze(-1) & mask.reshape(shape).unsqueeze(-2) & ~eye
+    valid = valid.expand(w.shape)
+    flat_w = w.reshape(-1, n * n)
+    flat_valid = valid.reshape(-1, n * n)
+    out = flat_w.clone()
+    for i in range(flat_w.shape[0]):
+        idx = flat_valid[i].nonzero().squeeze(1)
+        k = math.floor(ratio * idx.numel())
+        if k == 0:
+            continue
+        order = torch.argsort(flat_w[i, idx], stable=True)
+        out[i, idx[order[:k]]] = 0.0
+    return out.reshape(w.shape)
+
+
+def add_residual(w: torch.Tensor, residual: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``A = (1 - residual) * W + residual * I``, rows re-normalised to sum to 1.
+
+    A padded query row keeps only its self-loop. A row of zeros (possible only with ``residual=0``)
+    stays zero.
+    """
+    check_residual(residual)
+    n = w.shape[-1]
+    eye = torch.eye(n, dtype=w.dtype, device=w.device)
+    a = (1.0 - residual) * w + residual * eye
+    if mask is not None:
+        shape = (mask.shape[0],) + (1,) * (w.dim() - 3) + (n,)
+        padded_rows = ~mask.reshape(shape).unsqueeze(-1)  # (batch, ..., n, 1)
+        a = torch.where(padded_rows, eye.expand_as(a), a)
+    sums = a.sum(dim=-1, keepdim=True)
+    return torch.where(sums > 0, a / torch.where(sums > 0, sums, torch.ones_like(sums)), a)
+
+
+def augmented(values: torch.Tensor, mask: torch.Tensor, *, residual: float, head_fusion: str | None,
+              discard_ratio: float = 0.0) -> torch.Tensor:
+    """The per-layer matrices of the attention graph: fuse heads, pad, discard, add the residual.
+
+    ``values``: ``(batch, layers, heads, n, n)`` -> ``(batch, layers, n, n)``
+    (``(batch, layers, heads, n, n)`` when ``head_fusion`` is None).
+    """
+    w = apply_padding(fuse_heads(values, head_fusion), mask)
+    w = discard_lowest(w, discard_ratio, mask)
+    return add_residual(w, residual, mask)

@@ -1,0 +1,140 @@
+"""Turn what users pass as "attentions" into one validated stack.
+
+Accepted forms (row = query, column = key everywhere in attnflow):
+
+- an array or tensor ``(layers, heads, n, n)``;
+- a batch ``(batch, layers, heads, n, n)`` (outputs then get a leading batch axis);
+- the tuple Hugging Face returns with ``output_attentions=True``: one ``(batch, heads, n, n)``
+  per layer (or ``(heads, n, n)`` per layer);
+- an :class:`~attnflow.core.maps.AttentionMaps`, whose padding mask is used.
+
+numpy in -> numpy out (float64); torch in -> torch out (float64 stays float64, anything else is
+computed in float32 on the input's device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.errors import AttnflowError
+
+_SHAPE_HELP = "expected attentions of shape (layers, heads, n, n), (batch, layers, heads, n, n) or a per-layer tuple"
+
+
+@dataclass
+class Stack:
+    """A validated attention stack ``(batch, layers, heads, n, n)`` plus how to hand results back."""
+
+    values: torch.Tensor  # (batch, layers, heads, n, n)
+    mask: torch.Tensor  # (batch, n) bool, True = real token
+    batched: bool
+    as_numpy: bool
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        return tuple(self.values.shape)  # type: ignore[return-value]
+
+    def out(self, result: torch.Tensor | np.ndarray) -> Any:
+        """Drop the batch axis if the input had none and convert to the caller's array type."""
+        if isinstance(result, np.ndarray):
+            result = torch.from_numpy(result)
+        if not self.batched:
+            result = result[0]
+        if self.as_numpy:
+            return result.detach().cpu().numpy().astype(np.float64, copy=False)
+        return result.to(device=self.values.device, dtype=self.values.dtype)
+
+
+def _to_tensor(x: Any) -> tuple[torch.Tensor, bool]:
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+        if t.dtype != torch.float64:
+            t = t.to(torch.float32)
+        return t, False
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise AttnflowError(f"{_SHAPE_HELP}; got an object of type {type(x).__name__} that is not numeric") from exc
+    return torch.from_numpy(arr), True
+
+
+def _from_tuple(layers: tuple | list) -> tuple[torch.Tensor, bool]:
+    if len(layers) == 0:
+        raise AttnflowError(
+            "got an empty tuple of attentions; load the model with attn_implementation='eager' "
+            "(transformers returns no attentions under sdpa) or use attnflow.capture"
+        )
+    converted = [_to_tensor(layer) for layer in layers]
+    as_numpy = all(n for _, n in converted)
+    tensors = [t for t, _ in converted]
+    first = tensors[0].shape
+    for i, t in enumerate(tensors):
+        if t.dim() not in (3, 4):
+            raise AttnflowError(
+                f"expected each layer's attention as (batch, heads, n, n) or (heads, n, n); layer {i} has shape {tuple(t.shape)}"
+            )
+        if t.shape != first:
+            what = "heads" if t.dim() == len(first) and t.shape[-3] != first[-3] else "shape"
+            raise AttnflowError(
+                f"all layers must have the same {what}: layer 0 has shape {tuple(first)}, layer {i} has shape {tuple(t.shape)}"
+            )
+    dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    stacked = torch.stack([t.to(dtype) for t in tensors], dim=-4)  # (..., layers, heads, n, n)
+    return stacked, as_numpy
+
+
+def as_stack(attentions: Any, mask: Any = None) -> Stack:
+    """Validate ``attentions`` (and an optional padding ``mask``) and return a :class:`Stack`."""
+    from attnflow.core.maps import AttentionMaps  # local: maps imports this module
+
+    if isinstance(attentions, AttentionMaps):
+        if mask is None:
+            mask = attentions.mask
+        attentions = attentions.attentions
+    if attentions is None:
+        raise AttnflowError(
+            "got attentions=None; load the model with attn_implementation='eager' and output_attentions=True, "
+            "or use attnflow.capture"
+        )
+    if isinstance(attentions, (tuple, list)):
+        values, as_numpy = _from_tuple(attentions)
+        # A Hugging Face tuple always has a batch axis; a batch of one comes back unbatched,
+        # which is what a user with one text expects.
+        batched = values.dim() == 5 and values.shape[0] > 1
+    else:
+        values, as_numpy = _to_tensor(attentions)
+        batched = values.dim() == 5
+    if values.dim() == 4:
+        values = values.unsqueeze(0)
+    if values.dim() != 5:
+        raise AttnflowError(f"{_SHAPE_HELP}; got shape {tuple(values.shape)}")
+    b, n_layers, heads, n, m = values.shape
+    if n != m:
+        raise AttnflowError(f"attention maps must be square (queries x keys); got {n} x {m}")
+    if n_layers == 0 or heads == 0 or n == 0:
+        raise AttnflowError(f"{_SHAPE_HELP}; got an empty shape {tuple(values.shape)}")
+    if not torch.isfinite(values).all():
+        raise AttnflowError("attentions contain NaN or infinite values")
+    if (values < 0).any():
+        raise AttnflowError(f"attentions must be non-negative; the smallest value is {values.min().item():.3g}")
+    return Stack(values=values, mask=_as_mask(mask, b, n, values.device), batched=batched, as_numpy=as_numpy)
+
+
+def _as_mask(mask: Any, batch: int, n: int, device: torch.device) -> torch.Tensor:
+    if mask is None:
+        return torch.ones(batch, n, dtype=torch.bool, device=device)
+    m = mask.detach().cpu() if isinstance(mask, torch.Tensor) else torch.as_tensor(np.asarray(mask))
+    m = m.to(torch.bool)
+    if m.dim() == 1:
+        m = m.unsqueeze(0)
+    if m.shape == (1, n) and batch > 1:
+        m = m.expand(batch, n)
+    if tuple(m.shape) != (batch, n):
+        raise AttnflowError(f"expected a padding mask of shape ({batch}, {n}) or ({n},); got {tuple(m.shape)}")
+    if not m.any(dim=1).all():
+        raise AttnflowError("the padding mask leaves an example with no real tokens")
+    return m.to(device)

@@ -1,0 +1,31 @@
+"""Raw attention: each layer's (head-fused) attention weights, read as if they were about input tokens.
+
+This is the paper's baseline: exact for layer 1, increasingly unrelated to the input tokens above it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnflow.core.fusion import apply_padding, fuse_heads
+from attnflow.core.inputs import as_stack
+
+
+def raw(attentions: Any, *, head_fusion: str | None = "mean", mask: Any = None) -> Any:
+    """Head-fused attention per layer.
+
+    Parameters
+    ----------
+    attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face per-layer
+        tuple, or :class:`AttentionMaps`. Row = query, column = key.
+    head_fusion: ``"mean"`` | ``"max"`` | ``"min"`` | None (keep heads).
+    mask: optional padding mask ``(n,)`` / ``(batch, n)``, True for real tokens; padded positions get
+        zero rows and columns. Rows are not re-normalised (this is the raw weight).
+
+    Returns
+    -------
+    ``(layers, n, n)`` (``(layers, heads, n, n)`` when ``head_fusion`` is None), with a leading batch
+    axis for batched input; numpy in -> numpy out, torch in -> torch out.
+    """
+    stack = as_stack(attentions, mask)
+    return stack.out(apply_padding(fuse_heads(stack.values, head_fusion), stack.mask))

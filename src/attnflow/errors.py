@@ -1,0 +1,9 @@
+"""The one exception type attnflow raises for bad input.
+
+Every message is a sentence a user can act on: what was expected, what was given.
+The CLI prints it as one line and exits non-zero.
+"""
+
+
+class AttnflowError(ValueError):
+    """Bad input or an impossible request, explained in one sentence."""
