@@ -1,0 +1,1 @@
+"""Data sets attnflow generates itself (no downloads)."""

@@ -1,0 +1,96 @@
+"""Input-token importance baselines the paper compares attention against (section 4).
+
+- :func:`blank_out`: replace one token at a time with an "unknown" token and measure how much the
+  probability of the target class changes, ``|p(c | x) - p(c | x with token i blanked)|``.
+- :func:`input_gradients`: ``|sum_d d(p_0 - p_1)/d e_{i,d}|``, the gradient of the difference of the
+  two class probabilities w.r.t. the input embeddings ``e_i``, summed over the embedding dimensions
+  (``times_input=True`` gives grad x input, ``|sum_d e_{i,d} d(p_0 - p_1)/d e_{i,d}|``).
+
+Both work with any Hugging Face sequence classifier (anything called as ``model(input_ids=...,
+attention_mask=...)`` / ``model(inputs_embeds=...)`` that returns logits), one example at a time.
+Returns a ``(n,)`` float64 numpy array over token positions; unscored positions are NaN.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from attnflow.errors import AttnflowError
+
+
+def _logits(out: Any) -> torch.Tensor:
+    return out.logits if hasattr(out, "logits") else out
+
+
+def _check(model: Any, input_ids: Any) -> torch.Tensor:
+    if getattr(model, "training", False):
+        raise AttnflowError("the model is in training mode (dropout makes scores random); call model.eval() first")
+    ids = torch.as_tensor(input_ids)
+    if ids.ndim == 2 and ids.shape[0] == 1:
+        ids = ids[0]
+    if ids.ndim != 1 or ids.numel() == 0 or ids.dtype not in (torch.int64, torch.int32):
+        raise AttnflowError(f"expected the token ids of one example, shape (n,) or (1, n); got shape {tuple(ids.shape)}")
+    return ids.long()
+
+
+def _positions(positions: Sequence[int] | None, n: int) -> list[int]:
+    if positions is None:
+        return list(range(n))
+    out = [int(p) % n for p in positions if -n <= int(p) < n]
+    if len(out) != len(list(positions)):
+        raise AttnflowError(f"positions must lie in [{-n}, {n}) for a {n}-token input; got {list(positions)}")
+    return out
+
+
+def blank_out(model: Any, input_ids: Any, *, unk_id: int, target: int | None = None,
+              positions: Sequence[int] | None = None) -> np.ndarray:
+    """``|p(target | x) - p(target | x with x_i := unk_id)|`` for each position ``i``.
+
+    Parameters
+    ----------
+    model: a sequence classifier in eval mode.
+    input_ids: one example's token ids, ``(n,)`` or ``(1, n)``, unpadded.
+    unk_id: the id that replaces each token in turn; for Hugging Face tokenizers ``tokenizer.unk_token_id``.
+    target: the class whose probability is compared; the model's prediction on ``x`` when None (the
+        paper uses the correct class: pass the label).
+    positions: positions to blank out (default all); the others are NaN in the result.
+    """
+    ids = _check(model, input_ids)
+    if unk_id is None or not isinstance(unk_id, int):
+        raise AttnflowError(f"unk_id must be an integer token id (e.g. tokenizer.unk_token_id); got {unk_id!r}")
+    n = ids.numel()
+    where = _positions(positions, n)
+    batch = ids.repeat(len(where) + 1, 1)  # row 0 is the untouched input
+    for row, pos in enumerate(where, start=1):
+        batch[row, pos] = unk_id
+    with torch.no_grad():
+        probs = _logits(model(input_ids=batch, attention_mask=torch.ones_like(batch))).softmax(-1).double()
+    c = int(probs[0].argmax()) if target is None else int(target)
+    if not 0 <= c < probs.shape[-1]:
+        raise AttnflowError(f"target must be a class index in [0, {probs.shape[-1]}); got {target!r}")
+    scores = np.full(n, np.nan)
+    scores[where] = (probs[0, c] - probs[1:, c]).abs().numpy()
+    return scores
+
+
+def input_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] = (0, 1),
+                    times_input: bool = False) -> np.ndarray:
+    """``|sum_d d(p_a - p_b)/d e_{i,d}|`` (times ``e_{i,d}`` inside the sum if ``times_input``), ``(n,)``.
+
+    ``e_i`` is the output of the model's input (word) embedding layer for token ``i``; position and
+    segment embeddings are added after it by the model, so they are not differentiated against.
+    ``classes = (a, b)``; the paper's binary task uses ``(0, 1)``.
+    """
+    ids = _check(model, input_ids)
+    embed = model.get_input_embeddings()
+    e = embed(ids[None]).detach().requires_grad_(True)
+    probs = _logits(model(inputs_embeds=e, attention_mask=torch.ones_like(ids[None]))).softmax(-1)[0]
+    a, b = classes
+    if not (0 <= a < probs.numel() and 0 <= b < probs.numel()):
+        raise AttnflowError(f"classes must be two class indices in [0, {probs.numel()}); got {classes!r}")
+    (grad,) = torch.autograd.grad(probs[a] - probs[b], e)
+    values = grad * e if times_input else grad
+    return values[0].sum(-1).abs().detach().double().numpy()

@@ -1,0 +1,128 @@
+"""Train the bundled subject-verb agreement model (Abnar & Zuidema 2020, section 2).
+
+    python -m attnflow.models.train_agreement --out DIR --seed 0
+
+The paper's model: a Transformer encoder without causal masking, 6 layers, 8 heads, hidden 128, a
+CLS token whose final embedding feeds the classifier. Here it is a stock ``BertForSequenceClassification``
+(BERT's pooler reads the CLS position) with a word-level tokenizer, so that it loads with
+``AutoModelForSequenceClassification`` / ``AutoTokenizer`` like any Hugging Face model.
+CPU only, a few minutes on 2 cores, deterministic for a given seed and thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+from attnflow.data import agreement
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """Word-level tokenizer over the grammar's vocabulary; every input becomes ``[CLS] w1 ... wn``."""
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + agreement.vocabulary())}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    # No trailing [SEP]: the input is the sentence up to the verb, read out at CLS as in the paper.
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A", pair="[CLS] $A [SEP] $B", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        model_max_length=64,
+    )
+
+
+def build_model(vocab_size: int, pad_id: int) -> BertForSequenceClassification:
+    config = BertConfig(
+        vocab_size=vocab_size, hidden_size=128, num_hidden_layers=6, num_attention_heads=8,
+        intermediate_size=512, max_position_embeddings=64, type_vocab_size=1, pad_token_id=pad_id,
+        num_labels=2, id2label=dict(agreement.LABELS), label2id={v: k for k, v in agreement.LABELS.items()},
+    )
+    return BertForSequenceClassification(config)
+
+
+def accuracy(model, tokenizer, examples, batch_size: int = 256) -> dict[str, float]:
+    """Accuracy overall, by attractor count (``attractors=k``) and by template (``template=name``)."""
+    model.eval()
+    correct = []
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            chunk = examples[i : i + batch_size]
+            enc = tokenizer([e.text for e in chunk], padding=True, return_tensors="pt")
+            pred = model(**enc).logits.argmax(-1)
+            correct += (pred == torch.tensor([e.label for e in chunk])).tolist()
+    out = {"overall": float(np.mean(correct)), "n": len(examples)}
+    for key in ("attractors", "template"):
+        for value in sorted({getattr(e, key) for e in examples}):
+            hits = [c for c, e in zip(correct, examples) if getattr(e, key) == value]
+            out[f"{key}={value}"] = float(np.mean(hits))
+            out[f"n {key}={value}"] = len(hits)
+    return out
+
+
+def train(out: Path, seed: int = 0, epochs: int = 6, batch_size: int = 64, lr: float = 1e-3,
+          threads: int = 2) -> dict:
+    torch.set_num_threads(threads)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    data = agreement.splits(seed)
+    tokenizer = build_tokenizer()
+    model = build_model(len(tokenizer), tokenizer.pad_token_id)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    steps = epochs * (len(data["train"]) // batch_size)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    order = random.Random(seed)
+    start, step = time.time(), 0
+    for epoch in range(epochs):
+        model.train()
+        train = list(data["train"])
+        order.shuffle(train)
+        for i in range(0, len(train) - batch_size + 1, batch_size):
+            chunk = train[i : i + batch_size]
+            enc = tokenizer([e.text for e in chunk], padding=True, return_tensors="pt")
+            loss = model(**enc, labels=torch.tensor([e.label for e in chunk])).loss
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+        val = accuracy(model, tokenizer, data["validation"])["overall"]
+        print(f"epoch {epoch + 1}/{epochs}  loss {loss.item():.4f}  validation accuracy {val:.4f}  "
+              f"({time.time() - start:.0f}s)", flush=True)
+    report = {"seed": seed, "epochs": epochs, "batch_size": batch_size, "lr": lr, "threads": threads,
+              "train_seconds": round(time.time() - start, 1),
+              "sizes": {k: len(v) for k, v in data.items()},
+              **{name: accuracy(model, tokenizer, data[name]) for name in ("validation", "test", "unseen")}}
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)  # safetensors by default
+    tokenizer.save_pretrained(out)
+    (out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory to write the model into")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    report = train(args.out, seed=args.seed, epochs=args.epochs, threads=args.threads)
+    for name in ("test", "unseen"):
+        print(name, {k: round(v, 4) if isinstance(v, float) else v for k, v in report[name].items()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""What `attnflow reproduce` prints and writes: the paper's tables (ours beside theirs), a CSV, a plot.
+
+Files are written to a temporary name in the target directory and renamed into place, so an
+interrupted run never leaves a half-written CSV or PNG behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from rich.table import Table
+
+from attnflow.reproduction.paper import PAPER, TABLES
+
+METHOD_NAMES = {"raw": "Raw", "rollout": "Rollout", "flow": "Flow"}
+
+
+def tables(summary: dict) -> list[Table]:
+    """Tables 1 and 2 in the paper's layout (methods x layers), each method's row ours then paper's."""
+    out = []
+    for importance, title in TABLES.items():
+        n = int(max(summary[("raw", importance)]["n"]))
+        table = Table(title=f"{title} (Spearman, mean ± std; ours over {n} examples, paper over 2000)")
+        table.add_column("")
+        for layer in range(1, 7):
+            table.add_column(f"L{layer}", justify="right")
+        for method, name in METHOD_NAMES.items():
+            ours = summary[(method, importance)]
+            table.add_row(f"{name} (ours)", *(f"{m:.2f}±{s:.2f}" for m, s in zip(ours["mean"], ours["std"])))
+            table.add_row(f"{name} (paper)", *(f"{m:.2f}±{s:.2f}" for m, s in PAPER[(method, importance)]),
+                          style="dim", end_section=True)
+        out.append(table)
+    return out
+
+
+def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_csv(summary: dict, path: Path) -> None:
+    """One row per (importance, method, layer): ours (mean, std, n) and the paper's (mean, std)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["importance", "method", "layer", "mean", "std", "n", "paper_mean", "paper_std"])
+    for importance in TABLES:
+        for method in METHOD_NAMES:
+            ours = summary[(method, importance)]
+            for layer in range(len(ours["mean"])):
+                pm, ps = PAPER[(method, importance)][layer]
+                w.writerow([importance, method, layer + 1, f"{ours['mean'][layer]:.4f}", f"{ours['std'][layer]:.4f}",
+                            int(ours["n"][layer]), pm, ps])
+    _atomic(path, lambda tmp: tmp.write_text(buf.getvalue()))
+
+
+def write_plot(summary: dict, path: Path) -> None:
+    """Correlation vs layer, one panel per importance score, one colour per method, paper dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, (importance, title) in zip(axes, TABLES.items()):
+        for (method, name), color in zip(METHOD_NAMES.items(), ("tab:gray", "tab:blue", "tab:red")):
+            ours = summary[(method, importance)]
+            layers = range(1, len(ours["mean"]) + 1)
+            ax.errorbar(layers, ours["mean"], yerr=ours["std"], color=color, marker="o", capsize=3,
+                        alpha=0.9, label=f"{name} (ours)")
+            ax.plot(range(1, 7), [m for m, _ in PAPER[(method, importance)]], color=color, linestyle="--",
+                    label=f"{name} (paper)")
+        ax.set_title(title)
+        ax.set_xlabel("layer")
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("Spearman's rho with importance (CLS row)")
+    axes[1].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    _atomic(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)
