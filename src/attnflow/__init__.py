@@ -3,9 +3,22 @@
 Attention rollout and attention flow (Abnar & Zuidema, ACL 2020) on stock Hugging Face models.
 """
 
+from attnflow.capture import capture, load_model
 from attnflow.core import AttentionMaps, flow, raw, rollout
 from attnflow.errors import AttnflowError
+from attnflow.explain import explain
+from attnflow.explanation import Explanation
 
 __version__ = "0.1.0"
 
-__all__ = ["AttentionMaps", "AttnflowError", "flow", "raw", "rollout"]
+__all__ = [
+    "AttentionMaps",
+    "AttnflowError",
+    "Explanation",
+    "capture",
+    "explain",
+    "flow",
+    "load_model",
+    "raw",
+    "rollout",
+]

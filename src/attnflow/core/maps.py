@@ -16,6 +16,8 @@ class AttentionMaps:
     mask: ``(n,)`` or ``(batch, n)`` booleans, True for real tokens, or None when nothing is padded.
     causal: True when queries only see keys at or before their own position (decoders).
     special: indices of special tokens such as [CLS]/[SEP] (per example for a batch).
+    input_ids: the token ids the model saw, when known.
+    logits: the model's output logits for the same forward pass, when captured.
     """
 
     attentions: Any
@@ -24,6 +26,7 @@ class AttentionMaps:
     causal: bool = False
     special: list = field(default_factory=list)
     input_ids: Any = None
+    logits: Any = None
 
     @property
     def n_layers(self) -> int:

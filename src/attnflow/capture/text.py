@@ -1,0 +1,71 @@
+"""Capture attention from Hugging Face text models (encoders; decoders share the same forward pass)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from attnflow.capture.load import ensure_eager
+from attnflow.core.maps import AttentionMaps
+from attnflow.errors import AttnflowError
+
+
+def max_length(model: Any, tokenizer: Any) -> int | None:
+    """The longest input the model takes: position embeddings, or the tokenizer's limit if smaller."""
+    limits = []
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        limits.append(positions)
+    tok_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_limit, int) and 0 < tok_limit < 10**6:  # transformers uses ~1e30 for "unset"
+        limits.append(tok_limit)
+    return min(limits) if limits else None
+
+
+def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool = False) -> AttentionMaps:
+    """Run ``model`` on ``text`` (a string or a list of strings) and return its attention maps.
+
+    One string gives ``attentions`` of shape ``(layers, heads, n, n)``; a list gives a right-padded
+    batch ``(batch, layers, heads, n, n)`` with ``mask`` marking real tokens. Texts longer than the
+    model's maximum length are refused with an error, or cut to it with a warning when
+    ``truncate=True``. The model is switched to eager attention if needed (transformers returns no
+    attention weights under sdpa).
+    """
+    texts = [text] if isinstance(text, str) else list(text)
+    if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
+        raise AttnflowError("text must be a non-empty string (or a list of non-empty strings)")
+    ensure_eager(model)
+    limit = max_length(model, tokenizer)
+    enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=False,
+                    return_special_tokens_mask=True)
+    n = enc["input_ids"].shape[1]
+    if limit is not None and n > limit:
+        if not truncate:
+            raise AttnflowError(
+                f"the text is {n} tokens long but the model takes at most {limit}; shorten it or pass truncate=True (--truncate)"
+            )
+        warnings.warn(f"text truncated from {n} to {limit} tokens (the model's maximum)", stacklevel=2)
+        enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=limit,
+                        return_special_tokens_mask=True)
+    special = enc.pop("special_tokens_mask")
+    device = next(model.parameters()).device
+    inputs = {k: v.to(device) for k, v in enc.items()}
+    with torch.no_grad():
+        out = model(**inputs, output_attentions=True)
+    attentions = getattr(out, "attentions", None)
+    if not attentions:
+        raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
+    stacked = torch.stack([a.float().cpu() for a in attentions], dim=1)  # (batch, layers, heads, n, n)
+    mask = enc["attention_mask"].bool()
+    tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in enc["input_ids"].tolist()]
+    special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]
+    logits = getattr(out, "logits", None)
+    logits = logits.detach().float().cpu() if logits is not None else None
+    causal = bool(getattr(model.config, "is_decoder", False)) or "CausalLM" in type(model).__name__
+    if isinstance(text, str):
+        return AttentionMaps(stacked[0], tokens[0], mask=None, causal=causal, special=special_idx[0],
+                             input_ids=enc["input_ids"][0], logits=None if logits is None else logits[0])
+    return AttentionMaps(stacked, tokens, mask=mask, causal=causal, special=special_idx,
+                         input_ids=enc["input_ids"], logits=logits)

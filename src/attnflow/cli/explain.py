@@ -1,0 +1,71 @@
+"""``attnflow explain``: which input tokens a position draws on, per layer and method."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from attnflow.cli import app
+from attnflow.cli.progress import progress_bar
+from attnflow.explain import explain as explain_text
+from attnflow.views.files import write_text
+from attnflow.views.heatmap import save_heatmaps
+from attnflow.views.table import method_table
+
+
+class Method(str, Enum):
+    rollout = "rollout"
+    flow = "flow"
+    raw = "raw"
+    all = "all"
+
+
+class Fusion(str, Enum):
+    mean = "mean"
+    max = "max"
+    min = "min"
+
+
+@app.command()
+def explain(
+    text: str = typer.Argument(..., help="The input text, quoted."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Local model directory or hub id. Default: the bundled model."),
+    method: Method = typer.Option(Method.rollout, help="raw attention, rollout, flow, or all three."),
+    target: str = typer.Option("cls", help="Position to explain: 'cls', 'last', or a token index (negative counts from the end)."),
+    residual: float = typer.Option(0.5, help="Weight of the residual connection: A = (1-r)W + rI."),
+    head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
+    top: int = typer.Option(5, min=1, help="How many top tokens to print."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the scores as JSON to this file."),
+    png_out: Optional[Path] = typer.Option(None, "--png", help="Write the layers x tokens heatmap (.png/.svg/.pdf)."),
+    truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
+) -> None:
+    """Show which input tokens the TARGET position draws on, layer by layer.
+
+    Rollout multiplies the residual-augmented attention of every layer; flow treats attention as
+    edge capacities and computes max-flows (exact, slower). Example:
+
+        attnflow explain "the key to the cabinets" --method all --png out.png
+    """
+    with progress_bar("attention flow") as bar:
+        result = explain_text(text, model, method=method.value, target=target, residual=residual,
+                              head_fusion=head_fusion.value, truncate=truncate, progress=bar)
+    explanations = result if isinstance(result, list) else [result]
+    console = Console()
+    if explanations[0].prediction is not None:
+        console.print(f"prediction: [bold]{explanations[0].prediction}[/bold]")
+    if len(explanations) == 1:
+        console.print(explanations[0].table(top))
+    else:
+        console.print(method_table(explanations, top))
+    if json_out is not None:
+        payload = [e.to_dict() for e in explanations] if method == Method.all else explanations[0].to_dict()
+        write_text(json_out, json.dumps(payload))
+        console.print(f"wrote {json_out}")
+    if png_out is not None:
+        save_heatmaps(explanations, str(png_out), title=text if len(text) < 80 else text[:77] + "...")
+        console.print(f"wrote {png_out}")

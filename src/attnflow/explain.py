@@ -1,0 +1,99 @@
+"""explain(): text in, one method's scores for one target position out.
+
+    expl = attnflow.explain("The keys to the cabinet", method="rollout", target="cls")
+    print(expl); expl.plot("rollout.png")
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from attnflow.capture import capture, load_model
+from attnflow.core import flow, raw, rollout
+from attnflow.core.maps import AttentionMaps
+from attnflow.errors import AttnflowError
+from attnflow.explanation import Explanation
+
+METHODS = ("raw", "rollout", "flow")
+
+
+def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> int:
+    """``"cls"`` -> the classifier token's position; ``"last"`` -> the last real token; an int
+    (negative counts from the end) -> that position."""
+    n = len(maps.tokens)
+    if isinstance(target, str) and target.lstrip("-").isdigit():
+        target = int(target)
+    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+        if not -n <= target < n:
+            raise AttnflowError(f"target position {target} is outside the input's {n} tokens")
+        return int(target) % n
+    if target == "last":
+        return n - 1
+    if target == "cls":
+        cls_id = getattr(tokenizer, "cls_token_id", None) if tokenizer is not None else None
+        ids = maps.input_ids.tolist() if maps.input_ids is not None else []
+        if cls_id is not None and cls_id in ids:
+            return ids.index(cls_id)
+        raise AttnflowError("this model's input has no CLS token; use target='last' or a position")
+    raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
+
+
+def scores_for(maps: AttentionMaps, method: str, target: int, *, residual: float = 0.5,
+               head_fusion: str | None = "mean", solver: str = "auto",
+               progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """``(layers, n)``: how the target position at each layer draws on the input tokens."""
+    if method == "raw":
+        return np.asarray(raw(maps, head_fusion=head_fusion))[:, target, :]
+    if method == "rollout":
+        return np.asarray(rollout(maps, residual=residual, head_fusion=head_fusion))[:, target, :]
+    if method == "flow":
+        values = flow(maps, residual=residual, head_fusion=head_fusion, positions=[target], solver=solver,
+                      progress=progress)
+        return np.asarray(values)[:, 0, :]
+    raise AttnflowError(f"method must be one of {', '.join(METHODS)} or 'all'; got {method!r}")
+
+
+def _prediction(maps: AttentionMaps, model: Any) -> str | None:
+    logits = maps.logits
+    if logits is None or logits.dim() != 1:  # token-level outputs (LM heads) have no single label
+        return None
+    label = int(logits.argmax())
+    id2label = getattr(model.config, "id2label", None) or {}
+    return str(id2label.get(label, label))
+
+
+def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: str = "rollout",
+            target: Any = "cls", residual: float = 0.5, head_fusion: str | None = "mean",
+            solver: str = "auto", truncate: bool = False,
+            progress: Callable[[int, int], None] | None = None) -> Explanation | list[Explanation]:
+    """Explain which input tokens position ``target`` draws on, layer by layer.
+
+    model: a local path or hub id (loaded with eager attention), or a loaded model together with
+        ``tokenizer``; None uses the default model.
+    method: "raw", "rollout", "flow", or "all" (then a list with one Explanation per method).
+    target: "cls", "last" or a token position. Other arguments as in :func:`attnflow.rollout` /
+    :func:`attnflow.flow`.
+    """
+    if head_fusion not in ("mean", "max", "min"):
+        raise AttnflowError(f"explain needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
+    if method != "all" and method not in METHODS:
+        raise AttnflowError(f"method must be one of {', '.join(METHODS)} or 'all'; got {method!r}")
+    name = model if model is None or isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)
+    if model is None or isinstance(model, str):
+        model, tokenizer = load_model(model)
+    elif tokenizer is None:
+        raise AttnflowError("pass the tokenizer together with a loaded model")
+    maps = capture(model, tokenizer, text, truncate=truncate)
+    position = resolve_target(target, maps, tokenizer)
+    prediction = _prediction(maps, model)
+    params = {"model": str(name if name is not None else model.name_or_path), "text": text,
+              "residual": residual, "head_fusion": head_fusion}
+    out = [
+        Explanation(tokens=list(maps.tokens), method=m, target=position, prediction=prediction, params=dict(params),
+                    scores=scores_for(maps, m, position, residual=residual, head_fusion=head_fusion, solver=solver,
+                                      progress=progress))
+        for m in (METHODS if method == "all" else (method,))
+    ]
+    return out if method == "all" else out[0]

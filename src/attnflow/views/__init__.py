@@ -1,0 +1,1 @@
+"""Views: terminal tables, figures and files. They take results, never models."""
