@@ -13,6 +13,7 @@ the paper's notebook did; this is our choice, applied to every method alike.)
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -49,20 +50,18 @@ def cls_scores(attentions: Any, *, position: int = 0, methods: Sequence[str] = M
     out = {}
     for method in methods:
         if method == "raw":
-            out[method] = np.asarray(attnflow.raw(_numpy(attentions)))[:, position]
+            out[method] = _numpy(attnflow.raw(attentions))[:, position]
         elif method == "rollout":
-            out[method] = np.asarray(attnflow.rollout(_numpy(attentions)))[:, position]
+            out[method] = _numpy(attnflow.rollout(attentions))[:, position]
         elif method == "flow":
-            out[method] = np.asarray(attnflow.flow(_numpy(attentions), positions=[position], solver=flow_solver))[:, 0]
+            out[method] = _numpy(attnflow.flow(attentions, positions=[position], solver=flow_solver))[:, 0]
         else:
             raise AttnflowError(f"method must be one of {METHODS}; got {method!r}")
     return out
 
 
-def _numpy(attentions: Any) -> Any:
-    if isinstance(attentions, (tuple, list)):
-        return np.stack([np.asarray(a.detach().cpu().double() if hasattr(a, "detach") else a) for a in attentions])
-    return attentions
+def _numpy(x: Any) -> np.ndarray:
+    return x.detach().cpu().double().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=float)
 
 
 def correlate(scores: Mapping[str, np.ndarray], importance: Mapping[str, np.ndarray],
@@ -84,7 +83,7 @@ def summarize(per_example: Iterable[Mapping[tuple[str, str], np.ndarray]]) -> di
     for key, rows in stacked.items():
         values = np.stack(rows)
         count = np.isfinite(values).sum(0)
-        with np.errstate(invalid="ignore"), np.testing.suppress_warnings() as sup:
-            sup.filter(RuntimeWarning)
+        with warnings.catch_warnings():  # an all-NaN layer is reported as NaN, with n = 0
+            warnings.simplefilter("ignore", RuntimeWarning)
             out[key] = {"mean": np.nanmean(values, 0), "std": np.nanstd(values, 0), "n": count}
     return out

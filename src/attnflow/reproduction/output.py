@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import tempfile
 from pathlib import Path
-from typing import Callable
-
 from rich.table import Table
 
 from attnflow.reproduction.paper import PAPER, TABLES
+from attnflow.views.files import write_text, write_with
 
 METHOD_NAMES = {"raw": "Raw", "rollout": "Rollout", "flow": "Flow"}
 
@@ -38,18 +35,6 @@ def tables(summary: dict) -> list[Table]:
     return out
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def write_csv(summary: dict, path: Path) -> None:
     """One row per (importance, method, layer): ours (mean, std, n) and the paper's (mean, std)."""
     buf = io.StringIO()
@@ -62,7 +47,7 @@ def write_csv(summary: dict, path: Path) -> None:
                 pm, ps = PAPER[(method, importance)][layer]
                 w.writerow([importance, method, layer + 1, f"{ours['mean'][layer]:.4f}", f"{ours['std'][layer]:.4f}",
                             int(ours["n"][layer]), pm, ps])
-    _atomic(path, lambda tmp: tmp.write_text(buf.getvalue()))
+    write_text(path, buf.getvalue())
 
 
 def write_plot(summary: dict, path: Path) -> None:
@@ -88,5 +73,7 @@ def write_plot(summary: dict, path: Path) -> None:
     axes[0].set_ylabel("Spearman's rho with importance (CLS row)")
     axes[1].legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    _atomic(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
-    plt.close(fig)
+    try:
+        write_with(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    finally:
+        plt.close(fig)

@@ -1,0 +1,84 @@
+"""Blank-out and input gradients against naive re-implementations on a tiny random BERT."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+from attnflow.errors import AttnflowError
+from attnflow.evaluation.importance import blank_out, input_gradients
+
+UNK = 1
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32, num_labels=2)
+    return BertForSequenceClassification(config).double().eval()
+
+
+IDS = torch.tensor([2, 7, 11, 5, 19, 23, 8])
+
+
+def probs(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids[None]).logits.softmax(-1)[0]
+
+
+def test_blank_out_matches_one_forward_pass_per_token(tiny):
+    base = probs(tiny, IDS)
+    for target in (0, 1):
+        naive = []
+        for i in range(len(IDS)):
+            ids = IDS.clone()
+            ids[i] = UNK
+            naive.append(abs(float(base[target] - probs(tiny, ids)[target])))
+        np.testing.assert_allclose(blank_out(tiny, IDS, unk_id=UNK, target=target), naive, atol=1e-12)
+    predicted = int(base.argmax())
+    np.testing.assert_array_equal(blank_out(tiny, IDS[None], unk_id=UNK),
+                                  blank_out(tiny, IDS, unk_id=UNK, target=predicted))
+    assert np.ptp(blank_out(tiny, IDS, unk_id=UNK, target=0)) > 0  # scores are not all equal
+
+
+def test_blank_out_positions_leave_the_rest_nan(tiny):
+    got = blank_out(tiny, IDS, unk_id=UNK, target=0, positions=[1, -1])
+    assert np.isnan(got[[0, 2, 3, 4, 5]]).all() and np.isfinite(got[[1, 6]]).all()
+
+
+def _f(model, e):
+    p = model(inputs_embeds=e).logits.softmax(-1)[0]
+    return float(p[0] - p[1])
+
+
+@pytest.mark.parametrize("times_input", [False, True])
+def test_input_gradients_match_finite_differences(tiny, times_input):
+    e = tiny.get_input_embeddings()(IDS[None]).detach()
+    h = 1e-6
+    naive = []
+    with torch.no_grad():
+        for i in range(len(IDS)):
+            # d/dt f(e_i + t v) at t=0 is sum_d v_d df/de_{i,d}: v = ones (gradient) or e_i (grad x input)
+            v = e[0, i].clone() if times_input else torch.ones_like(e[0, i])
+            up, down = e.clone(), e.clone()
+            up[0, i] += h * v
+            down[0, i] -= h * v
+            naive.append(abs((_f(tiny, up) - _f(tiny, down)) / (2 * h)))
+    got = input_gradients(tiny, IDS, times_input=times_input)
+    np.testing.assert_allclose(got, naive, rtol=1e-5, atol=1e-9)
+
+
+def test_bad_input_raises_actionable_errors(tiny):
+    with pytest.raises(AttnflowError, match="unk_id"):
+        blank_out(tiny, IDS, unk_id=None)
+    with pytest.raises(AttnflowError, match="one example"):
+        blank_out(tiny, IDS.repeat(2, 1), unk_id=UNK)
+    with pytest.raises(AttnflowError, match="target"):
+        blank_out(tiny, IDS, unk_id=UNK, target=5)
+    tiny.train()
+    try:
+        with pytest.raises(AttnflowError, match="eval"):
+            input_gradients(tiny, IDS)
+    finally:
+        tiny.eval()
