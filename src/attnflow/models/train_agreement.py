@@ -84,8 +84,8 @@ def _batches(examples: list, size: int, rng: random.Random) -> list[list]:
     return batches
 
 
-def train(out: Path, seed: int = 0, epochs: int = 6, batch_size: int = 64, lr: float = 1e-3,
-          threads: int = 2) -> dict:
+def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: float = 1e-3,
+          threads: int = 1) -> dict:
     torch.set_num_threads(threads)
     random.seed(seed)
     np.random.seed(seed)
@@ -100,7 +100,7 @@ def train(out: Path, seed: int = 0, epochs: int = 6, batch_size: int = 64, lr: f
     start = time.time()
     for epoch in range(epochs):
         model.train()
-        for chunk in _batches(data["train"], batch_size, order):
+        for step, chunk in enumerate(_batches(data["train"], batch_size, order)):
             enc = tokenizer([e.text for e in chunk], padding=True, return_tensors="pt")
             loss = model(**enc, labels=torch.tensor([e.label for e in chunk])).loss
             opt.zero_grad()
@@ -108,6 +108,8 @@ def train(out: Path, seed: int = 0, epochs: int = 6, batch_size: int = 64, lr: f
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
+            if step % 100 == 0:
+                print(f"  step {step}  loss {loss.item():.4f}  ({time.time() - start:.0f}s)", flush=True)
         val = accuracy(model, tokenizer, data["validation"])["overall"]
         print(f"epoch {epoch + 1}/{epochs}  loss {loss.item():.4f}  validation accuracy {val:.4f}  "
               f"({time.time() - start:.0f}s)", flush=True)
@@ -128,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory to write the model into")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     report = train(args.out, seed=args.seed, epochs=args.epochs, threads=args.threads)
     for name in ("test", "unseen"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from rich import box
 from rich.table import Table
 
 from attnflow.reproduction.paper import PAPER, TABLES
@@ -18,19 +19,21 @@ METHOD_NAMES = {"raw": "Raw", "rollout": "Rollout", "flow": "Flow"}
 
 
 def tables(summary: dict) -> list[Table]:
-    """Tables 1 and 2 in the paper's layout (methods x layers), each method's row ours then paper's."""
+    """Tables 1 and 2 in the paper's layout (methods x layers): each method's row (ours), then the paper's."""
     out = []
     for importance, title in TABLES.items():
         n = int(max(summary[("raw", importance)]["n"]))
-        table = Table(title=f"{title} (Spearman, mean ± std; ours over {n} examples, paper over 2000)")
-        table.add_column("")
+        # Compact (no box, short row labels) so that it fits 80 columns when piped to a file.
+        table = Table(title=f"{title}\nSpearman, mean ± std over examples (ours: {n}, paper: 2000)",
+                      box=box.SIMPLE_HEAD, padding=0, pad_edge=False, show_edge=False)
+        table.add_column("", no_wrap=True, min_width=8)
         for layer in range(1, 7):
-            table.add_column(f"L{layer}", justify="right")
+            table.add_column(f"L{layer}", justify="right", no_wrap=True, min_width=10)
         for method, name in METHOD_NAMES.items():
             ours = summary[(method, importance)]
-            table.add_row(f"{name} (ours)", *(f"{m:.2f}±{s:.2f}" for m, s in zip(ours["mean"], ours["std"])))
-            table.add_row(f"{name} (paper)", *(f"{m:.2f}±{s:.2f}" for m, s in PAPER[(method, importance)]),
-                          style="dim", end_section=True)
+            table.add_row(name, *(f"{m:.2f}±{s:.2f}" for m, s in zip(ours["mean"], ours["std"])))
+            table.add_row("  paper", *(f"{m:.2f}±{s:.2f}" for m, s in PAPER[(method, importance)]), style="dim",
+                          end_section=method != "flow")
         out.append(table)
     return out
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
+from attnflow.capture import capture, load_model
 from attnflow.data import agreement
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.correlation import cls_scores, correlate, summarize
@@ -23,21 +23,18 @@ from attnflow.evaluation.importance import blank_out, input_gradients
 
 def load(model_dir: str | Path | None = None) -> tuple[Any, Any, int]:
     """(model in eval mode with eager attention, tokenizer, the seed its data splits were drawn with)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
     from attnflow.models import bundled_model_path
 
     path = Path(model_dir) if model_dir is not None else bundled_model_path("agreement")
     if not (path / "config.json").is_file():
         raise AttnflowError(f"no model found in {path}; pass a directory written by attnflow.models.train_agreement")
-    model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    model, tokenizer = load_model(str(path), task="classification")
     info = path / "training.json"
     seed = json.loads(info.read_text())["seed"] if info.is_file() else 0
     return model, tokenizer, seed
 
 
-def test_examples(n: int, seed: int) -> list[agreement.Example]:
+def held_out_examples(n: int, seed: int) -> list[agreement.Example]:
     """The first ``n`` examples of the test split drawn with ``seed`` (disjoint from its training split)."""
     available = agreement.DEFAULT_SIZES["test"]
     if not isinstance(n, int) or not 1 <= n <= available:
@@ -48,19 +45,14 @@ def test_examples(n: int, seed: int) -> list[agreement.Example]:
 def evaluate_example(model: Any, tokenizer: Any, example: agreement.Example,
                      flow_solver: str = "auto") -> dict[tuple[str, str], np.ndarray]:
     """``{(method, importance): rho per layer}`` for one example."""
-    enc = tokenizer(example.text, return_tensors="pt")
-    ids = enc["input_ids"][0]
-    with torch.no_grad():
-        attentions = model(**enc, output_attentions=True).attentions
-    if not attentions:
-        raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-    scores = cls_scores(attentions, position=0, flow_solver=flow_solver)
+    maps = capture(model, tokenizer, example.text)
+    ids = maps.input_ids
+    scores = cls_scores(maps.attentions, position=0, flow_solver=flow_solver)
     importance = {
         "blank_out": blank_out(model, ids, unk_id=tokenizer.unk_token_id, target=example.label),
         "gradients": input_gradients(model, ids),
     }
-    special = tokenizer.get_special_tokens_mask(ids.tolist(), already_has_special_tokens=True)
-    words = [i for i, s in enumerate(special) if not s]
+    words = [i for i in range(len(ids)) if i not in set(maps.special)]
     return correlate(scores, importance, words)
 
 
@@ -68,7 +60,7 @@ def reproduce(model_dir: str | Path | None = None, examples: int = 2000, *, flow
               progress: Callable[[int, int], None] | None = None) -> dict:
     """Summary ``{(method, importance): {"mean", "std", "n"}}`` over ``examples`` test examples."""
     model, tokenizer, seed = load(model_dir)
-    data = test_examples(examples, seed)
+    data = held_out_examples(examples, seed)
     results = []
     for i, example in enumerate(data):
         results.append(evaluate_example(model, tokenizer, example, flow_solver))

@@ -1,0 +1,31 @@
+"""`attnflow reproduce` end to end through the CLI, as a user runs it."""
+
+import csv
+import os
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from attnflow.cli import app
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def test_reproduce_20_examples_writes_csv_and_png(tmp_path):
+    result = CliRunner().invoke(app, ["reproduce", "--examples", "20", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "Table 1" in result.output and "Table 2" in result.output and "Flow (paper)" in result.output
+    rows = list(csv.DictReader((tmp_path / "reproduction.csv").open()))
+    assert len(rows) == 2 * 3 * 6
+    assert all(15 <= int(r["n"]) <= 20 for r in rows) and all(-1 <= float(r["mean"]) <= 1 for r in rows)
+    assert (tmp_path / "reproduction.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reproduction.csv", "reproduction.png"]  # no temp files
+
+
+def test_bad_examples_is_one_line_and_nonzero_exit(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "attnflow", "reproduce", "--examples", "999999", "--out",
+                           str(tmp_path)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().count("\n") == 0 and "examples must be between 1 and" in proc.stderr
+    assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
