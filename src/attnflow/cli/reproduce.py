@@ -22,6 +22,7 @@ def reproduce(
                                          help="A model written by attnflow.models.train_agreement. Default: the bundled one."),
     out: Path = typer.Option(Path("out/reproduction"), help="Folder for reproduction.csv and reproduction.png."),
     solver: str = typer.Option("auto", help="Flow solver: auto, scipy or networkx."),
+    include_cls: bool = typer.Option(False, help="Rank the CLS token too (by default only the words are ranked)."),
 ) -> None:
     """Correlate raw attention, rollout and flow (CLS row, per layer) with blank-out and input-gradient
     importance on the subject-verb agreement test set, as in the paper's section 4. Example:
@@ -33,7 +34,7 @@ def reproduce(
     if out.exists() and not out.is_dir():
         raise AttnflowError(f"--out must be a folder; {str(out)!r} is a file")
     with progress_bar("examples") as bar:
-        summary = run_reproduction(model, examples, flow_solver=solver, progress=bar)
+        summary = run_reproduction(model, examples, flow_solver=solver, include_cls=include_cls, progress=bar)
     console = Console()
     for table in tables(summary):
         console.print(table)

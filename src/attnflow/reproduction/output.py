@@ -62,9 +62,9 @@ def write_plot(summary: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, (importance, title) in zip(axes, TABLES.items()):
-        for (method, name), color in zip(METHOD_NAMES.items(), ("tab:gray", "tab:blue", "tab:red")):
+        for k, ((method, name), color) in enumerate(zip(METHOD_NAMES.items(), ("tab:gray", "tab:blue", "tab:red"))):
             ours = summary[(method, importance)]
-            layers = range(1, len(ours["mean"]) + 1)
+            layers = [layer + 0.07 * (k - 1) for layer in range(1, len(ours["mean"]) + 1)]  # error bars side by side
             ax.errorbar(layers, ours["mean"], yerr=ours["std"], color=color, marker="o", capsize=3,
                         alpha=0.9, label=f"{name} (ours)")
             ax.plot(range(1, 7), [m for m, _ in PAPER[(method, importance)]], color=color, linestyle="--",

@@ -42,9 +42,9 @@ def held_out_examples(n: int, seed: int) -> list[agreement.Example]:
     return agreement.splits(seed)["test"][:n]
 
 
-def evaluate_example(model: Any, tokenizer: Any, example: agreement.Example,
-                     flow_solver: str = "auto") -> dict[tuple[str, str], np.ndarray]:
-    """``{(method, importance): rho per layer}`` for one example."""
+def evaluate_example(model: Any, tokenizer: Any, example: agreement.Example, flow_solver: str = "auto",
+                     include_cls: bool = False) -> dict[tuple[str, str], np.ndarray]:
+    """``{(method, importance): rho per layer}`` for one example; ``include_cls`` ranks CLS too."""
     maps = capture(model, tokenizer, example.text)
     ids = maps.input_ids
     scores = cls_scores(maps.attentions, position=0, flow_solver=flow_solver)
@@ -52,18 +52,19 @@ def evaluate_example(model: Any, tokenizer: Any, example: agreement.Example,
         "blank_out": blank_out(model, ids, unk_id=tokenizer.unk_token_id, target=example.label),
         "gradients": input_gradients(model, ids),
     }
-    words = [i for i in range(len(ids)) if i not in set(maps.special)]
+    keep = {0} if include_cls else set()
+    words = [i for i in range(len(ids)) if i in keep or i not in set(maps.special)]
     return correlate(scores, importance, words)
 
 
 def reproduce(model_dir: str | Path | None = None, examples: int = 2000, *, flow_solver: str = "auto",
-              progress: Callable[[int, int], None] | None = None) -> dict:
+              include_cls: bool = False, progress: Callable[[int, int], None] | None = None) -> dict:
     """Summary ``{(method, importance): {"mean", "std", "n"}}`` over ``examples`` test examples."""
     model, tokenizer, seed = load(model_dir)
     data = held_out_examples(examples, seed)
     results = []
     for i, example in enumerate(data):
-        results.append(evaluate_example(model, tokenizer, example, flow_solver))
+        results.append(evaluate_example(model, tokenizer, example, flow_solver, include_cls))
         if progress is not None:
             progress(i + 1, len(data))
     return summarize(results)
