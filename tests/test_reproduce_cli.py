@@ -15,8 +15,10 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NU
 def test_reproduce_20_examples_writes_csv_and_png(tmp_path):
     result = CliRunner().invoke(app, ["reproduce", "--examples", "20", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "Table 1" in result.output and "Table 2" in result.output and "Flow (paper)" in result.output
+    assert "Table 1: vs blank-out" in result.output and "Table 2: vs input gradients" in result.output
     rows = list(csv.DictReader((tmp_path / "reproduction.csv").open()))
+    flow_l6 = next(r for r in rows if (r["importance"], r["method"], r["layer"]) == ("gradients", "flow", "6"))
+    assert f"{float(flow_l6['mean']):.2f}±{float(flow_l6['std']):.2f}" in result.output  # printed = written
     assert len(rows) == 2 * 3 * 6
     assert all(15 <= int(r["n"]) <= 20 for r in rows) and all(-1 <= float(r["mean"]) <= 1 for r in rows)
     assert (tmp_path / "reproduction.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
