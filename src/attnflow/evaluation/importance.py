@@ -67,7 +67,9 @@ def blank_out(model: Any, input_ids: Any, *, unk_id: int, target: int | None = N
     for row, pos in enumerate(where, start=1):
         batch[row, pos] = unk_id
     with torch.no_grad():
-        probs = _logits(model(input_ids=batch, attention_mask=torch.ones_like(batch))).softmax(-1).double()
+        # softmax in float64: a confident model's p(c) sits within 1e-4 of 1, where float32 rounds
+        # most single-token changes to exactly 0 and would turn the ranking into ties.
+        probs = _logits(model(input_ids=batch, attention_mask=torch.ones_like(batch))).double().softmax(-1)
     c = int(probs[0].argmax()) if target is None else int(target)
     if not 0 <= c < probs.shape[-1]:
         raise AttnflowError(f"target must be a class index in [0, {probs.shape[-1]}); got {target!r}")
