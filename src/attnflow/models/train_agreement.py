@@ -122,6 +122,11 @@ def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: f
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)  # safetensors by default
     tokenizer.save_pretrained(out)
+    # transformers 5 records its new class name, which 4.x cannot resolve; the 4.x name loads in both.
+    config_file = out / "tokenizer_config.json"
+    tok_config = json.loads(config_file.read_text())
+    tok_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_file.write_text(json.dumps(tok_config, indent=2) + "\n")
     (out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
 
