@@ -8,6 +8,7 @@ from attnflow.core import AttentionMaps, flow, raw, rollout
 from attnflow.errors import AttnflowError
 from attnflow.explain import explain
 from attnflow.explanation import Explanation
+from attnflow.explanation_maps import ExplanationMaps, explain_maps
 
 __version__ = "0.1.0"
 
@@ -15,8 +16,10 @@ __all__ = [
     "AttentionMaps",
     "AttnflowError",
     "Explanation",
+    "ExplanationMaps",
     "capture",
     "explain",
+    "explain_maps",
     "flow",
     "load_model",
     "raw",
