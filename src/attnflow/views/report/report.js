@@ -2,7 +2,35 @@
 // The attnflow report: reads the embedded JSON and draws tokens, legend and heatmap.
 // All text goes through textContent, never innerHTML, so tokens such as "<script>" stay text.
 (function () {
+  // Large arrays arrive packed as float16 in base64 (see data.py); unpack them into nested views.
+  function half(h) {
+    const e = (h >> 10) & 31, f = h & 1023, s = h >> 15 ? -1 : 1;
+    if (e === 0) return s * f * 2 ** -24;
+    if (e === 31) return f ? NaN : s * Infinity;
+    return s * (1 + f / 1024) * 2 ** (e - 15);
+  }
+  function unpack(v) {
+    if (!v || Array.isArray(v)) return v;
+    const text = atob(v.base64);
+    const bytes = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+    const h = new Uint16Array(bytes.buffer);
+    const flat = new Float32Array(h.length);
+    for (let i = 0; i < h.length; i++) flat[i] = half(h[i]);
+    const nest = (offset, dims) => {
+      if (dims.length === 1) return flat.subarray(offset, offset + dims[0]);
+      const step = dims.slice(1).reduce((a, b) => a * b, 1);
+      return Array.from({ length: dims[0] }, (_, i) => nest(offset + i * step, dims.slice(1)));
+    };
+    return nest(0, v.shape);
+  }
   const data = JSON.parse(document.getElementById("attnflow-data").textContent);
+  if (data.kind === "generation") {
+    data.M = unpack(data.M);
+    data.rows = data.rows.map(unpack);
+  } else {
+    data.methods.forEach((m) => { m.rows = unpack(m.rows); });
+  }
   const $ = (id) => document.getElementById(id);
   const isGen = data.kind === "generation";
   const L = data.n_layers;
@@ -140,7 +168,7 @@
     const row = rows ? rows[state.layer] : null;
     const earlier = generatedScores();
     let max = 0;
-    (row || []).concat(earlier).forEach((v, j) => { if (v > max && !skipped(j)) max = v; });
+    Array.from(row || []).concat(earlier).forEach((v, j) => { if (v > max && !skipped(j)) max = v; });
     tokenSpans.forEach((span, i) => {
       paint(span, row ? row[i] : undefined, max);
       span.classList.toggle("missing", !row);
