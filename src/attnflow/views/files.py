@@ -53,3 +53,24 @@ def write_with(path: str | os.PathLike, writer: Callable[[str], None]) -> str:
     with atomic_path(path) as tmp:
         writer(tmp)
     return str(path)
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def figure_format(path: str | os.PathLike) -> str:
+    """The figure format named by ``path``'s extension; checked before any drawing starts."""
+    check_output(path, FIGURE_FORMATS)
+    return Path(path).suffix.lower().lstrip(".")
+
+
+def save_figure(fig: object, path: str | os.PathLike, dpi: int = 150) -> str:
+    """Write a matplotlib figure atomically (format from the extension) and close it."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fmt = figure_format(path)
+        write_with(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format=fmt))  # type: ignore[attr-defined]
+    finally:
+        plt.close(fig)  # type: ignore[arg-type]
+    return str(path)
