@@ -26,8 +26,7 @@ def token_map_figure(matrix: Any, tokens: list[str], title: str | None = None) -
     fontsize = token_fontsize(n)
     side = float(np.clip(0.22 * n + 2.5, 5.0, 13.0))
     fig, ax = plt.subplots(figsize=(side + 1.2, side), constrained_layout=True)
-    cmap = plt.get_cmap("Blues").copy()
-    cmap.set_bad("#d0d7de")
+    cmap = plt.get_cmap("Blues").with_extremes(bad="#d0d7de")
     image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=0, interpolation="nearest")
     ticks = thinned(n, label_room(side - 1.5, fontsize))
     labels = [short(tokens[i]) for i in ticks]
