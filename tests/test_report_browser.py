@@ -31,7 +31,7 @@ torch.set_num_threads(1)
 def _unavailable(reason: str) -> None:
     # In CI a missing browser is a broken setup, not a reason to skip: a skip would hide the feature.
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"browser tests cannot run in CI: {reason} (run `make setup`, which installs chromium)")
+        pytest.fail(f"browser tests cannot run in CI: {reason} (`make test` runs `make browser`, which installs it)")
     pytest.skip(reason)
 
 
@@ -78,7 +78,8 @@ class Page:
 
     def scores(self, kind: str = "input") -> list[float | None]:
         return self.page.eval_on_selector_all(
-            f".tok[data-kind='{kind}']", "els => els.map(e => e.dataset.score === undefined ? null : Number(e.dataset.score))")
+            f".tok[data-kind='{kind}']",
+            "els => els.map(e => e.dataset.score === undefined ? null : Number(e.dataset.score))")
 
     def alphas(self, kind: str = "input") -> list[float]:
         backgrounds = self.page.eval_on_selector_all(
@@ -101,7 +102,8 @@ class Page:
 def _assert_row(page: Page, expected: np.ndarray, kind: str = "input") -> None:
     np.testing.assert_allclose(page.scores(kind), expected, rtol=RTOL, atol=ATOL)
     # The highlight itself: background alpha is the score over the row's maximum.
-    np.testing.assert_allclose(page.alphas(kind), expected / expected.max(), atol=5e-3)  # Chromium keeps alpha in 1/255 steps
+    # Chromium keeps alpha in 1/255 steps.
+    np.testing.assert_allclose(page.alphas(kind), expected / expected.max(), atol=5e-3)
 
 
 def _explanations(n: int, layers: int, seed: int = 0, tokens: list[str] | None = None) -> list[Explanation]:

@@ -45,7 +45,8 @@ def explain(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the scores as JSON to this file."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the layers x tokens heatmap (.png/.svg/.pdf)."),
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
-    html_out: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained interactive HTML report (switch method, layer and target; works offline)."),
+    html_out: Optional[Path] = typer.Option(
+        None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
 

@@ -59,6 +59,12 @@ def _check_explanation(e: Explanation) -> np.ndarray:
     return scores
 
 
+def _title(text: str, limit: int = 160) -> str:
+    """Page titles are the input text; a 512-token text would bury the controls, so it is cut."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 def _method_order(names: list[str]) -> list[str]:
     return sorted(names, key=lambda m: (ORDER.index(m) if m in ORDER else len(ORDER), names.index(m)))
 
@@ -84,7 +90,8 @@ def _payload_from_explanations(explanations: list[Explanation], title: str | Non
         methods.append({"name": name, "targets": targets, "rows": _rounded([rows[name][t] for t in targets]),
                         "note": note})
     text = first.params.get("text")
-    return {"kind": "explanation", "title": title or text or " ".join(first.tokens), "tokens": list(first.tokens),
+    return {"kind": "explanation", "title": _title(title or text or " ".join(first.tokens)),
+            "tokens": list(first.tokens),
             "target": int(first.target), "n_layers": int(first.scores.shape[0]), "prediction": first.prediction,
             "model": first.params.get("model"), "methods": methods}
 
@@ -122,7 +129,7 @@ def check_generation(data: dict[str, Any]) -> dict[str, Any]:
         rows.append(_rounded(per_layer))
     if rows and len(rows) != len(generated):
         raise AttnflowError(f"rows must have one entry per generated token ({len(generated)}); got {len(rows)}")
-    return {"kind": "generation", "title": str(data.get("prompt") or " ".join(map(str, prompt))),
+    return {"kind": "generation", "title": _title(data.get("prompt") or " ".join(map(str, prompt))),
             "model": data.get("model"), "method": str(data["method"]), "prompt_tokens": [str(t) for t in prompt],
             "generated_tokens": [str(t) for t in generated], "n_layers": int(m.shape[2]),
             "M": _rounded(m), "rows": rows}
@@ -173,7 +180,7 @@ def payload(result: Any, title: str | None = None) -> dict[str, Any]:
         if out is None:
             return payload(from_json_value(result), title)
         if title:
-            out["title"] = title
+            out["title"] = _title(title)
         return out
     if isinstance(result, (list, tuple)) and all(isinstance(e, Explanation) for e in result):
         return _payload_from_explanations(list(result), title)
