@@ -101,8 +101,9 @@ def main() -> int:
 
     captured = capture(model, tokenizer, SENTENCE)
     a = attention_graph(captured.attentions)
-    save_graph(a, captured.tokens, str(OUT / "graph_rollout.png"), node=(-1, 0), method="rollout", dpi=DPI)
-    save_graph(a, captured.tokens, str(OUT / "graph_flow.png"), node=(-1, 0), method="flow", dpi=DPI)
+    keys = captured.tokens.index("keys")  # [CLS] mostly attends to itself: a word shows more paths
+    save_graph(a, captured.tokens, str(OUT / "graph_rollout.png"), node=(-1, keys), method="rollout", dpi=DPI)
+    save_graph(a, captured.tokens, str(OUT / "graph_flow.png"), node=(-1, keys), method="flow", dpi=DPI)
 
     results = blank_out_correlations(model, tokenizer)
     save_correlation_plot(results, str(OUT / "correlation.png"),

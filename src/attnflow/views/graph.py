@@ -34,7 +34,7 @@ def _segments(keep: np.ndarray) -> tuple[np.ndarray, list[tuple[tuple[int, int],
 
 def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = None, method: str = "rollout",
                  token: int | None = None, edges_per_node: int = 3, min_weight: float = 0.05,
-                 title: str | None = None) -> Any:
+                 path_min_share: float = 0.02, title: str | None = None) -> Any:
     """a: ``(layers, n, n)`` edge weights of the residual-augmented graph (see
     :func:`attnflow.core.paths.attention_graph`), row = query. node: ``(layer, position)`` with
     layer 1..L (or -1 for the top) whose paths are drawn on top, for ``method`` "rollout" (every path,
@@ -76,16 +76,16 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
             sink = int(np.argmax(share)) if token is None else int(token)
             value, mass = flow_edges(a, node[0], node[1], sink)
             label = f"a maximum flow from ({where}) to input {short(tokens[sink])} @ {sink}, value {value:.3f}"
-        # Path edges carrying under 5% of the busiest edge are left out: a maximum flow spreads over
-        # hundreds of thin edges that would hide the main routes.
-        path_keep = mass >= 0.05 * mass.max()
+        # Path edges carrying less than path_min_share of the busiest edge are left out: a maximum
+        # flow spreads over hundreds of thin edges that would hide the main routes.
+        path_keep = mass >= path_min_share * mass.max()
         pidx, psegs = _segments(path_keep)
         share = mass[tuple(pidx.T)] / mass.max()
         ax.add_collection(LineCollection(psegs, linewidths=0.6 + 4.5 * share, zorder=2,
                                          colors=[(*matplotlib.colors.to_rgb(PATH_COLOUR), float(0.3 + 0.7 * s))
                                                  for s in share]))
         ax.scatter([node[1] % n], [layer], s=160, facecolor="none", edgecolor=PATH_COLOUR, linewidth=2, zorder=4)
-        caption = f"{label}\n{caption}; path edges under 5% of the busiest left out"
+        caption = f"{label}\n{caption}; path edges under {path_min_share:.0%} of the busiest left out"
     xs, ys = np.meshgrid(np.arange(n), np.arange(n_layers + 1))
     ax.scatter(xs.ravel(), ys.ravel(), s=18, color="#24292f", zorder=3)
     ticks = thinned(n, int(fig.get_figwidth() * 72 / 14))

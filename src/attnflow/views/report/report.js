@@ -208,8 +208,11 @@
   meta.push(`${L} layers`);
   $("meta").textContent = meta.join(" · ");
   $("legend-text").textContent = "colour = score at the chosen layer, scaled to the row's maximum";
+  const oneTarget = !isGen && data.methods.every((m) => m.targets.length === 1);
   $("tokens-heading").textContent = isGen ? "prompt (coloured by what the chosen generated token draws on)"
-    : "input tokens (click one to make it the target)";
+    : oneTarget ? "input tokens (this result holds one target; make the report with attnflow.explain_maps or "
+      + "`attnflow explain --html` to click any token as the target)"
+      : "input tokens (click one to make it the target)";
   names.forEach((name) => {
     const b = document.createElement("button");
     b.type = "button";
