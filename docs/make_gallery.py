@@ -77,7 +77,8 @@ def screenshot(html_path: Path, png_path: Path) -> None:
         page = ctx.new_page()
         page.goto(html_path.as_uri())
         page.wait_for_selector("body[data-ready='1']")
-        page.click("#skip-target")  # [CLS] dominates its own rollout row; show the rest
+        page.click(".tok[data-kind='input'][data-index='2']")  # "keys" as the target, as a reader would
+        page.click("#skip-target")  # a token dominates its own rollout row; show the rest
         page.screenshot(path=str(png_path), full_page=True)
         ctx.close()
 
@@ -112,6 +113,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         html = Path(tmp) / "report.html"
+        maps.params["model"] = "all-MiniLM-L6-v2"  # its local install path means nothing to a reader
         maps.to_html(str(html))
         screenshot(html, OUT / "report.png")
     for path in sorted(OUT.glob("*.png")):

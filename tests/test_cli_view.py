@@ -45,7 +45,7 @@ def test_view_turns_explain_json_into_a_report_and_a_figure(monkeypatch, capsys,
     saved = [Explanation(tokens, rng.dirichlet(np.ones(4), size=3), m, 0).to_dict() for m in ("raw", "rollout")]
     result = tmp_path / "r.json"
     result.write_text(json.dumps(saved))
-    code, out, err = call_main(monkeypatch, capsys, "view", str(result), "--html", str(tmp_path / "v.html"),
+    code, _, err = call_main(monkeypatch, capsys, "view", str(result), "--html", str(tmp_path / "v.html"),
                                "--png", str(tmp_path / "v.png"))
     assert code in (0, None), err
     data = _embedded(tmp_path / "v.html")

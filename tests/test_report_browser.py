@@ -19,7 +19,7 @@ import torch
 
 from attnflow import Explanation
 from attnflow.explanation_maps import maps_from_attentions
-from attnflow.views.report import notebook_html, save_report
+from attnflow.views.report import save_report
 
 CHROMIUM = os.environ.get("ATTNFLOW_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
