@@ -123,3 +123,15 @@ def test_explain_maps_agrees_with_explain_for_every_method(minilm):
             got = maps.explanation(method, target)
             assert got.tokens == expected.tokens
             np.testing.assert_allclose(got.scores, expected.scores, atol=1e-9)
+
+
+def test_a_result_object_with_to_dict_is_read_through_it():
+    # How a Generation object (issue 5) reaches the report: its to_dict is the generation schema.
+    class Result:
+        def to_dict(self):
+            return {"kind": "generation", "prompt_tokens": ["a", "b"], "generated_tokens": ["c"],
+                    "method": "rollout", "M": [[[0.25, 0.5], [0.75, 0.5]]], "rows": [[[0.25, 0.75, 0.0],
+                                                                                     [0.5, 0.5, 0.0]]]}
+
+    data = payload(Result())
+    assert data["kind"] == "generation" and data["M"] == [[[0.25, 0.5], [0.75, 0.5]]] and data["n_layers"] == 2

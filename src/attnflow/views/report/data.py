@@ -184,6 +184,8 @@ def payload(result: Any, title: str | None = None) -> dict[str, Any]:
         return out
     if isinstance(result, (list, tuple)) and all(isinstance(e, Explanation) for e in result):
         return _payload_from_explanations(list(result), title)
+    if callable(getattr(result, "to_dict", None)):  # e.g. a Generation, whose to_dict is the generation schema
+        return payload(result.to_dict(), title)
     raise AttnflowError(f"cannot make a report from {type(result).__name__}; pass an Explanation, a list of them, "
                         "ExplanationMaps or a generation result")
 
