@@ -82,3 +82,18 @@ def test_digits_end_to_end_small(tmp_path):
     assert len(rows) == 6 * 11 and rows[0]["method"] == "rollout"
     assert (tmp_path / "c.png").stat().st_size > 0
     assert curves_table(curves).row_count == 3
+
+
+def test_fill_values_for_the_digits_model():
+    from attnflow.capture.vision import image_settings, load_vision_model
+    from attnflow.evaluation.digits import fill_value
+
+    model = load_vision_model()
+    s = image_settings(model)
+    assert fill_value(model, "mean") == [0.0]
+    # "black" is raw pixel 0 pushed through the model's own normalisation.
+    assert fill_value(model, "black") == pytest.approx([(0.0 - s.mean[0]) / s.std[0]])
+    x = torch.ones(1, 1, 4, 4)
+    out = remove_patches(x, np.array([[3]]), (2, 2), fill=fill_value(model, "black"))
+    assert torch.allclose(out[0, 0, 2:, 2:], torch.tensor(fill_value(model, "black")[0]))
+    assert torch.equal(out[0, 0, :2], x[0, 0, :2])

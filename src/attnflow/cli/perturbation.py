@@ -20,12 +20,14 @@ def evaluate_perturbation(
     method: Optional[List[str]] = typer.Option(None, "--method", help="Repeat to choose methods. Default: raw, rollout, flow, grad-rollout, random."),
     limit: Optional[int] = typer.Option(None, min=1, help="Use only the first N test images."),
     seed: int = typer.Option(0, help="Seed of the random baseline and of tie-breaking."),
+    fill: str = typer.Option("mean", help="Removed patches: 'mean' = 0 after normalisation (the dataset mean); 'black' = pixel 0 before normalisation (erased ink on digits)."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the accuracy curves (.png)."),
     csv_out: Optional[Path] = typer.Option(None, "--csv", help="Write the curves as CSV."),
 ) -> None:
     """Remove patches from most to least relevant (positive) and least to most (negative) in 10%
     steps; print accuracy and the area under each curve (positive: lower is better; negative:
-    higher is better). Removed patches are set to 0 after normalisation (the dataset mean).
+    higher is better). Removed patches are set to 0 after normalisation (the dataset mean)
+    unless --fill black.
 
         attnflow evaluate-perturbation --png perturbation.png --csv perturbation.csv
     """
@@ -46,9 +48,9 @@ def evaluate_perturbation(
         bar.update(tasks[stage], completed=done, total=total)
 
     with bar:
-        curves = run(model, methods=methods, limit=limit, seed=seed, progress=tick)
+        curves = run(model, methods=methods, limit=limit, seed=seed, fill=fill, progress=tick)
     console = Console()
-    console.print(curves_table(curves))
+    console.print(curves_table(curves, fill))
     if png_out is not None:
         save_curves_plot(curves, str(png_out))
         console.print(f"wrote {png_out}")

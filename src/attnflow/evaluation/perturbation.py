@@ -47,10 +47,11 @@ def removal_order(scores: np.ndarray, positive: bool, rng: np.random.Generator) 
 
 
 def remove_patches(pixel_values: torch.Tensor, patches: np.ndarray, grid: tuple[int, int],
-                   fill: float = 0.0) -> torch.Tensor:
+                   fill: float | list[float] = 0.0) -> torch.Tensor:
     """Set the given patches (``(batch, k)`` row-major indices into ``grid``) of ``pixel_values``
-    ``(batch, C, H, W)`` to ``fill``."""
+    ``(batch, C, H, W)`` to ``fill`` (one value, or one per channel)."""
     out = pixel_values.clone()
+    fill = torch.as_tensor(fill, dtype=out.dtype).reshape(-1, 1, 1)
     ph, pw = pixel_values.shape[-2] // grid[0], pixel_values.shape[-1] // grid[1]
     for b, chosen in enumerate(patches):
         for p in chosen:
@@ -60,7 +61,7 @@ def remove_patches(pixel_values: torch.Tensor, patches: np.ndarray, grid: tuple[
 
 
 def perturbation_curves(predict: Callable[[torch.Tensor], torch.Tensor], pixel_values: torch.Tensor,
-                        labels: np.ndarray, scores: dict[str, np.ndarray], *, fill: float = 0.0, seed: int = 0,
+                        labels: np.ndarray, scores: dict[str, np.ndarray], *, fill: float | list[float] = 0.0, seed: int = 0,
                         fractions: tuple[float, ...] = FRACTIONS,
                         progress: Callable[[int, int], None] | None = None) -> list[Curve]:
     """Positive and negative curves for every method in ``scores`` (name -> ``(batch, rows, cols)``).

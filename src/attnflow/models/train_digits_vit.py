@@ -46,6 +46,9 @@ def build_model(seed: int):
 
 def train(out: Path, seed: int = 0, epochs: int = 40, threads: int = 1) -> float:
     """Train, save (safetensors, config, preprocessor config) to ``out``; return test accuracy."""
+    from attnflow.capture.load import quiet_transformers
+
+    quiet_transformers()
     torch.set_num_threads(threads)
     split = digits_split()
     mean, std = float(split["train_images"].mean()), float(split["train_images"].std())
@@ -76,7 +79,7 @@ def train(out: Path, seed: int = 0, epochs: int = 40, threads: int = 1) -> float
                     "color": "L", "note": "sklearn digits: light ink on a dark background"}
     (out / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
     (out / "training.json").write_text(json.dumps({
-        "command": f"python -m attnflow.models.train_digits_vit --out {out.name} --seed {seed}",
+        "command": f"python -m attnflow.models.train_digits_vit --out {out} --seed {seed} --epochs {epochs}",
         "seed": seed, "epochs": epochs, "test_size": TEST_SIZE, "split_seed": SPLIT_SEED,
         "test_accuracy": round(accuracy, 4)}, indent=2) + "\n")
     return accuracy

@@ -11,7 +11,7 @@ from attnflow.errors import AttnflowError
 from attnflow.views.files import write_with
 
 
-def overlay_figure(explanations: list[Any], columns: int = 4, alpha: float = 0.55, cmap: str = "inferno",
+def overlay_figure(explanations: list[Any], columns: int = 4, alpha: float = 0.7, cmap: str = "inferno",
                    inputs: bool = False) -> Any:
     """One panel per explanation, ``columns`` per row: the image in grey or colour, the scores on top,
     stretched over the whole image. With ``inputs=True`` each row starts with the bare image of the

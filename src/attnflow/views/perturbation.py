@@ -11,9 +11,10 @@ from rich.table import Table
 from attnflow.views.files import write_text, write_with
 
 
-def curves_table(curves: list[Any]) -> Table:
+def curves_table(curves: list[Any], fill: str | None = None) -> Table:
     """One row per method: AUC of the positive curve (lower is better) and the negative (higher is better)."""
-    table = Table(title="Patch perturbation test: area under accuracy vs fraction of patches removed")
+    title = "Patch perturbation test: area under accuracy vs fraction of patches removed"
+    table = Table(title=title + (f" (fill: {fill})" if fill else ""))
     table.add_column("method")
     table.add_column("positive AUC (lower better)", justify="right")
     table.add_column("negative AUC (higher better)", justify="right")
