@@ -104,16 +104,21 @@ def test_text_classifier_grad_rollout():
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                        intermediate_size=32, num_labels=3, attn_implementation="eager")
+                        intermediate_size=32, num_labels=3, attn_implementation="eager",
+                        initializer_range=0.5)  # the default 0.02 gives gradients too small to compare
     model = BertForSequenceClassification(config).eval()
     inputs = {"input_ids": torch.tensor([[2, 7, 9, 11, 3, 0], [2, 5, 6, 8, 12, 3]]),
               "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])}
     got = capture_gradients(model, inputs, target=1)
     assert got.gradients.shape == got.attentions.shape == (2, 3, 2, 6, 6)
     attn, grads = per_layer_autograd(model, inputs, torch.tensor([1, 1]))
+    np.testing.assert_allclose(got.gradients.double().numpy(), grads.numpy(), rtol=1e-4, atol=1e-6)
     mask = inputs["attention_mask"].bool()
     r = np.asarray(grad_rollout(got.attentions, got.gradients, mask=mask))
     expected = naive_grad_rollout_batch(attn, grads)
+    assert np.abs(expected[1, -1] - np.eye(6)).max() > 0.05  # the gradients really move R away from I
+    reversed_pairing = np.asarray(grad_rollout(got.attentions, got.gradients.flip(1)))
+    assert not np.allclose(reversed_pairing[1, -1], expected[1, -1], rtol=1e-2, atol=1e-3)
     np.testing.assert_allclose(r[1], expected[1], rtol=1e-4, atol=1e-5)  # the unpadded example
     real = mask[0].numpy()
     np.testing.assert_allclose(r[0][:, real][:, :, real], expected[0][:, real][:, :, real], rtol=1e-4, atol=1e-5)
