@@ -71,3 +71,20 @@ def test_evaluate_perturbation_cli(tmp_path, monkeypatch, capsys):
     assert table.read_text().startswith("method,order,fraction_removed,accuracy,auc")
     code, out, err = run(["evaluate-perturbation", "--method", "lime"], monkeypatch, capsys)
     assert code == 2 and "methods must be among" in err
+
+
+def test_explain_image_as_a_real_process(digit_png, tmp_path):
+    import os
+    import subprocess
+
+    import attnflow
+
+    out_png = tmp_path / "real.png"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-m", "attnflow", "explain-image", str(digit_png), "--method", "flow",
+                             "--png", str(out_png)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    expl = attnflow.explain_image(str(digit_png), method="flow")[0]
+    r, c = divmod(int(expl.scores.argmax()), 4)
+    assert f"prediction {expl.prediction}" in result.stdout and f"top patch (row {r}, col {c})" in result.stdout
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
