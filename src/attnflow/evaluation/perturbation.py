@@ -75,13 +75,15 @@ def perturbation_curves(predict: Callable[[torch.Tensor], torch.Tensor], pixel_v
     first = next(iter(scores.values()))
     grid = tuple(first.shape[1:])
     if pixel_values.shape[-2] % grid[0] or pixel_values.shape[-1] % grid[1]:
-        raise AttnflowError(f"images of {tuple(pixel_values.shape[-2:])} pixels do not split into a {grid} patch grid")
+        raise AttnflowError(f"images of {tuple(pixel_values.shape[-2:])} pixels do not split into "
+                            f"a {grid} patch grid")
     n_patches = grid[0] * grid[1]
     total, done = 2 * len(scores) * len(fractions), 0
     curves = []
     for method, s in scores.items():
         if s.shape != first.shape or len(s) != len(labels) or len(labels) != len(pixel_values):
-            raise AttnflowError(f"scores for {method!r} have shape {s.shape}; expected {first.shape} with one row per image")
+            raise AttnflowError(f"scores for {method!r} have shape {s.shape}; expected {first.shape} "
+                                "with one row per image")
         for order in ("positive", "negative"):
             rng = np.random.default_rng(seed)
             ranking = removal_order(s.reshape(len(s), -1), order == "positive", rng)

@@ -15,8 +15,9 @@ def overlay_figure(explanations: list[Any], columns: int = 4, alpha: float = 0.7
                    inputs: bool = False) -> Any:
     """One panel per explanation, ``columns`` per row: the image in grey or colour, the scores on top,
     stretched over the whole image. With ``inputs=True`` each row starts with the bare image of the
-    row's first explanation (for one image per row, one method per column). Each panel is scaled to its own min..max, so colours compare patches within a panel,
-    not across panels. Patches are drawn as blocks (no smoothing): the scores are per patch."""
+    row's first explanation (for one image per row, one method per column). Each panel is scaled to
+    its own min..max, so colours compare patches within a panel, not across panels. Patches are drawn
+    as blocks (no smoothing): the scores are per patch."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
