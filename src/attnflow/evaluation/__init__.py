@@ -1,4 +1,5 @@
-"""Evaluation of attention explanations against importance baselines (takes results and models, never plots)."""
+"""Evaluation of explanations: protocols that take scores and a model or a callable that scores
+inputs, never plots."""
 
 from attnflow.evaluation.correlation import cls_scores, correlate, spearman, summarize
 from attnflow.evaluation.importance import blank_out, input_gradients
