@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+import torch
 import typer
 from rich.console import Console
 
@@ -33,6 +34,8 @@ def reproduce(
         raise AttnflowError(f"--examples must be at least 1; got {examples}")
     if out.exists() and not out.is_dir():
         raise AttnflowError(f"--out must be a folder; {str(out)!r} is a file")
+    # Matrices of at most 25 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
+    torch.set_num_threads(1)
     with progress_bar("examples") as bar:
         summary = run_reproduction(model, examples, flow_solver=solver, include_cls=include_cls, progress=bar)
     console = Console()
