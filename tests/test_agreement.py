@@ -24,7 +24,7 @@ def test_splits_are_balanced_disjoint_and_templates_held_out():
     for name, examples in data.items():
         assert len(examples) == SMALL[name]
         assert Counter(e.label for e in examples) == {0: SMALL[name] // 2, 1: SMALL[name] // 2}
-    texts = [set(e.text for e in v) for v in data.values()]
+    texts = [{e.text for e in v} for v in data.values()]
     assert sum(map(len, texts)) == len(set().union(*texts))  # no sentence in two splits, none twice
     assert {e.template for e in data["unseen"]} == set(agreement.UNSEEN_TEMPLATES)
     seen = {e.template for k in ("train", "validation", "test") for e in data[k]}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import torch
 import typer
@@ -19,7 +18,7 @@ from attnflow.reproduction.run import reproduce as run_reproduction
 @app.command()
 def reproduce(
     examples: int = typer.Option(2000, help="How many test examples to evaluate (the paper used 2000)."),
-    model: Optional[Path] = typer.Option(None, "--model", "-m",
+    model: Path | None = typer.Option(None, "--model", "-m",
                                          help="A model written by attnflow.models.train_agreement. Default: the bundled one."),
     out: Path = typer.Option(Path("out/reproduction"), help="Folder for reproduction.csv and reproduction.png."),
     solver: str = typer.Option("auto", help="Flow solver: auto, scipy or networkx."),

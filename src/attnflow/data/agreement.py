@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from attnflow.data.agreement_lexicon import ADJECTIVES, NOUNS, PREPOSITIONS, PREFIXES, VERBS
+from attnflow.data.agreement_lexicon import ADJECTIVES, NOUNS, PREFIXES, PREPOSITIONS, VERBS
 from attnflow.errors import AttnflowError
 
 LABELS = {0: "singular", 1: "plural"}

@@ -14,7 +14,8 @@ the paper's notebook did; this is our choice, applied to every method alike.)
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.stats import rankdata

@@ -13,7 +13,8 @@ Returns a ``(n,)`` float64 numpy array over token positions; unscored positions 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+
 from rich import box
 from rich.table import Table
 

@@ -9,8 +9,9 @@ of the correct class) and input-gradient importance, and Spearman's rho between 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
