@@ -15,7 +15,8 @@ UNK = 1
 def tiny():
     torch.manual_seed(0)
     config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32, num_labels=2)
+                        intermediate_size=32, max_position_embeddings=32, num_labels=2,
+                        initializer_range=0.3)  # large weights: scores far from 0, so the oracles bite
     return BertForSequenceClassification(config).double().eval()
 
 
@@ -48,25 +49,47 @@ def test_blank_out_positions_leave_the_rest_nan(tiny):
 
 
 def _f(model, e):
+    """p_0 - p_1 with the word embeddings given."""
     p = model(inputs_embeds=e).logits.softmax(-1)[0]
     return float(p[0] - p[1])
 
 
-@pytest.mark.parametrize("times_input", [False, True])
-def test_input_gradients_match_finite_differences(tiny, times_input):
-    e = tiny.get_input_embeddings()(IDS[None]).detach()
+def _f_layer_input(model, shift):
+    """p_0 - p_1 with ``shift`` added to the first layer's input (the embeddings module's output)."""
+    handle = model.bert.embeddings.register_forward_hook(lambda _m, _i, out: out + shift)
+    try:
+        p = model(input_ids=IDS[None]).logits.softmax(-1)[0]
+    finally:
+        handle.remove()
+    return float(p[0] - p[1])
+
+
+@pytest.mark.parametrize(("at", "times_input"), [("word", True), ("layer_input", False), ("layer_input", True)])
+def test_input_gradients_match_finite_differences(tiny, at, times_input):
+    with torch.no_grad():
+        e = tiny.get_input_embeddings()(IDS[None]) if at == "word" else tiny.bert.embeddings(IDS[None])
     h = 1e-6
     naive = []
     with torch.no_grad():
         for i in range(len(IDS)):
             # d/dt f(e_i + t v) at t=0 is sum_d v_d df/de_{i,d}: v = ones (gradient) or e_i (grad x input)
-            v = e[0, i].clone() if times_input else torch.ones_like(e[0, i])
-            up, down = e.clone(), e.clone()
-            up[0, i] += h * v
-            down[0, i] -= h * v
-            naive.append(abs((_f(tiny, up) - _f(tiny, down)) / (2 * h)))
-    got = input_gradients(tiny, IDS, times_input=times_input)
+            v = torch.zeros_like(e)
+            v[0, i] = e[0, i] if times_input else 1.0
+            if at == "word":
+                diff = _f(tiny, e + h * v) - _f(tiny, e - h * v)
+            else:
+                diff = _f_layer_input(tiny, h * v) - _f_layer_input(tiny, -h * v)
+            naive.append(abs(diff / (2 * h)))
+    got = input_gradients(tiny, IDS, times_input=times_input, at=at)
+    assert max(naive) > 1e-5  # the oracle measures something, so agreement is not 0 == 0
     np.testing.assert_allclose(got, naive, rtol=1e-5, atol=1e-9)
+
+
+def test_plain_word_gradient_sums_to_zero_under_bert_embedding_layernorm(tiny):
+    # LayerNorm ignores shifts along the all-ones vector, so sum_d of the word-embedding gradient is 0.
+    word = input_gradients(tiny, IDS, at="word")
+    layer_input = input_gradients(tiny, IDS, at="layer_input")
+    assert layer_input.max() > 1e-5 and word.max() < 1e-9 * layer_input.max()
 
 
 def test_bad_input_raises_actionable_errors(tiny):
@@ -76,6 +99,8 @@ def test_bad_input_raises_actionable_errors(tiny):
         blank_out(tiny, IDS.repeat(2, 1), unk_id=UNK)
     with pytest.raises(AttnflowError, match="target"):
         blank_out(tiny, IDS, unk_id=UNK, target=5)
+    with pytest.raises(AttnflowError, match="layer_input"):
+        input_gradients(tiny, IDS, at="pixels")
     tiny.train()
     try:
         with pytest.raises(AttnflowError, match="eval"):

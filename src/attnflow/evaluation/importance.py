@@ -4,7 +4,8 @@
   probability of the target class changes, ``|p(c | x) - p(c | x with token i blanked)|``.
 - :func:`input_gradients`: ``|sum_d d(p_0 - p_1)/d e_{i,d}|``, the gradient of the difference of the
   two class probabilities w.r.t. the input embeddings ``e_i``, summed over the embedding dimensions
-  (``times_input=True`` gives grad x input, ``|sum_d e_{i,d} d(p_0 - p_1)/d e_{i,d}|``).
+  (``times_input=True`` gives grad x input, ``|sum_d e_{i,d} d(p_0 - p_1)/d e_{i,d}|``); ``at`` picks
+  the word embeddings or the first layer's input (see its docstring for why BERT needs the latter).
 
 Both work with any Hugging Face sequence classifier (anything called as ``model(input_ids=...,
 attention_mask=...)`` / ``model(inputs_embeds=...)`` that returns logits), one example at a time.
@@ -79,18 +80,54 @@ def blank_out(model: Any, input_ids: Any, *, unk_id: int, target: int | None = N
     return scores
 
 
+def _first_layer_input(model: Any) -> Any:
+    """The module whose output the first Transformer layer reads (BERT-style ``embeddings``)."""
+    module = getattr(getattr(model, "base_model", model), "embeddings", None)
+    if module is None:
+        raise AttnflowError(
+            f"{type(model).__name__} has no base_model.embeddings module; use at='word' for this model"
+        )
+    return module
+
+
 def input_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] = (0, 1),
-                    times_input: bool = False) -> np.ndarray:
+                    times_input: bool = False, at: str = "word") -> np.ndarray:
     """``|sum_d d(p_a - p_b)/d e_{i,d}|`` (times ``e_{i,d}`` inside the sum if ``times_input``), ``(n,)``.
 
-    ``e_i`` is the output of the model's input (word) embedding layer for token ``i``; position and
-    segment embeddings are added after it by the model, so they are not differentiated against.
+    ``at`` says which embedding ``e_i`` is:
+
+    - ``"word"``: the output of the model's input (word) embedding layer, before position
+      embeddings are added. Caveat: BERT-style models layer-normalise the summed embeddings, and
+      LayerNorm ignores a shift along the all-ones vector, so there the sum over ``d`` is 0 up to
+      rounding (use ``times_input=True`` or ``at="layer_input"``).
+    - ``"layer_input"``: the output of ``base_model.embeddings`` (word + position [+ segment],
+      layer-normalised): the vectors the first attention layer mixes. In GPT-2, the paper's
+      architecture, the first block reads the un-normalised sum, where ``"word"`` is not degenerate.
+
     ``classes = (a, b)``; the paper's binary task uses ``(0, 1)``.
     """
     ids = _check(model, input_ids)
-    embed = model.get_input_embeddings()
-    e = embed(ids[None]).detach().requires_grad_(True)
-    probs = _logits(model(inputs_embeds=e, attention_mask=torch.ones_like(ids[None]))).softmax(-1)[0]
+    if at not in ("word", "layer_input"):
+        raise AttnflowError(f"at must be 'word' or 'layer_input'; got {at!r}")
+    mask = torch.ones_like(ids[None])
+    if at == "word":
+        e = model.get_input_embeddings()(ids[None]).detach().requires_grad_(True)
+        logits = _logits(model(inputs_embeds=e, attention_mask=mask))
+    else:
+        seen: list[torch.Tensor] = []
+
+        def leaf(_module: Any, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
+            seen.append(output.detach().requires_grad_(True))  # differentiate w.r.t. this tensor
+            return seen[-1]
+
+        handle = _first_layer_input(model).register_forward_hook(leaf)
+        try:
+            logits = _logits(model(input_ids=ids[None], attention_mask=mask))
+        finally:
+            handle.remove()
+        e = seen[0]
+    # float64 softmax: in float32 a confident model's 1 - p loses most of its digits.
+    probs = logits.double().softmax(-1)[0]
     a, b = classes
     if not (0 <= a < probs.numel() and 0 <= b < probs.numel()):
         raise AttnflowError(f"classes must be two class indices in [0, {probs.numel()}); got {classes!r}")

@@ -51,7 +51,7 @@ def evaluate_example(model: Any, tokenizer: Any, example: agreement.Example, flo
     scores = cls_scores(maps.attentions, position=0, flow_solver=flow_solver)
     importance = {
         "blank_out": blank_out(model, ids, unk_id=tokenizer.unk_token_id, target=example.label),
-        "gradients": input_gradients(model, ids),
+        "gradients": input_gradients(model, ids, at="layer_input"),  # see input_gradients: BERT needs it
     }
     keep = {0} if include_cls else set()
     words = [i for i in range(len(ids)) if i in keep or i not in set(maps.special)]
