@@ -25,6 +25,11 @@ class Method(str, Enum):
     all = "all"
 
 
+class CausalNorm(str, Enum):
+    keys = "keys"
+    sink = "sink"
+
+
 class Fusion(str, Enum):
     mean = "mean"
     max = "max"
@@ -36,13 +41,14 @@ def explain(
     text: str = typer.Argument(..., help="The input text, quoted."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Local model directory or hub id. Default: the bundled model."),
     method: Method = typer.Option(Method.rollout, help="raw attention, rollout, flow, or all three."),
-    target: str = typer.Option("cls", help="Position to explain: 'cls', 'last', or a token index (negative counts from the end)."),
+    target: Optional[str] = typer.Option(None, help="Position to explain: 'cls', 'last', or a token index (negative counts from the end). Default: 'last' for decoders, 'cls' otherwise."),
     residual: float = typer.Option(0.5, help="Weight of the residual connection: A = (1-r)W + rI."),
     head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
     top: int = typer.Option(5, min=1, help="How many top tokens to print."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the scores as JSON to this file."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the layers x tokens heatmap (.png/.svg/.pdf)."),
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
+    causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
 
@@ -53,7 +59,8 @@ def explain(
     """
     with progress_bar("attention flow") as bar:
         result = explain_text(text, model, method=method.value, target=target, residual=residual,
-                              head_fusion=head_fusion.value, truncate=truncate, progress=bar)
+                              head_fusion=head_fusion.value, truncate=truncate, progress=bar,
+                              causal_norm=causal_norm.value if causal_norm else None)
     explanations = result if isinstance(result, list) else [result]
     console = Console()
     if explanations[0].prediction is not None:

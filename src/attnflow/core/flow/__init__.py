@@ -58,7 +58,7 @@ def normalize_rows(values: np.ndarray) -> np.ndarray:
 
 def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "mean", positions: Any = None,
          layers: Any = None, normalize: bool = True, solver: str = "auto", mask: Any = None,
-         progress: Callable[[int, int], None] | None = None) -> Any:
+         progress: Callable[[int, int], None] | None = None, causal_norm: str | None = None) -> Any:
     """Attention flow from chosen (layer, position) nodes to every input token.
 
     Parameters
@@ -73,6 +73,8 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     mask: optional padding mask, True for real tokens; padded tokens are left out of the graph and
         their rows/columns in the result are 0.
     progress: optional ``progress(done_rows, total_rows)`` callback.
+    causal_norm: receptive-field normalisation for decoders (None, ``"keys"``, ``"sink"``), applied
+        to the capacities; see :mod:`attnflow.core.causal`.
 
     Returns
     -------
@@ -86,7 +88,7 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     solve = _solver(solver)
     if not isinstance(normalize, bool):
         raise AttnflowError(f"normalize must be True or False; got {normalize!r}")
-    a = augmented(stack.values, stack.mask, residual=residual, head_fusion=head_fusion)
+    a = augmented(stack.values, stack.mask, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
     a = a.detach().cpu().to(torch.float64).numpy()
     if head_fusion is None:
         a = a.transpose(0, 2, 1, 3, 4)  # (batch, heads, layers, n, n)
