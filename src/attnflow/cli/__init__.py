@@ -32,6 +32,7 @@ def _root() -> None:
 
 # Command modules register themselves on `app` when imported.
 from attnflow.cli import explain as _explain  # noqa: E402,F401
+from attnflow.cli import generate as _generate  # noqa: E402,F401
 
 
 def main() -> None:
