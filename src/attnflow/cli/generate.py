@@ -7,7 +7,9 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from attnflow.capture import generate as generate_text
 from attnflow.capture import load_model
@@ -60,14 +62,18 @@ def generate(
                            causal_norm=causal_norm.value if causal_norm else None)
     index = result.token_index(token) if token is not None else 0  # before any file is written
     console = Console()
-    console.print(f"[bold]{prompt}[/bold]{result.completion}", markup=True, highlight=False)
-    table = Table(title="prompt tokens each generated token draws on (rollout, mean over layers)", title_justify="left")
+    line = Text(prompt, style="bold")
+    line.append(result.completion)
+    console.print(line, soft_wrap=True, highlight=False)
+    table = Table(title="rollout, mean over layers", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("token")
     table.add_column(f"top {top} prompt tokens")
     for i, piece in enumerate(result.generated_tokens):
-        cells = "  ".join(f"{tok!r} [dim]{score:.2f}[/dim]" for _, tok, score in result.top(i, top, content_only=content_only))
-        table.add_row(str(i), repr(piece), cells)
+        # Tokens are escaped: a prompt with "[" must not be read as rich markup.
+        cells = "  ".join(f"{escape(repr(tok))} [dim]{score:.2f}[/dim]"
+                          for _, tok, score in result.top(i, top, content_only=content_only))
+        table.add_row(str(i), escape(repr(piece)), cells)
     console.print(table)
     if json_out is not None:
         write_text(json_out, result.to_json())
