@@ -12,7 +12,8 @@ Two templated tasks with a known evidence token (no such datasets install from P
 
 For each prompt the target is the last position (it predicts the next token). Every method ranks the
 prompt tokens other than the target and the first token (SmolLM2 adds no BOS; its first token is where
-heads park attention, the role BOS plays elsewhere). A hit = the top-ranked token is evidence.
+heads park attention, the role BOS plays elsewhere). A hit = the top-ranked token is evidence; the
+rank is that of the best-ranked evidence token.
 Methods: raw attention, rollout and flow at the top layer (head mean, residual 0.5), each without and
 with receptive-field normalisation ("keys", "sink"; see attnflow.core.causal); input gradients of the
 predicted token's logit w.r.t. the input embeddings, as the L2 norm per token ("grad L2") and as
@@ -99,9 +100,15 @@ def score_item(model, tokenizer, item: dict) -> dict | None:
         scores["raw" + tag] = np.asarray(attnflow.raw(attentions, causal_norm=norm))[-1, -1]
         scores["rollout" + tag] = np.asarray(attnflow.rollout(attentions, causal_norm=norm))[-1, -1]
         scores["flow" + tag] = np.asarray(attnflow.flow(attentions, causal_norm=norm, positions=[-1], layers=[-1]))[0, 0]
-    hits = {name: bool(evidence[np.flatnonzero(candidates)[np.argmax(s[candidates])]]) for name, s in scores.items()}
-    hits["chance"] = evidence[candidates].sum() / candidates.sum()
-    return hits
+    ev, cand = evidence & candidates, candidates
+    result = {}
+    for name, s in scores.items():
+        best = s[ev].max()  # rank of the best evidence token among the candidates (1 = first)
+        result[name] = (bool(evidence[np.flatnonzero(cand)[np.argmax(s[cand])]]), 1 + int((s[cand] > best).sum()))
+    k, c = int(ev.sum()), int(cand.sum())
+    # A random ranking: hit rate k/c; expected rank of the best of k evidence tokens among c is (c+1)/(k+1).
+    result["chance"] = (k / c, (c + 1) / (k + 1))
+    return result
 
 
 def main() -> None:
@@ -119,14 +126,16 @@ def main() -> None:
     for task, items in tasks.items():
         results[task] = [h for h in (score_item(model, tokenizer, it) for it in items) if h is not None]
     names = list(results["agreement"][0])
-    header = f"| {'method':<16} | " + " | ".join(f"{t} (n={len(r)}/{len(tasks[t])})" for t, r in results.items()) + " |"
-    print("Share of prompts whose top-ranked token (target and first token excluded) is evidence; "
-          "n = prompts the model gets right / generated.")
-    print(header)
-    print("|" + "|".join("-" * (len(c) + 0) for c in header.split("|")[1:-1]) + "|")
+    print("top-1 = share of prompts whose top-ranked token (target and first token excluded) is evidence;")
+    print("rank = mean rank of the best evidence token (1 = first); n = prompts the model gets right / generated.")
+    columns = [f"{t} top-1 (n={len(r)}/{len(tasks[t])})" for t, r in results.items()]
+    columns += [f"{t} rank" for t in results]
+    print(f"| {'method':<16} | " + " | ".join(columns) + " |")
+    print(f"|{'-' * 18}|" + "|".join("-" * (len(c) + 2) for c in columns) + "|")
     for name in names:
-        cells = [f"{np.mean([h[name] for h in r]):.2f}".center(len(f"{t} (n={len(r)}/{len(tasks[t])})"))
-                 for t, r in results.items()]
+        values = [np.mean([h[name][0] for h in r]) for r in results.values()]
+        values += [np.mean([h[name][1] for h in r]) for r in results.values()]
+        cells = [f"{v:.2f}".center(len(c)) for v, c in zip(values, columns)]
         print(f"| {name:<16} | " + " | ".join(cells) + " |")
 
 
