@@ -86,9 +86,9 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
             raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
         queries = attentions[0].shape[-2]
         if tracker.n == 0:
-            tracker.start(torch.stack([a[0] for a in attentions]))
+            tracker.start(torch.stack([a[0].detach().cpu() for a in attentions]))
         elif queries == 1:
-            tracker.append(torch.stack([a[0, :, -1, :] for a in attentions]))
+            tracker.append(torch.stack([a[0, :, -1, :].detach().cpu() for a in attentions]))
         else:
             raise AttnflowError(f"a generation step fed {queries} tokens at once; only one-token cached steps are supported")
 
