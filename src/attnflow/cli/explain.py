@@ -13,8 +13,8 @@ from rich.console import Console
 from attnflow.cli import app
 from attnflow.cli.progress import progress_bar
 from attnflow.explain import explain as explain_text
-from attnflow.views.files import write_text
-from attnflow.views.heatmap import save_heatmaps
+from attnflow.views.files import check_output, write_text
+from attnflow.views.heatmap import FORMATS, save_heatmaps
 from attnflow.views.table import method_table
 
 
@@ -57,6 +57,10 @@ def explain(
 
         attnflow explain "the key to the cabinets" --method all --png out.png
     """
+    if json_out is not None:
+        check_output(json_out, ("json",))
+    if png_out is not None:
+        check_output(png_out, FORMATS)
     with progress_bar("attention flow") as bar:
         result = explain_text(text, model, method=method.value, target=target, residual=residual,
                               head_fusion=head_fusion.value, truncate=truncate, progress=bar,

@@ -16,17 +16,8 @@ from attnflow.capture import load_model
 from attnflow.cli import app
 from attnflow.cli.explain import CausalNorm
 from attnflow.errors import AttnflowError
-from attnflow.views.files import write_text
-
-
-def _check_out(path: Optional[Path], suffixes: tuple[str, ...]) -> None:
-    """Refuse a bad output path before the (slow) generation, so nothing is half done."""
-    if path is None:
-        return
-    if path.suffix.lower() not in suffixes:
-        raise AttnflowError(f"{str(path)!r} must end in {' or '.join(suffixes)}")
-    if not path.parent.exists():
-        raise AttnflowError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+from attnflow.views.files import check_output, write_text
+from attnflow.views.heatmap import FORMATS
 
 
 @app.command()
@@ -54,8 +45,11 @@ def generate(
         raise AttnflowError(f"--max-new-tokens must be a positive integer; got {max_new_tokens}")
     if not prompt.strip():
         raise AttnflowError("the prompt must be a non-empty string")
-    _check_out(json_out, (".json",))
-    _check_out(png_out, (".png", ".svg", ".pdf"))
+    # Refuse bad output paths before the (slow) generation, so nothing is half done.
+    if json_out is not None:
+        check_output(json_out, ("json",))
+    if png_out is not None:
+        check_output(png_out, FORMATS)
     lm, tokenizer = load_model(model, task="causal-lm")
     torch.manual_seed(seed)
     result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,

@@ -56,7 +56,7 @@ def _to_tensor(x: Any) -> tuple[torch.Tensor, bool]:
             t = t.to(torch.float32)
         return t, False
     try:
-        arr = np.asarray(x, dtype=np.float64)
+        arr = np.ascontiguousarray(x, dtype=np.float64)  # torch rejects negative strides (a[::-1])
     except (TypeError, ValueError) as exc:
         raise AttnflowError(f"{_SHAPE_HELP}; got an object of type {type(x).__name__} that is not numeric") from exc
     return torch.from_numpy(arr), True

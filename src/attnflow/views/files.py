@@ -11,13 +11,26 @@ from pathlib import Path
 from attnflow.errors import AttnflowError
 
 
+def check_output(path: str | os.PathLike, suffixes: tuple[str, ...] | None = None) -> None:
+    """Refuse, before any work is done, an output path that could not be written.
+
+    Commands check every output first so that a bad second path never leaves the first one written.
+    """
+    target = Path(path)
+    if suffixes is not None and target.suffix.lower().lstrip(".") not in suffixes:
+        raise AttnflowError(f"{str(target)!r} must end in one of {', '.join('.' + s for s in suffixes)}")
+    if target.is_dir():
+        raise AttnflowError(f"cannot write {str(target)!r}: it is a folder")
+    if not target.parent.exists():
+        raise AttnflowError(f"cannot write {str(target)!r}: the folder {str(target.parent)!r} does not exist")
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success it is renamed onto ``path``, on any error
     (or KeyboardInterrupt) it is removed and ``path`` is untouched."""
     target = Path(path)
-    if not target.parent.exists():
-        raise AttnflowError(f"cannot write {str(target)!r}: the folder {str(target.parent)!r} does not exist")
+    check_output(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
     os.close(fd)
     try:

@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.errors import AttnflowError
-from attnflow.views.files import write_with
+from attnflow.views.files import check_output, write_with
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -50,9 +49,8 @@ def save_heatmaps(explanations: list[Any], path: str, title: str | None = None, 
     """Write :func:`heatmap_figure` to ``path`` (format from the extension), atomically."""
     import matplotlib.pyplot as plt
 
+    check_output(path, FORMATS)
     suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix not in FORMATS:
-        raise AttnflowError(f"figure path must end in one of {', '.join('.' + f for f in FORMATS)}; got {str(path)!r}")
     fig = heatmap_figure(explanations, title)
     try:
         write_with(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format=suffix))

@@ -1,0 +1,52 @@
+"""Slow, obvious re-implementations used as test oracles (deliberately plain loops, no shared code)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def naive_augment(att: np.ndarray, residual: float = 0.5, fusion: str = "mean") -> list[np.ndarray]:
+    """att: (layers, heads, n, n) -> list of (n, n) residual-augmented, row-normalised matrices."""
+    layers, heads, n, _ = att.shape
+    out = []
+    for layer in range(layers):
+        a = np.zeros((n, n))
+        for q in range(n):
+            for k in range(n):
+                values = [att[layer, h, q, k] for h in range(heads)]
+                w = {"mean": sum(values) / heads, "max": max(values), "min": min(values)}[fusion]
+                a[q, k] = (1 - residual) * w + (residual if q == k else 0.0)
+            total = sum(a[q])
+            if total > 0:
+                a[q] = a[q] / total
+        out.append(a)
+    return out
+
+
+def naive_rollout(att: np.ndarray, residual: float = 0.5, fusion: str = "mean") -> np.ndarray:
+    """R_1 = A_1, R_l = A_l @ R_{l-1}, with the matrix product written as loops."""
+    mats = naive_augment(att, residual, fusion)
+    n = att.shape[-1]
+    r = mats[0].copy()
+    result = [r]
+    for a in mats[1:]:
+        new = np.zeros((n, n))
+        for q in range(n):
+            for j in range(n):
+                new[q, j] = sum(a[q, k] * r[k, j] for k in range(n))
+        r = new
+        result.append(r)
+    return np.stack(result)
+
+
+def random_attention(rng: np.random.Generator, layers: int, heads: int, n: int, causal: bool = False,
+                     zeros: float = 0.0) -> np.ndarray:
+    """Dirichlet rows, optionally causal and with a fraction of exact zeros (rows re-normalised)."""
+    att = rng.dirichlet(np.ones(n), size=(layers, heads, n))
+    if zeros:
+        att = att * (rng.random(att.shape) >= zeros)
+    if causal:
+        att = np.tril(att)
+    sums = att.sum(-1, keepdims=True)
+    att = np.where(sums > 0, att / np.where(sums > 0, sums, 1), 0.0)
+    return att
