@@ -95,5 +95,6 @@ def test_generate_rejects_bad_input(smollm2):
                              (PROMPT, -2, "positive"), (PROMPT, 2.5, "positive")]:
         with pytest.raises(attnflow.AttnflowError, match=match):
             attnflow.generate(model, tokenizer, prompt, max_new_tokens=n)
-    with pytest.raises(attnflow.AttnflowError, match="num_beams"):
-        attnflow.generate(model, tokenizer, PROMPT, max_new_tokens=2, num_beams=2)
+    for kwargs in ({"num_beams": 2}, {"num_return_sequences": 2}):
+        with pytest.raises(attnflow.AttnflowError, match=next(iter(kwargs))):
+            attnflow.generate(model, tokenizer, PROMPT, max_new_tokens=2, **kwargs)

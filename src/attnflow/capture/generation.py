@@ -22,7 +22,8 @@ from attnflow.core.incremental import IncrementalRollout
 from attnflow.errors import AttnflowError
 from attnflow.generation import Generation
 
-_REFUSED = {"num_beams": 1, "num_beam_groups": 1, "assistant_model": None, "prompt_lookup_num_tokens": None}
+_REFUSED = {"num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "assistant_model": None,
+            "prompt_lookup_num_tokens": None}
 
 
 @contextmanager
@@ -84,6 +85,9 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         attentions = getattr(output, "attentions", None)
         if not attentions:
             raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
+        if attentions[0].shape[0] != 1:  # e.g. beams from the model's own generation_config
+            raise AttnflowError(f"generate tracks one sequence; the model ran {attentions[0].shape[0]} at once "
+                                "(pass num_beams=1 and num_return_sequences=1)")
         queries = attentions[0].shape[-2]
         if tracker.n == 0:
             tracker.start(torch.stack([a[0].detach().cpu() for a in attentions]))

@@ -54,6 +54,11 @@ def smollm2_path() -> str:
         tokenizer.save_pretrained(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a cache should look like any other folder
         os.replace(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if (target / "config.json").is_file():  # another process built it meanwhile
+            return str(target)
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
