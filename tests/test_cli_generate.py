@@ -25,9 +25,9 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_generate_end_to_end_writes_json_and_png(monkeypatch, capsys, tmp_path, smollm2_dir):
-    js, png = tmp_path / "gen.json", tmp_path / "gen.png"
-    code, out, err = run_cli(monkeypatch, capsys, "generate", SUNNY, "--model", smollm2_dir,
-                             "--max-new-tokens", "2", "--token", "-1", "--json", str(js), "--png", str(png))
+    js, png, html = tmp_path / "gen.json", tmp_path / "gen.png", tmp_path / "gen.html"
+    code, out, err = run_cli(monkeypatch, capsys, "generate", SUNNY, "--model", smollm2_dir, "--max-new-tokens", "2",
+                             "--token", "-1", "--json", str(js), "--png", str(png), "--html", str(html))
     assert code == 0, err
     data = json.loads(js.read_text())
     assert data["kind"] == "generation" and data["method"] == "rollout" and data["prompt"] == SUNNY
@@ -37,6 +37,11 @@ def test_generate_end_to_end_writes_json_and_png(monkeypatch, capsys, tmp_path, 
     assert SUNNY + data["completion"] in out.replace("\n", "")
     assert data["generated_tokens"][0].strip() in out  # the per-token table
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from attnflow.views.report import load_result, payload
+
+    page = payload(load_result(str(js)))  # issue 6's report reads the JSON as written
+    assert page["kind"] == "generation" and page["generated_tokens"] == data["generated_tokens"]
+    assert "<html" in html.read_text().lower()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -71,6 +71,19 @@ class Explanation:
 
         return save_heatmaps([self], path, **kwargs)
 
+    def to_html(self, path: str | None = None, title: str | None = None) -> str:
+        """The self-contained HTML report of this explanation (no network needed); also written
+        atomically to ``path`` when given. To switch method in the page, pass several explanations
+        to :func:`attnflow.views.report.save_report`."""
+        from attnflow.views.report import report_html, save_report
+
+        return save_report(self, path, title=title) if path else report_html(self, title=title)
+
+    def _repr_html_(self) -> str:
+        from attnflow.views.report import notebook_html
+
+        return notebook_html(self)
+
     def table(self, k: int = 5) -> Any:
         """A rich table of the top ``k`` tokens per layer."""
         from attnflow.views.table import layer_table

@@ -98,6 +98,13 @@ class Generation:
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
+    def to_html(self, path: str | None = None, title: str | None = None) -> str:
+        """The self-contained HTML report of this generation (no network needed); also written
+        atomically to ``path`` when given."""
+        from attnflow.views.report import report_html, save_report
+
+        return save_report(self, path, title=title) if path else report_html(self, title=title)
+
     def plot(self, path: str, token: Any = 0, content_only: bool = False) -> str:
         """Write the bar chart (mean over layers) and prompt x layers heatmap for one generated token."""
         from attnflow.views.generation import save_generation_figure

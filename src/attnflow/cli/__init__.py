@@ -32,6 +32,9 @@ def _root() -> None:
 
 # Command modules register themselves on `app` when imported.
 from attnflow.cli import explain as _explain  # noqa: E402,F401
+from attnflow.cli import explain_image as _explain_image  # noqa: E402,F401
+from attnflow.cli import perturbation as _perturbation  # noqa: E402,F401
+from attnflow.cli import view as _view  # noqa: E402,F401
 from attnflow.cli import generate as _generate  # noqa: E402,F401
 
 

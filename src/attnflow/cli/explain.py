@@ -11,10 +11,13 @@ import typer
 from rich.console import Console
 
 from attnflow.cli import app
+from attnflow.errors import AttnflowError
 from attnflow.cli.progress import progress_bar
 from attnflow.explain import explain as explain_text
+from attnflow.explanation_maps import explain_maps
 from attnflow.views.files import check_output, write_text
 from attnflow.views.heatmap import FORMATS, save_heatmaps
+from attnflow.views.report import save_report
 from attnflow.views.table import method_table
 
 
@@ -48,6 +51,8 @@ def explain(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the scores as JSON to this file."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the layers x tokens heatmap (.png/.svg/.pdf)."),
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
+    html_out: Optional[Path] = typer.Option(
+        None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
     causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
@@ -55,17 +60,31 @@ def explain(
     Rollout multiplies the residual-augmented attention of every layer; flow treats attention as
     edge capacities and computes max-flows (exact, slower). Example:
 
-        attnflow explain "the key to the cabinets" --method all --png out.png
+        attnflow explain "the key to the cabinets" --method all --png out.png --html report.html
     """
     if json_out is not None:
         check_output(json_out, ("json",))
     if png_out is not None:
         check_output(png_out, FORMATS)
+    if html_out is not None:
+        check_output(html_out, ("html", "htm"))
+    chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
+    if html_out is not None and causal_norm is not None:
+        raise AttnflowError("--causal-norm cannot be combined with --html yet; drop one of them")
+    maps = None
     with progress_bar("attention flow") as bar:
-        result = explain_text(text, model, method=method.value, target=target, residual=residual,
-                              head_fusion=head_fusion.value, truncate=truncate, progress=bar,
-                              causal_norm=causal_norm.value if causal_norm else None)
-    explanations = result if isinstance(result, list) else [result]
+        if html_out is None:
+            result = explain_text(text, model, method=method.value, target=target, residual=residual,
+                                  head_fusion=head_fusion.value, truncate=truncate, progress=bar,
+                                  causal_norm=causal_norm.value if causal_norm else None)
+            explanations = result if isinstance(result, list) else [result]
+        else:
+            # The report lets the reader click any token as the target, so it needs every target's
+            # scores; raw and rollout come along for free and give the page something to switch to.
+            wanted = tuple(m for m in ("raw", "rollout", "flow") if m in chosen or m != "flow")
+            maps = explain_maps(text, model, methods=wanted, target=target, residual=residual,
+                                head_fusion=head_fusion.value, truncate=truncate, progress=bar)
+            explanations = [maps.explanation(m) for m in chosen]
     console = Console()
     if explanations[0].prediction is not None:
         console.print(f"prediction: [bold]{explanations[0].prediction}[/bold]")
@@ -80,3 +99,6 @@ def explain(
     if png_out is not None:
         save_heatmaps(explanations, str(png_out), title=text if len(text) < 80 else text[:77] + "...")
         console.print(f"wrote {png_out}")
+    if maps is not None:
+        save_report(maps, str(html_out))
+        console.print(f"wrote {html_out}")

@@ -33,6 +33,7 @@ def generate(
     causal_norm: Optional[CausalNorm] = typer.Option(None, help="Receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained interactive HTML report."),
 ) -> None:
     """Complete PROMPT and print, for each generated token, the prompt tokens its attention
     rollout (mean over layers) lands on most. Rollout is tracked incrementally with the KV cache.
@@ -50,6 +51,8 @@ def generate(
         check_output(json_out, ("json",))
     if png_out is not None:
         check_output(png_out, FORMATS)
+    if html_out is not None:
+        check_output(html_out, ("html", "htm"))
     lm, tokenizer = load_model(model, task="causal-lm")
     torch.manual_seed(seed)
     result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
@@ -75,3 +78,6 @@ def generate(
     if png_out is not None:
         result.plot(str(png_out), token=index, content_only=content_only)
         console.print(f"wrote {png_out}")
+    if html_out is not None:
+        result.to_html(str(html_out))
+        console.print(f"wrote {html_out}")

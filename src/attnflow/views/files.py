@@ -33,6 +33,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     check_output(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
     os.close(fd)
+    # mkstemp makes the file private (0600); an output file (a report to share or serve) should get
+    # the permissions any new file gets here.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         yield tmp
         os.replace(tmp, target)
@@ -52,4 +57,27 @@ def write_with(path: str | os.PathLike, writer: Callable[[str], None]) -> str:
     """Call ``writer(tmp_path)`` and move the result onto ``path`` atomically."""
     with atomic_path(path) as tmp:
         writer(tmp)
+    return str(path)
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def figure_format(path: str | os.PathLike) -> str:
+    """The figure format named by ``path``'s extension; checked before any drawing starts."""
+    check_output(path, FIGURE_FORMATS)
+    return Path(path).suffix.lower().lstrip(".")
+
+
+def save_figure(fig: object, path: str | os.PathLike, dpi: int = 150) -> str:
+    """Write a matplotlib figure atomically (format from the extension) and close it."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fmt = figure_format(path)
+        # "tight" so that no label or colour-bar tick is ever cut off at the edge.
+        options = {"dpi": dpi, "format": fmt, "bbox_inches": "tight", "pad_inches": 0.08}
+        write_with(path, lambda tmp: fig.savefig(tmp, **options))  # type: ignore[attr-defined]
+    finally:
+        plt.close(fig)  # type: ignore[arg-type]
     return str(path)

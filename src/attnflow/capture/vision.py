@@ -1,0 +1,202 @@
+"""Capture attention from Hugging Face vision transformers (ViT, DeiT, Dinov2(-with-registers), BEiT,
+SigLIP, ...): images in, attention maps plus the patch-grid layout out.
+
+Preprocessing needs no torchvision: PIL resizes straight to the model's input size (no crop) and the
+normalisation comes from the model folder's ``preprocessor_config.json`` (``image_mean``,
+``image_std``, ``size``), else the config's ``image_size`` and mean = std = 0.5 (the ViT default).
+
+Token layout, as in every HF ViT-like model here: extra tokens first (CLS, DeiT's distillation token,
+Dinov2's registers), then the patches in row-major order. The explained position ("source") is the
+CLS token, or the mean of the patch rows for models that classify from mean-pooled patches.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.capture.gradients import capture_gradients, resolve_classes
+from attnflow.capture.load import ensure_eager
+from attnflow.errors import AttnflowError
+
+# Per-architecture facts (model_type -> how the classifier pools), instead of forking model code.
+MEAN_POOLED = {"siglip", "siglip_vision_model", "siglip2", "siglip2_vision_model"}
+
+
+@dataclass
+class Layout:
+    """Where the patches are: ``grid`` (rows, cols) of patches after ``prefix`` extra tokens;
+    ``pooling`` "cls" (explain token 0) or "mean" (explain the mean of the patch rows)."""
+
+    grid: tuple[int, int]
+    prefix: int
+    pooling: str
+
+    @property
+    def patches(self) -> slice:
+        return slice(self.prefix, self.prefix + self.grid[0] * self.grid[1])
+
+    @property
+    def sources(self) -> list[int]:
+        return [0] if self.pooling == "cls" else list(range(self.patches.start, self.patches.stop))
+
+
+@dataclass
+class ImageMaps:
+    """Attention of a batch of images. ``attentions``/``gradients``: ``(batch, layers, heads, n, n)``
+    (row = query); ``logits``: ``(batch, classes)``; ``target``: the class each gradient is for;
+    ``images``: the resized images as shown to the model, ``(H, W)`` or ``(H, W, 3)`` in [0, 1]."""
+
+    attentions: torch.Tensor
+    logits: torch.Tensor
+    layout: Layout
+    images: list[np.ndarray]
+    pixel_values: torch.Tensor
+    gradients: torch.Tensor | None = None
+    target: torch.Tensor | None = None
+    labels: dict = field(default_factory=dict)
+
+
+@dataclass
+class ImageSettings:
+    size: tuple[int, int]  # (height, width)
+    mean: list[float]
+    std: list[float]
+    mode: str  # PIL mode: "L" for one channel, "RGB" for three
+
+
+def image_settings(model: Any) -> ImageSettings:
+    config = model.config
+    config = getattr(config, "vision_config", None) or config
+    size = getattr(config, "image_size", 224)
+    size = tuple(size) if isinstance(size, (list, tuple)) else (int(size), int(size))
+    channels = int(getattr(config, "num_channels", 3))
+    mean, std = [0.5] * channels, [0.5] * channels
+    folder = Path(str(getattr(model, "name_or_path", "") or ""))
+    pre = folder / "preprocessor_config.json"
+    if pre.is_file():
+        data = json.loads(pre.read_text())
+        mean, std = data.get("image_mean", mean), data.get("image_std", std)
+        s = data.get("size") or {}
+        if isinstance(s, dict) and "height" in s and "width" in s:
+            size = (int(s["height"]), int(s["width"]))
+    mean = list(mean) * channels if len(mean) == 1 else list(mean)
+    std = list(std) * channels if len(std) == 1 else list(std)
+    if len(mean) != channels or len(std) != channels:
+        raise AttnflowError(f"the model takes {channels} channels but its preprocessor config gives "
+                            f"{len(mean)} means and {len(std)} stds")
+    return ImageSettings(size=size, mean=mean, std=std, mode="L" if channels == 1 else "RGB")
+
+
+def open_image(path: str | Path) -> Any:
+    """Open an image file with PIL, with a one-sentence error for a missing or unreadable file."""
+    from PIL import Image, UnidentifiedImageError
+
+    p = Path(path)
+    if not p.is_file():
+        raise AttnflowError(f"image file {str(p)!r} does not exist")
+    try:
+        with Image.open(p) as img:
+            img.load()
+            return img.copy()
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise AttnflowError(f"{str(p)!r} is not an image file PIL can read ({type(exc).__name__})") from exc
+
+
+def _as_pil(image: Any) -> Any:
+    from PIL import Image
+
+    if isinstance(image, (str, Path)):
+        return open_image(image)
+    if isinstance(image, Image.Image):
+        return image
+    arr = np.asarray(image)
+    if arr.ndim not in (2, 3) or arr.dtype.kind not in "uif":
+        raise AttnflowError(f"expected an image as a path, a PIL image or an (H, W[, 3]) array; got shape {arr.shape}")
+    if arr.dtype.kind == "f":  # floats are taken to be in [0, 1]
+        arr = np.clip(arr * 255.0, 0, 255)
+    return Image.fromarray(arr.astype(np.uint8))
+
+
+def preprocess(images: list[Any], settings: ImageSettings) -> tuple[torch.Tensor, list[np.ndarray]]:
+    """Images (paths, PIL images or arrays) -> ``pixel_values (batch, C, H, W)`` and the resized
+    images in [0, 1] for display."""
+    from PIL import Image
+
+    height, width = settings.size
+    shown, pixels = [], []
+    for image in images:
+        pil = _as_pil(image).convert(settings.mode).resize((width, height), Image.Resampling.BICUBIC)
+        arr = np.asarray(pil, dtype=np.float32) / 255.0
+        shown.append(arr)
+        chw = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+        mean = np.asarray(settings.mean, np.float32)[:, None, None]
+        std = np.asarray(settings.std, np.float32)[:, None, None]
+        pixels.append((chw - mean) / std)
+    return torch.from_numpy(np.stack(pixels)), shown
+
+
+def layout_for(model: Any, pixel_values: torch.Tensor, n_tokens: int) -> Layout:
+    config = model.config
+    vision = getattr(config, "vision_config", None) or config
+    patch = getattr(vision, "patch_size", None)
+    if patch is None:
+        raise AttnflowError(f"{type(model).__name__} has no patch_size in its config; it is not a ViT-like model")
+    ph, pw = (tuple(patch) if isinstance(patch, (list, tuple)) else (patch, patch))
+    grid = (pixel_values.shape[-2] // ph, pixel_values.shape[-1] // pw)
+    prefix = n_tokens - grid[0] * grid[1]
+    if prefix < 0:
+        raise AttnflowError(f"the model has {n_tokens} tokens, fewer than its {grid[0]}x{grid[1]} patches; "
+                            "windowed models (Swin, ...) are not supported")
+    model_type = getattr(config, "model_type", "")
+    mean_pooled = model_type in MEAN_POOLED or bool(getattr(vision, "use_mean_pooling", False))
+    return Layout(grid=grid, prefix=prefix, pooling="mean" if mean_pooled or prefix == 0 else "cls")
+
+
+def capture_images(model: Any, images: list[Any], *, gradients: bool = False, target: Any = None) -> ImageMaps:
+    """Run a vision classifier on ``images`` (one batch) and collect attention (and, with
+    ``gradients=True``, the gradient of ``target``'s logit, default the predicted class)."""
+    if not isinstance(images, (list, tuple)) or not images:
+        raise AttnflowError("images must be a non-empty list of paths, PIL images or arrays")
+    ensure_eager(model)
+    pixel_values, shown = preprocess(list(images), image_settings(model))
+    pixel_values = pixel_values.to(next(model.parameters()).device)
+    grads = classes = None
+    if gradients:
+        got = capture_gradients(model, {"pixel_values": pixel_values}, target)
+        attentions, grads, logits, classes = got.attentions, got.gradients, got.logits, got.target
+    else:
+        with torch.no_grad():
+            out = model(pixel_values=pixel_values, output_attentions=True)
+        if not getattr(out, "attentions", None):
+            raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
+        attentions = torch.stack([a.float().cpu() for a in out.attentions], dim=1)
+        logits = out.logits.detach().float().cpu()
+        if target is not None:
+            classes = resolve_classes(target, logits, getattr(model.config, "id2label", None))
+    return ImageMaps(attentions=attentions, logits=logits, layout=layout_for(model, pixel_values, attentions.shape[-1]),
+                     images=shown, pixel_values=pixel_values.cpu(), gradients=grads, target=classes,
+                     labels=dict(getattr(model.config, "id2label", None) or {}))
+
+
+def load_vision_model(path: str | None = None) -> Any:
+    """An image classifier from a folder or hub id (default: the bundled digits ViT), eager attention, eval mode."""
+    import transformers
+
+    from attnflow.models import bundled_model_path
+
+    name = str(path) if path is not None else str(bundled_model_path("digits_vit"))
+    if path is not None and not Path(name).exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
+        raise AttnflowError(f"model path {name!r} does not exist")
+    try:
+        model = transformers.AutoModelForImageClassification.from_pretrained(name, attn_implementation="eager")
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AttnflowError(f"could not load image classifier {name!r}: {first}") from exc
+    model.eval()
+    return ensure_eager(model)

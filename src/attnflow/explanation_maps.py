@@ -1,0 +1,165 @@
+"""ExplanationMaps: every method's scores for every target position of one input.
+
+An :class:`~attnflow.Explanation` answers "which tokens does position ``t`` draw on"; the HTML report
+lets a reader click any token to make it the target, so it needs ``maps[method][l, t, j]`` for all
+``t``. Raw attention and rollout give every row in one pass. Flow needs one max-flow per (target,
+input token, layer), so by default it is computed for every position only while that is cheap
+(``n <= FLOW_ALL_MAX``) and otherwise for the captured target alone; ``computed[method]`` records which
+rows exist and the report says so.
+
+    maps = attnflow.explain_maps("The keys to the cabinet", target="cls")
+    maps.explanation("flow")          # an Explanation for the captured target
+    maps.to_html("report.html")
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from attnflow.errors import AttnflowError
+from attnflow.explanation import Explanation
+
+# Above this many tokens, flow for every target costs tens of seconds on a laptop core
+# (about n^3 max-flow work per layer), so "auto" computes it for the captured target only.
+FLOW_ALL_MAX = 32
+
+
+@dataclass
+class ExplanationMaps:
+    """tokens: the ``n`` input tokens; maps: method -> ``(layers, n, n)``, row = target position,
+    column = input token (rows that were not computed are NaN); computed: method -> the target
+    positions whose rows exist; target: the captured (default) target position."""
+
+    tokens: list[str]
+    maps: dict[str, np.ndarray]
+    computed: dict[str, list[int]]
+    target: int
+    prediction: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self.maps)
+
+    @property
+    def n_layers(self) -> int:
+        return int(next(iter(self.maps.values())).shape[0])
+
+    def explanation(self, method: str, target: int | None = None) -> Explanation:
+        """The :class:`Explanation` of ``method`` for ``target`` (default: the captured target)."""
+        if method not in self.maps:
+            raise AttnflowError(f"these maps hold the methods {self.methods}; got {method!r}")
+        target = self.target if target is None else int(target) % len(self.tokens)
+        if target not in self.computed[method]:
+            raise AttnflowError(f"{method} was computed for positions {self.computed[method]} only; got {target}")
+        return Explanation(tokens=list(self.tokens), scores=np.array(self.maps[method][:, target, :]), method=method,
+                           target=target, prediction=self.prediction, params=dict(self.params))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "maps", "tokens": list(self.tokens), "target": int(self.target), "prediction": self.prediction,
+            "params": self.params, "computed": {m: list(map(int, c)) for m, c in self.computed.items()},
+            # Only computed rows are stored: JSON has no NaN.
+            "maps": {m: {str(t): np.asarray(v[:, t, :], dtype=float).tolist() for t in self.computed[m]}
+                     for m, v in self.maps.items()},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExplanationMaps:
+        try:
+            tokens = [str(t) for t in data["tokens"]]
+            n = len(tokens)
+            maps, computed = {}, {}
+            for method, rows in data["maps"].items():
+                targets = sorted(int(t) for t in rows)
+                first = np.asarray(rows[str(targets[0])], dtype=float)
+                full = np.full((first.shape[0], n, n), np.nan)
+                for t in targets:
+                    full[:, t, :] = np.asarray(rows[str(t)], dtype=float)
+                maps[method], computed[method] = full, targets
+            return cls(tokens=tokens, maps=maps, computed=computed, target=int(data["target"]),
+                       prediction=data.get("prediction"), params=dict(data.get("params") or {}))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise AttnflowError(f"not a valid maps result (kind 'maps'): {exc}") from exc
+
+    def to_html(self, path: str | None = None, title: str | None = None) -> str:
+        """The self-contained HTML report; also written atomically to ``path`` when given."""
+        from attnflow.views.report import report_html, save_report
+
+        return save_report(self, path, title=title) if path else report_html(self, title=title)
+
+    def _repr_html_(self) -> str:
+        from attnflow.views.report import notebook_html
+
+        return notebook_html(self)
+
+
+def maps_from_attentions(attentions: Any, tokens: list[str], target: int, *, methods: tuple[str, ...] = (
+        "raw", "rollout", "flow"), flow_targets: str = "auto", residual: float = 0.5,
+        head_fusion: str | None = "mean", solver: str = "auto", prediction: str | None = None,
+        params: dict[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None) -> ExplanationMaps:
+    """Full maps from captured attention ``(layers, heads, n, n)`` (or :class:`AttentionMaps`).
+
+    flow_targets: ``"all"`` (every position), ``"target"`` (``target`` only) or ``"auto"`` (all
+    positions when ``n <= FLOW_ALL_MAX``, else the target only).
+    """
+    from attnflow.core import flow, raw, rollout
+
+    if flow_targets not in ("auto", "all", "target"):
+        raise AttnflowError(f"flow_targets must be 'auto', 'all' or 'target'; got {flow_targets!r}")
+    n = len(tokens)
+    out: dict[str, np.ndarray] = {}
+    computed: dict[str, list[int]] = {}
+    for method in methods:
+        if method == "raw":
+            out[method] = np.asarray(raw(attentions, head_fusion=head_fusion), dtype=float)
+        elif method == "rollout":
+            out[method] = np.asarray(rollout(attentions, residual=residual, head_fusion=head_fusion), dtype=float)
+        elif method == "flow":
+            every = flow_targets == "all" or (flow_targets == "auto" and n <= FLOW_ALL_MAX)
+            rows = list(range(n)) if every else [target]
+            values = np.asarray(flow(attentions, residual=residual, head_fusion=head_fusion, positions=rows,
+                                     solver=solver, progress=progress), dtype=float)
+            full = np.full((values.shape[0], n, n), np.nan)
+            full[:, rows, :] = values
+            out[method], computed[method] = full, rows
+            continue
+        else:
+            raise AttnflowError(f"methods must be among 'raw', 'rollout', 'flow'; got {method!r}")
+        computed[method] = list(range(n))
+    return ExplanationMaps(tokens=list(tokens), maps=out, computed=computed, target=target, prediction=prediction,
+                           params=dict(params or {}))
+
+
+def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
+                 methods: tuple[str, ...] = ("raw", "rollout", "flow"), target: Any = "cls",
+                 flow_targets: str = "auto", residual: float = 0.5, head_fusion: str = "mean",
+                 solver: str = "auto", truncate: bool = False,
+                 progress: Callable[[int, int], None] | None = None) -> ExplanationMaps:
+    """Like :func:`attnflow.explain`, but every method's scores for every target position (flow as
+    ``flow_targets`` says), so a report can switch target. One forward pass."""
+    from attnflow.capture import capture, load_model
+    from attnflow.explain import _prediction, resolve_target
+
+    if head_fusion not in ("mean", "max", "min"):
+        raise AttnflowError(f"explain_maps needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
+    name = model if model is None or isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)
+    if model is None or isinstance(model, str):
+        model, tokenizer = load_model(model)
+    elif tokenizer is None:
+        raise AttnflowError("pass the tokenizer together with a loaded model")
+    maps = capture(model, tokenizer, text, truncate=truncate)
+    position = resolve_target(target, maps, tokenizer)
+    params = {"model": str(name if name is not None else model.name_or_path), "text": text,
+              "residual": residual, "head_fusion": head_fusion}
+    return maps_from_attentions(maps, list(maps.tokens), position, methods=tuple(methods), flow_targets=flow_targets,
+                                residual=residual, head_fusion=head_fusion, solver=solver,
+                                prediction=_prediction(maps, model), params=params, progress=progress)

@@ -1,0 +1,31 @@
+"""Token labels for figures: thinned and shortened so that 5 or 500 tokens stay legible."""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_CHARS = 12
+
+
+def short(token: str, limit: int = MAX_CHARS) -> str:
+    """A token as a tick label: control characters made visible, long ones cut with an ellipsis."""
+    text = token.replace("\n", "\u21b5").replace("\t", "\u21e5") or "\u2205"
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def thinned(n: int, room: int, keep: tuple[int, ...] = ()) -> list[int]:
+    """At most about ``room`` evenly spaced positions out of ``n``, always including ``keep``."""
+    step = max(1, int(np.ceil(n / max(1, room))))
+    ticks = set(range(0, n, step))
+    for k in keep:  # a keeper replaces its close neighbours so that labels never collide
+        ticks = {t for t in ticks if abs(t - k) >= step} | {k}
+    return sorted(ticks)
+
+
+def label_room(inches: float, fontsize: float) -> int:
+    """How many rotated labels fit along ``inches`` at ``fontsize`` points (one line ~1.5 em)."""
+    return max(2, int(inches * 72 / (1.5 * fontsize)))
+
+
+def token_fontsize(n: int) -> float:
+    return 9.0 if n <= 30 else 7.0 if n <= 80 else 6.0

@@ -1,0 +1,54 @@
+"""The token x token map of one layer: every target position (rows) over every input token (columns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attnflow.errors import AttnflowError
+from attnflow.views.files import figure_format, save_figure
+from attnflow.views.labels import label_room, short, thinned, token_fontsize
+
+
+def token_map_figure(matrix: Any, tokens: list[str], title: str | None = None) -> Any:
+    """``matrix``: ``(n, n)``, row = target (query) position, column = input token. Rows that were not
+    computed (NaN, e.g. flow for positions other than the captured target) are drawn grey."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    values = np.asarray(matrix, dtype=float)
+    n = len(tokens)
+    if values.shape != (n, n):
+        raise AttnflowError(f"a token map needs a ({n}, {n}) matrix for {n} tokens; got shape {values.shape}")
+    fontsize = token_fontsize(n)
+    side = float(np.clip(0.22 * n + 2.5, 5.0, 13.0))
+    fig, ax = plt.subplots(figsize=(side + 1.2, side), constrained_layout=True)
+    cmap = plt.get_cmap("Blues").with_extremes(bad="#d0d7de")
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=0, interpolation="nearest")
+    ticks = thinned(n, label_room(side - 1.5, fontsize))
+    labels = [short(tokens[i]) for i in ticks]
+    ax.set_xticks(ticks, labels, rotation=90, fontsize=fontsize)
+    ax.set_yticks(ticks, labels, fontsize=fontsize)
+    ax.set_xlabel("input token")
+    ax.set_ylabel("target position")
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+def save_token_map(maps: Any, path: str, method: str = "rollout", layer: int = -1, title: str | None = None,
+                   dpi: int = 150) -> str:
+    """Write the token map of ``method`` at ``layer`` (0-based, -1 = top) from an
+    :class:`~attnflow.ExplanationMaps`, PNG/SVG/PDF by extension, atomically."""
+    figure_format(path)
+    if method not in maps.maps:
+        raise AttnflowError(f"these maps hold the methods {maps.methods}; got {method!r}")
+    if not -maps.n_layers <= layer < maps.n_layers:
+        raise AttnflowError(f"layer must be in [{-maps.n_layers}, {maps.n_layers}); got {layer}")
+    shown = layer % maps.n_layers + 1
+    title = title or f"{method}, layer {shown}: each target position over the input tokens"
+    return save_figure(token_map_figure(maps.maps[method][layer], maps.tokens, title), path, dpi=dpi)

@@ -1,0 +1,90 @@
+"""The image commands as a user runs them: through attnflow.cli.main, so errors are checked as the
+one line a user sees."""
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from attnflow.cli import main
+from attnflow.models.train_digits_vit import digits_split
+
+torch.set_num_threads(1)
+
+
+def run(argv, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["attnflow", *argv])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def digit_png(tmp_path):
+    image = digits_split()["test_images"][0]
+    path = tmp_path / "digit.png"
+    Image.fromarray(np.rint(image * 255).astype(np.uint8)).resize((64, 64), Image.NEAREST).save(path)
+    return path
+
+
+@pytest.mark.parametrize("method", ["raw", "rollout", "flow", "grad-rollout"])
+def test_explain_image_writes_png(digit_png, tmp_path, method, monkeypatch, capsys):
+    out_png = tmp_path / "out.png"
+    code, out, err = run(["explain-image", str(digit_png), "--method", method, "--png", str(out_png)],
+                         monkeypatch, capsys)
+    assert code in (0, None), err
+    assert "prediction 2" in out and f"wrote {out_png}" in out
+    with Image.open(out_png) as img:
+        assert img.format == "PNG"
+
+
+@pytest.mark.parametrize("case", ["missing image", "not an image", "unknown method", "missing model", "bad out"])
+def test_explain_image_errors(case, digit_png, tmp_path, monkeypatch, capsys):
+    text = tmp_path / "notes.png"
+    text.write_text("hello")
+    args = {"missing image": [str(tmp_path / "nope.png")],
+            "not an image": [str(text)],
+            "unknown method": [str(digit_png), "--method", "saliency"],
+            "missing model": [str(digit_png), "--model", str(tmp_path / "no-model")],
+            "bad out": [str(digit_png), "--png", str(tmp_path / "x.jpg")]}[case]
+    out_png = tmp_path / "out.png"
+    if "--png" not in args:
+        args += ["--png", str(out_png)]
+    code, out, err = run(["explain-image", *args], monkeypatch, capsys)
+    assert code == 2
+    assert err.startswith("attnflow: error: ") and err.count("\n") == 1, err
+    assert not out_png.exists() and not (tmp_path / "x.jpg").exists()
+
+
+def test_evaluate_perturbation_cli(tmp_path, monkeypatch, capsys):
+    png, table = tmp_path / "p.png", tmp_path / "p.csv"
+    code, out, err = run(["evaluate-perturbation", "--limit", "20", "--method", "rollout", "--method", "random",
+                          "--png", str(png), "--csv", str(table)], monkeypatch, capsys)
+    assert code in (0, None), err
+    assert "rollout" in out and "random" in out and png.stat().st_size > 0
+    assert table.read_text().startswith("method,order,fraction_removed,accuracy,auc")
+    code, out, err = run(["evaluate-perturbation", "--method", "lime"], monkeypatch, capsys)
+    assert code == 2 and "methods must be among" in err
+
+
+def test_explain_image_as_a_real_process(digit_png, tmp_path):
+    import os
+    import subprocess
+
+    import attnflow
+
+    out_png = tmp_path / "real.png"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-m", "attnflow", "explain-image", str(digit_png), "--method", "flow",
+                             "--png", str(out_png)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    expl = attnflow.explain_image(str(digit_png), method="flow")[0]
+    r, c = divmod(int(expl.scores.argmax()), 4)
+    assert f"prediction {expl.prediction}" in result.stdout and f"top patch (row {r}, col {c})" in result.stdout
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,87 @@
+"""``explain --html`` and ``attnflow view`` as a user runs them; bad input -> one line, exit 2, no file."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from attnflow import Explanation
+from attnflow.cli import main
+
+
+def call_main(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["attnflow", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+def _embedded(path) -> dict:
+    html = path.read_text()
+    return json.loads(re.search(r'id="attnflow-data">(.*?)</script>', html, flags=re.S).group(1))
+
+
+def test_explain_html_holds_every_target_and_the_printed_numbers(monkeypatch, capsys, tmp_path, minilm_path):
+    out, js = tmp_path / "r.html", tmp_path / "r.json"
+    code, _, err = call_main(monkeypatch, capsys, "explain", "The keys to the cabinet", "--model", minilm_path,
+                             "--method", "flow", "--html", str(out), "--json", str(js))
+    assert code in (0, None), err
+    data, saved = _embedded(out), json.loads(js.read_text())
+    assert [m["name"] for m in data["methods"]] == ["raw", "rollout", "flow"]
+    n = len(data["tokens"])
+    assert all(m["targets"] == list(range(n)) for m in data["methods"])  # short input: flow for all
+    flow = data["methods"][2]
+    np.testing.assert_allclose(flow["rows"][saved["target"]], saved["scores"], rtol=1e-3)
+
+
+def test_view_turns_explain_json_into_a_report_and_a_figure(monkeypatch, capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    tokens = ["[CLS]", "a", "<script>", "[SEP]"]
+    saved = [Explanation(tokens, rng.dirichlet(np.ones(4), size=3), m, 0).to_dict() for m in ("raw", "rollout")]
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps(saved))
+    code, _, err = call_main(monkeypatch, capsys, "view", str(result), "--html", str(tmp_path / "v.html"),
+                               "--png", str(tmp_path / "v.png"))
+    assert code in (0, None), err
+    data = _embedded(tmp_path / "v.html")
+    assert data["tokens"] == tokens and [m["name"] for m in data["methods"]] == ["raw", "rollout"]
+    np.testing.assert_allclose(data["methods"][1]["rows"][0], saved[1]["scores"], rtol=1e-3)
+    assert (tmp_path / "v.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_view_renders_a_generation_result(monkeypatch, capsys, tmp_path):
+    gen = {"kind": "generation", "model": "m", "prompt": "a b", "prompt_tokens": ["a", " b"],
+           "generated_tokens": [" c"], "method": "rollout", "M": [[[0.4, 0.5], [0.6, 0.5]]],
+           "rows": [[[0.4, 0.6, 0.0], [0.5, 0.5, 0.0]]]}
+    result = tmp_path / "g.json"
+    result.write_text(json.dumps(gen))
+    code, _, err = call_main(monkeypatch, capsys, "view", str(result), "--html", str(tmp_path / "g.html"))
+    assert code in (0, None), err
+    assert _embedded(tmp_path / "g.html")["generated_tokens"] == [" c"]
+
+
+@pytest.mark.parametrize("content, args, message", [
+    (None, ["--html", "o.html"], "no such result file"),
+    ("{oops", ["--html", "o.html"], "not valid JSON"),
+    ('{"tokens": ["a"]}', ["--html", "o.html"], "missing"),
+    ('{"tokens": ["a"], "method": "raw", "target": 0, "scores": [[1, 2]]}', ["--html", "o.html"], "columns"),
+    ('{"tokens": ["a"], "method": "raw", "target": 0, "scores": [[1]]}', ["--html", "o.txt"], "must end in"),
+    ('{"tokens": ["a"], "method": "raw", "target": 0, "scores": [[1]]}', [], "say what to write"),
+    ('{"tokens": ["a"], "method": "raw", "target": 0, "scores": [[1]]}', ["--html", "no/o.html"], "does not exist"),
+    ('{"kind": "generation", "prompt_tokens": ["a"], "generated_tokens": ["b"], "method": "rollout", '
+     '"M": [[[0.1]]]}', ["--png", "o.png"], "HTML view only"),
+])
+def test_bad_input_is_one_line_nonzero_and_writes_nothing(monkeypatch, capsys, tmp_path, content, args, message):
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / "r.json").write_text(content)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, _, err = call_main(monkeypatch, capsys, "view", "r.json", *args)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("attnflow: error:") and message in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -1,0 +1,230 @@
+"""The HTML report in a real headless Chromium (Debian's /usr/bin/chromium driven by playwright).
+
+Every page is opened with all non-file requests aborted and recorded, and console errors collected;
+each test then asserts that nothing was fetched and nothing failed. Values are read back from what
+the page renders (each token's data-score and its background alpha) and compared with the numbers
+of the Explanation / ExplanationMaps / generation result the page was made from.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+from attnflow import Explanation
+from attnflow.explanation_maps import maps_from_attentions
+from attnflow.views.report import save_report
+
+CHROMIUM = os.environ.get("ATTNFLOW_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+RTOL, ATOL = 1e-3, 1e-9  # the page embeds 4 significant digits
+torch.set_num_threads(1)
+
+
+def _unavailable(reason: str) -> None:
+    # In CI a missing browser is a broken setup, not a reason to skip: a skip would hide the feature.
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"browser tests cannot run in CI: {reason} (`make test` runs `make browser`, which installs it)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def context():
+    try:
+        import playwright.sync_api as playwright_api
+    except ImportError:
+        _unavailable("playwright (python) is not installed")
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        _unavailable(f"no Chromium at {CHROMIUM}")
+    profile = tempfile.mkdtemp(prefix="attnflow-chromium-")
+    with playwright_api.sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS,
+                                                   viewport={"width": 1100, "height": 800})
+        yield ctx
+        ctx.close()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+class Page:
+    """A page with the network cut off: every non-file request is aborted and remembered."""
+
+    def __init__(self, context, url: str):
+        self.fetched: list[str] = []
+        self.errors: list[str] = []
+        self.page = context.new_page()
+        self.page.route("**/*", self._route)
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(url)
+        self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+
+    def _route(self, route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            self.fetched.append(route.request.url)
+            route.abort()
+
+    def clean(self) -> None:
+        assert self.fetched == [], f"the page tried to fetch {self.fetched}"
+        assert self.errors == [], f"console errors: {self.errors}"
+
+    def scores(self, kind: str = "input") -> list[float | None]:
+        return self.page.eval_on_selector_all(
+            f".tok[data-kind='{kind}']",
+            "els => els.map(e => e.dataset.score === undefined ? null : Number(e.dataset.score))")
+
+    def alphas(self, kind: str = "input") -> list[float]:
+        backgrounds = self.page.eval_on_selector_all(
+            f".tok[data-kind='{kind}']", "els => els.map(e => getComputedStyle(e).backgroundColor)")
+        out = []
+        for bg in backgrounds:
+            parts = re.findall(r"[\d.]+", bg)
+            out.append(float(parts[3]) if len(parts) == 4 else (1.0 if parts and bg.startswith("rgb(") else 0.0))
+        return out
+
+    def set_layer(self, layer: int) -> None:
+        """Move the slider with the keyboard, as a user would (0-based layer)."""
+        self.page.focus("#layer")
+        self.page.keyboard.press("Home")
+        for _ in range(layer):
+            self.page.keyboard.press("ArrowRight")
+        assert self.page.get_attribute("body", "data-layer") == str(layer)
+
+
+def _assert_row(page: Page, expected: np.ndarray, kind: str = "input") -> None:
+    np.testing.assert_allclose(page.scores(kind), expected, rtol=RTOL, atol=ATOL)
+    # The highlight itself: background alpha is the score over the row's maximum.
+    # Chromium keeps alpha in 1/255 steps.
+    np.testing.assert_allclose(page.alphas(kind), expected / expected.max(), atol=5e-3)
+
+
+def _explanations(n: int, layers: int, seed: int = 0, tokens: list[str] | None = None) -> list[Explanation]:
+    rng = np.random.default_rng(seed)
+    tokens = tokens or [f"tok{i}" for i in range(n)]
+    return [Explanation(tokens=tokens, scores=rng.dirichlet(np.ones(n), size=layers), method=m, target=0,
+                        params={"text": " ".join(tokens), "model": "synthetic"})
+            for m in ("raw", "rollout", "flow")]
+
+
+def test_network_guard_sees_a_fetch(context, tmp_path):
+    # The guard itself must be able to fail: a page with an external image is caught.
+    path = tmp_path / "leaky.html"
+    path.write_text('<body data-ready="1"><img src="http://example.invalid/x.png"></body>')
+    page = Page(context, path.as_uri())
+    page.page.wait_for_timeout(200)
+    assert page.fetched == ["http://example.invalid/x.png"]
+
+
+def test_switching_method_and_layer_shows_the_explanations_numbers(context, tmp_path):
+    explanations = _explanations(9, 4)
+    path = tmp_path / "report.html"
+    save_report(explanations, str(path))
+    page = Page(context, path.as_uri())
+    assert page.page.get_attribute("body", "data-method") == "rollout"
+    for expl in explanations:
+        page.page.click(f"#methods button[data-method='{expl.method}']")
+        assert page.page.get_attribute("body", "data-method") == expl.method
+        for layer in (0, 2, 3):
+            page.set_layer(layer)
+            _assert_row(page, expl.scores[layer])
+    page.clean()
+
+
+def test_clicking_a_token_makes_it_the_target(context, tmp_path):
+    torch.manual_seed(0)
+    attentions = torch.rand(3, 2, 7, 7).softmax(-1)
+    tokens = [f"w{i}" for i in range(7)]
+    # flow for the captured target only: the page must say so and show no flow values elsewhere.
+    maps = maps_from_attentions(attentions, tokens, target=0, flow_targets="target")
+    path = tmp_path / "maps.html"
+    maps.to_html(str(path))
+    page = Page(context, path.as_uri())
+    page.page.click(".tok[data-kind='input'][data-index='4']")
+    assert page.page.get_attribute("body", "data-target") == "4"
+    for method in ("raw", "rollout"):
+        page.page.click(f"#methods button[data-method='{method}']")
+        page.set_layer(1)
+        _assert_row(page, maps.maps[method][1, 4])
+    page.page.click("#methods button[data-method='flow']")
+    assert page.scores() == [None] * 7
+    assert "position 0 only" in page.page.text_content("#note")
+    page.page.click(".tok[data-kind='input'][data-index='0']")
+    _assert_row(page, maps.maps["flow"][1, 0])
+    page.clean()
+
+
+def test_script_tokens_are_shown_as_text(context, tmp_path):
+    tokens = ["[CLS]", "<script>", "window.pwned=1", "</script>", '<img src=x onerror="window.pwned=2">', "&amp;"]
+    explanations = _explanations(len(tokens), 2, tokens=tokens)
+    path = tmp_path / "xss.html"
+    html = explanations[0].to_html(str(path))
+    assert len(re.findall(r"</script", html, flags=re.I)) == 2  # only the page's own two blocks close
+    page = Page(context, path.as_uri())
+    shown = page.page.eval_on_selector_all(".tok[data-kind='input']", "els => els.map(e => e.textContent)")
+    assert shown == tokens
+    assert page.page.evaluate("window.pwned") is None
+    assert page.page.title() == "attnflow: " + " ".join(tokens)
+    page.clean()
+
+
+def test_512_tokens_render_quickly(context, tmp_path):
+    # Usability bound, not a benchmark: a full-length BERT input (raw and rollout for all 512
+    # targets, 6 layers) must be on screen within 10 s of navigation, measured by the page itself.
+    n = 512
+    torch.manual_seed(0)
+    attentions = torch.rand(6, 1, n, n).softmax(-1)
+    maps = maps_from_attentions(attentions, [f"t{i}" for i in range(n)], target=0, methods=("raw", "rollout"))
+    path = tmp_path / "long.html"
+    maps.to_html(str(path))
+    page = Page(context, path.as_uri())
+    assert float(page.page.get_attribute("body", "data-ready-ms")) < 10_000
+    assert len(page.scores()) == n
+    page.page.click(".tok[data-kind='input'][data-index='300']")
+    _assert_row(page, maps.maps["rollout"][5, 300])
+    page.clean()
+
+
+def _generation(rng: np.random.Generator) -> dict:
+    prompt, generated, layers = ["The", " keys", " to", " the", " cabinet"], [" are", " on", " <b>"], 3
+    rows = [rng.dirichlet(np.ones(len(prompt) + g + 1), size=layers).tolist() for g in range(len(generated))]
+    m = [[[rows[g][l][j] for l in range(layers)] for j in range(len(prompt))] for g in range(len(generated))]
+    return {"kind": "generation", "model": "synthetic", "prompt": "".join(prompt), "prompt_tokens": prompt,
+            "generated_tokens": generated, "method": "rollout", "M": m, "rows": rows}
+
+
+def test_clicking_a_generated_token_updates_the_prompt(context, tmp_path):
+    data = _generation(np.random.default_rng(1))
+    path = tmp_path / "gen.html"
+    save_report(data, str(path))
+    page = Page(context, path.as_uri())
+    m = np.asarray(data["M"])
+    for g in (2, 1):
+        page.page.click(f".tok[data-kind='generated'][data-index='{g}']")
+        assert page.page.get_attribute("body", "data-target") == str(g)
+        page.set_layer(1)
+        expected = m[g, :, 1]
+        earlier = np.asarray(data["rows"][g][1][5:5 + g])  # earlier generated tokens, from "rows"
+        np.testing.assert_allclose(page.scores(), expected, rtol=RTOL)
+        np.testing.assert_allclose(page.scores("generated")[:g], earlier, rtol=RTOL)
+        np.testing.assert_allclose(page.alphas(), expected / max(expected.max(), earlier.max()), atol=5e-3)
+    page.clean()
+
+
+def test_notebook_repr_renders_in_an_iframe(context, tmp_path):
+    explanation = _explanations(5, 2)[1]
+    path = tmp_path / "nb.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{explanation._repr_html_()}</body></html>")
+    page = context.new_page()
+    page.goto(path.as_uri())
+    frame = page.frame_locator("iframe")
+    frame.locator("body[data-ready='1']").wait_for(timeout=30_000)
+    scores = frame.locator(".tok[data-kind='input']").evaluate_all("els => els.map(e => Number(e.dataset.score))")
+    np.testing.assert_allclose(scores, explanation.scores[-1], rtol=RTOL)
