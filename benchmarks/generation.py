@@ -42,7 +42,7 @@ class PeakRss:
     """Sample the resident size every millisecond in a thread (torch's CPU tensors are invisible to
     tracemalloc, and ru_maxrss cannot be reset after the model load)."""
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self.start, self.peak, self._stop = rss_mb(), rss_mb(), False
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow
-from attnflow.core.causal import augment_last_row, normalize_causal
+from attnflow.core.causal import augment_last_row
 from attnflow.core.fusion import augmented
 from attnflow.core.incremental import IncrementalRollout, rollout_row
 

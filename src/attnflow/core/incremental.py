@@ -19,7 +19,12 @@ from typing import Any
 import torch
 
 from attnflow.core.causal import augment_last_row, check_causal_norm
-from attnflow.core.fusion import augmented, check_head_fusion, check_residual, fuse_heads
+from attnflow.core.fusion import (
+    augmented,
+    check_head_fusion,
+    check_residual,
+    fuse_heads,
+)
 from attnflow.core.rollout import rollout_matrices
 from attnflow.errors import AttnflowError
 
