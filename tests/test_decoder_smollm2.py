@@ -98,3 +98,15 @@ def test_generate_rejects_bad_input(smollm2):
     for kwargs in ({"num_beams": 2}, {"num_return_sequences": 2}):
         with pytest.raises(attnflow.AttnflowError, match=next(iter(kwargs))):
             attnflow.generate(model, tokenizer, PROMPT, max_new_tokens=2, **kwargs)
+
+
+def test_report_maps_honour_causal_norm(smollm2):
+    """explain_maps (behind --html) applies the same receptive-field normalisation as rollout()."""
+    model, tokenizer = smollm2
+    text = "The keys to the cabinet"
+    maps = attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("raw", "rollout"), causal_norm="sink")
+    captured = attnflow.capture(model, tokenizer, text)
+    expected = np.asarray(attnflow.rollout(captured, causal_norm="sink"))
+    np.testing.assert_allclose(maps.maps["rollout"], expected, atol=1e-6)
+    assert maps.target == len(maps.tokens) - 1 and maps.params["causal_norm"] == "sink"
+    assert not np.allclose(maps.maps["rollout"], np.asarray(attnflow.rollout(captured)), atol=1e-3)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -70,6 +71,34 @@ def _prediction(maps: AttentionMaps, model: Any) -> str | None:
     return str(id2label.get(label, label))
 
 
+@dataclass
+class Prepared:
+    """One captured input, ready for the methods: what explain() and explain_maps() share."""
+
+    maps: AttentionMaps
+    target: int
+    prediction: str | None
+    params: dict[str, Any]
+
+
+def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: str | None, truncate: bool,
+            **settings: Any) -> Prepared:
+    """Load the model if given by name, capture ``text`` and resolve ``target``; ``settings`` are
+    recorded in ``params`` next to the model name and text."""
+    if head_fusion not in ("mean", "max", "min"):
+        raise AttnflowError(f"explaining needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
+    name = model if model is None or isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)
+    if model is None or isinstance(model, str):
+        model, tokenizer = load_model(model)
+    elif tokenizer is None:
+        raise AttnflowError("pass the tokenizer together with a loaded model")
+    maps = capture(model, tokenizer, text, truncate=truncate)
+    params = {"model": str(name if name is not None else model.name_or_path), "text": text,
+              "head_fusion": head_fusion, **settings}
+    return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
+                    params=params)
+
+
 def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: str = "rollout",
             target: Any = None, residual: float = 0.5, head_fusion: str | None = "mean",
             solver: str = "auto", truncate: bool = False,
@@ -85,20 +114,11 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: str 
     causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
         :mod:`attnflow.core.causal`. Other arguments as in :func:`attnflow.rollout` / :func:`attnflow.flow`.
     """
-    if head_fusion not in ("mean", "max", "min"):
-        raise AttnflowError(f"explain needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
     if method != "all" and method not in METHODS:
         raise AttnflowError(f"method must be one of {', '.join(METHODS)} or 'all'; got {method!r}")
-    name = model if model is None or isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)
-    if model is None or isinstance(model, str):
-        model, tokenizer = load_model(model)
-    elif tokenizer is None:
-        raise AttnflowError("pass the tokenizer together with a loaded model")
-    maps = capture(model, tokenizer, text, truncate=truncate)
-    position = resolve_target(target, maps, tokenizer)
-    prediction = _prediction(maps, model)
-    params = {"model": str(name if name is not None else model.name_or_path), "text": text,
-              "residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm}
+    run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
+                  residual=residual, causal_norm=causal_norm)
+    maps, position, prediction, params = run.maps, run.target, run.prediction, run.params
     out = [
         Explanation(tokens=list(maps.tokens), method=m, target=position, prediction=prediction, params=dict(params),
                     scores=scores_for(maps, m, position, residual=residual, head_fusion=head_fusion, solver=solver,

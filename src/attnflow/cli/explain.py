@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 
 from attnflow.cli import app
-from attnflow.errors import AttnflowError
 from attnflow.cli.progress import progress_bar
 from attnflow.explain import explain as explain_text
 from attnflow.explanation_maps import explain_maps
@@ -69,8 +68,6 @@ def explain(
     if html_out is not None:
         check_output(html_out, ("html", "htm"))
     chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
-    if html_out is not None and causal_norm is not None:
-        raise AttnflowError("--causal-norm cannot be combined with --html yet; drop one of them")
     maps = None
     with progress_bar("attention flow") as bar:
         if html_out is None:
@@ -83,7 +80,8 @@ def explain(
             # scores; raw and rollout come along for free and give the page something to switch to.
             wanted = tuple(m for m in ("raw", "rollout", "flow") if m in chosen or m != "flow")
             maps = explain_maps(text, model, methods=wanted, target=target, residual=residual,
-                                head_fusion=head_fusion.value, truncate=truncate, progress=bar)
+                                head_fusion=head_fusion.value, truncate=truncate, progress=bar,
+                                causal_norm=causal_norm.value if causal_norm else None)
             explanations = [maps.explanation(m) for m in chosen]
     console = Console()
     if explanations[0].prediction is not None:
