@@ -63,9 +63,8 @@ def _reachable(a, top, q0):
 
 
 @njit(cache=True)
-def _global_relabel(a, F, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt):
-    """Exact distances to the sink in the residual graph; rebuild the active buckets. Returns the
-    highest active label (-1 if none)."""
+def _global_relabel(a, F, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount):
+    """Exact distances to the sink in the residual graph (``big``: cannot reach it)."""
     n = a.shape[1]
     for m in range(1, top):
         for i in range(cnt[m]):
@@ -97,15 +96,24 @@ def _global_relabel(a, F, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt):
                     d[u] = dv
                     queue[tail] = u
                     tail += 1
+    return _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount)
+
+
+@njit(cache=True)
+def _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount):
+    """Fill the active buckets and the per-label node counts; return the highest active label."""
     head[:] = -1
+    lcount[:] = 0
     highest = -1
     for m in range(1, top):
         for i in range(cnt[m]):
             u = m * n + pos[m, i]
-            if ex[u] > 0.0 and d[u] < big:
-                nxt[u] = head[d[u]]
-                head[d[u]] = u
-                highest = max(highest, d[u])
+            if d[u] < big:
+                lcount[d[u]] += 1
+                if ex[u] > 0.0:
+                    nxt[u] = head[d[u]]
+                    head[d[u]] = u
+                    highest = max(highest, d[u])
     return highest
 
 
@@ -132,10 +140,23 @@ def _relabel(a, F, fs, cs, top, pos, cnt, d, u, big):
 
 
 @njit(cache=True)
-def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt):
+def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount):
     """Highest-label push-relabel until no node below ``big`` has excess."""
     n = a.shape[1]
-    highest = _global_relabel(a, F, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt)
+    # Once every sink arc is saturated the sink side {sink} is a minimum cut: stop there instead of
+    # relabelling the stuck excess up to ``big`` (most of the work on dense attention).
+    open_arcs = 0
+    for i in range(cnt[1]):
+        if fs[pos[1, i]] < cs[pos[1, i]]:
+            open_arcs += 1
+    if open_arcs == 0:
+        return
+    # Every residual arc joins adjacent layers, so label = layer is always valid: a free start that
+    # lets excess run straight down; exact labels (BFS) only once relabels pile up.
+    for m in range(1, top):
+        for i in range(cnt[m]):
+            d[m * n + pos[m, i]] = m
+    highest = _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount)
     cur[:] = 0
     relabels = 0
     while highest >= 0:
@@ -150,11 +171,25 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt)
         while ex[u] > 0.0:
             c = cur[u]
             if c == ndown + nup:
+                old = d[u]
                 d[u] = _relabel(a, F, fs, cs, top, pos, cnt, d, u, big)
                 cur[u] = 0
                 relabels += 1
+                lcount[old] -= 1
+                if lcount[old] == 0:  # gap: nothing above ``old`` can reach the sink any more
+                    for m2 in range(1, top):
+                        for i in range(cnt[m2]):
+                            w = m2 * n + pos[m2, i]
+                            if old < d[w] < big:
+                                lcount[d[w]] -= 1
+                                d[w] = big
+                    d[u] = big
+                    for lab in range(old + 1, highest + 1):
+                        head[lab] = -1
+                    highest = old
                 if d[u] >= big:
                     break
+                lcount[d[u]] += 1
                 continue
             du = d[u]
             if c < ndown and m == 1:
@@ -163,6 +198,9 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt)
                     if ex[u] >= r:
                         fs[q] = cs[q]
                         ex[u] -= r
+                        open_arcs -= 1
+                        if open_arcs == 0:
+                            return
                     else:
                         fs[q] += ex[u]
                         ex[u] = 0.0
@@ -209,7 +247,7 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt)
                         break
             cur[u] = c + 1
         if relabels > big:  # labels drift from distances: recompute them exactly
-            highest = _global_relabel(a, F, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt)
+            highest = _global_relabel(a, F, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount)
             cur[:] = 0
             relabels = 0
     return
@@ -235,6 +273,7 @@ def _source_row(a, top, q0, out):
     queue = np.zeros(size, np.int64)
     nxt = np.zeros(size, np.int64)
     head = np.zeros(big + 1, np.int64)
+    lcount = np.zeros(big + 1, np.int64)
     fs = np.zeros(n)
     cs = np.zeros(n)
     for i in range(cnt[top - 1]):  # saturate the source's arcs once: phase one never undoes them
@@ -249,7 +288,7 @@ def _source_row(a, top, q0, out):
             ex[n + k] += fs[k]
             fs[k] = 0.0
             cs[k] = a[0, k, j]
-        _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt)
+        _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount)
         total = 0.0
         for i in range(cnt[1]):
             total += fs[pos[1, i]]
