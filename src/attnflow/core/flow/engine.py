@@ -254,11 +254,12 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt,
 
 
 @njit(cache=True)
-def _source_row(a, top, q0, out):
-    """Max flow from ``(top, q0)`` to every input token, written into ``out`` (``(n,)``)."""
+def _source_row(a, top, q0, part, parts, out):
+    """Max flow from ``(top, q0)`` to the input tokens ``j`` with ``j % parts == part``, written
+    into ``out`` (``(n,)``, left 0 elsewhere)."""
     n = a.shape[1]
     if top == 1:
-        for j in range(n):
+        for j in range(part, n, parts):
             out[j] = a[0, q0, j]
         return
     pos, cnt = _reachable(a, top, q0)
@@ -280,9 +281,10 @@ def _source_row(a, top, q0, out):
         k = pos[top - 1, i]
         F[top - 1, q0, k] = a[top - 1, q0, k]
         ex[(top - 1) * n + k] = a[top - 1, q0, k]
-    out[:] = 0.0
     for i0 in range(cnt[0]):
         j = pos[0, i0]
+        if j % parts != part:
+            continue
         for i in range(cnt[1]):  # hand the old sink's inflow back to the nodes it came through
             k = pos[1, i]
             ex[n + k] += fs[k]
@@ -296,9 +298,12 @@ def _source_row(a, top, q0, out):
 
 
 @njit(cache=True, parallel=True)
-def _rows(a, tops, qs, out):
-    for i in prange(len(tops)):
-        _source_row(a, tops[i], qs[i], out[i])
+def _rows(a, tops, qs, parts, out):
+    """Rows ``out[i]`` for sources ``(tops[i], qs[i])``, each split into ``parts`` sink sets so
+    that a single row (the CLS row) still keeps every core busy."""
+    for t in prange(len(tops) * parts):
+        i, part = t // parts, t % parts
+        _source_row(a, tops[i], qs[i], part, parts, out[i])
 
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
@@ -311,10 +316,12 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     out = np.zeros((len(tops), n))
     # Numba cannot be interrupted inside a call: hand it a few rows per core at a time, so Ctrl-C
     # (raised between calls) leaves nothing half-done and progress ticks as rows finish.
-    chunk = 4 * numba.get_num_threads()
+    threads = numba.get_num_threads()
+    chunk = 4 * threads
     for start in range(0, len(tops), chunk):
         stop = min(start + chunk, len(tops))
-        _rows(a, tops[start:stop], qs[start:stop], out[start:stop])
+        parts = max(1, -(-threads // (stop - start)))  # split sinks only when rows are fewer than cores
+        _rows(a, tops[start:stop], qs[start:stop], parts, out[start:stop])
         if progress is not None:
             progress(stop - start)
     return out.reshape(len(layers), len(positions), n)
