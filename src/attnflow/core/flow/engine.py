@@ -39,6 +39,10 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+# Below this many capacity reads per chunk (layers * n^2 summed over its rows) one thread is faster
+# than waking the pool, especially on a loaded machine.
+SERIAL_WORK = 200_000
+
 
 @njit(cache=True)
 def _reachable(a, top, q0):
@@ -306,6 +310,13 @@ def _rows(a, tops, qs, parts, out):
         _source_row(a, tops[i], qs[i], part, parts, out[i])
 
 
+@njit(cache=True)
+def _rows_serial(a, tops, qs, out):
+    """:func:`_rows` on one thread, for chunks too small to pay for waking the thread pool."""
+    for i in range(len(tops)):
+        _source_row(a, tops[i], qs[i], 0, 1, out[i])
+
+
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
@@ -320,8 +331,11 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     chunk = 4 * threads
     for start in range(0, len(tops), chunk):
         stop = min(start + chunk, len(tops))
-        parts = max(1, -(-threads // (stop - start)))  # split sinks only when rows are fewer than cores
-        _rows(a, tops[start:stop], qs[start:stop], parts, out[start:stop])
+        if threads == 1 or int(tops[start:stop].sum()) * n * n < SERIAL_WORK:
+            _rows_serial(a, tops[start:stop], qs[start:stop], out[start:stop])
+        else:
+            parts = max(1, -(-threads // (stop - start)))  # split sinks only when rows are fewer than cores
+            _rows(a, tops[start:stop], qs[start:stop], parts, out[start:stop])
         if progress is not None:
             progress(stop - start)
     return out.reshape(len(layers), len(positions), n)
