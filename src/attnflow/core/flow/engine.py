@@ -2,33 +2,37 @@
 
 Algorithm. Input nodes ``(0, j)`` have no outgoing edges, so the flow from a source
 ``s = (top, q)`` to ``(0, j)`` only uses layers ``1..top`` plus the sink's in-edges
-``(1, k) -> (0, j)`` of capacity ``A_1[k, j]``. For each source we therefore keep one flow on the
-shared upper layers (dense per-layer arrays ``F[l, q, k]``, restricted to the nodes reachable from
-``s``: causal attention makes that set small) and swap only the sink. Sinks are solved one after
-the other with highest-label push-relabel (phase one only: a maximum *preflow*), global relabelling
-by breadth-first search and current arcs. Between sinks, the flow entering the old sink is handed
-back as excess to the layer-1 nodes it came through and the preflow is reused as the warm start for
-the new sink: excess stuck below a cut that blocked the old sink often reaches the new one in a few
-pushes. Layer-1 sources are trivial (the flow is the edge capacity). Sources are spread over cores
-with ``prange``; Python hands numba a chunk of sources at a time so that Ctrl-C is honoured between
-chunks and ``progress`` ticks as rows finish.
+``(1, k) -> (0, j)`` of capacity ``A_1[k, j]``. For each source we keep one preflow on the shared
+upper layers (dense per-layer arrays ``F[l, q, k]``, restricted to the nodes reachable from ``s``:
+causal attention makes that set small) and swap only the sink. Each sink is solved with
+highest-label push-relabel, phase one only (a maximum *preflow*), with current arcs, the gap
+heuristic and breadth-first global relabelling when relabels pile up. Between sinks, the flow that
+entered the old sink is handed back as excess to the layer-1 nodes it came through, and the
+preflow is the warm start for the new sink. Every residual arc joins adjacent layers, so
+``label = layer`` is always a valid labelling: each sink starts from it for free and excess first
+runs straight down. A sink stops as soon as all its in-arcs are saturated (the sink alone is then
+a minimum cut), which on dense attention is most sinks. Layer-1 sources are trivial (the flow is
+the edge capacity). Rows are spread over cores with ``prange`` (a lone row's sinks are split over
+cores); Python hands numba a chunk of rows at a time so that Ctrl-C is honoured between chunks and
+``progress`` ticks as rows finish.
 
-Complexity. Per source with ``V`` reachable nodes and ``E`` edges among them (``E <= top * n^2``):
-each sink costs ``O(V^2 sqrt(E))`` in the worst case (highest-label push-relabel, Cheriyan and
-Maheshwari 1989), plus ``O(E)`` per global relabel. In practice a warm-started sink costs a few
-global relabels, so the full map costs about ``O(layers^2 * n^4)`` array reads, without the Python
-graph building that per-pair solvers pay for every pair.
+Complexity. For a source with ``V`` reachable nodes and ``E <= top * n^2`` arcs among them, each
+sink costs ``O(V^2 sqrt(E))`` in the worst case (highest-label push-relabel, Cheriyan and
+Maheshwari 1989) plus ``O(E)`` per global relabel; memory is ``O(top * n^2)`` per thread. Warm
+starts make a typical sink cost a few thousand pushes, so a full map costs far less than
+``layers * n`` times a cold max-flow, and nothing is built in Python per pair.
 
 Why it is exact. No epsilon is used. Every push moves ``delta = min(excess, residual)``: when the
 residual is the minimum the flow is *assigned* the capacity (or 0 on a reverse arc), so the arc is
-saturated exactly; otherwise the excess is *assigned* 0. The usual combinatorial bounds on
-saturating and non-saturating pushes therefore hold in floating point and the loop terminates. At
-the end no node with label below ``V`` has excess, so the nodes that can reach the sink in the
-residual graph form a cut whose forward arcs carry exactly their capacity and whose backward arcs
-carry exactly 0; the sink's inflow equals that cut's capacity up to the rounding of the additions
-that built it (relative ``~1e-16`` per push), i.e. it is the maximum flow to float64 precision.
-Zero capacities are never arcs (``> 0.0`` tests), so exact zeros (causal masks, padding) cost
-nothing and tiny capacities such as ``1e-12`` are treated like any other.
+saturated exactly; otherwise the excess is *assigned* 0. The combinatorial bounds on saturating
+and non-saturating pushes therefore hold in floating point, and the loop terminates. At the end
+no node that can still reach the sink holds excess (or every sink arc is saturated), so the nodes
+that can reach the sink in the residual graph form a cut whose forward arcs carry exactly their
+capacity and whose backward arcs carry exactly 0: the sink's inflow equals that cut's capacity up
+to the rounding of the additions that built it (relative ``~1e-16`` each), i.e. it is the maximum
+flow to float64 precision. Zero capacities are never arcs (``> 0.0`` tests), so exact zeros
+(causal masks, padding) cost nothing, and tiny capacities such as ``1e-12`` are treated like any
+other.
 """
 
 from __future__ import annotations
