@@ -32,5 +32,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+bench: $(STAMP)
+	PYTHONPATH=src $(PY) benchmarks/flow.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

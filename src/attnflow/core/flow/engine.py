@@ -180,10 +180,11 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt,
             c = cur[u]
             if c == ndown + nup:
                 old = d[u]
-                d[u] = _relabel(a, F, fs, cs, top, pos, cnt, d, u, big)
+                new = _relabel(a, F, fs, cs, top, pos, cnt, d, u, big)
                 cur[u] = 0
                 relabels += 1
                 lcount[old] -= 1
+                d[u] = big  # u is counted at its new label only once we know there is no gap
                 if lcount[old] == 0:  # gap: nothing above ``old`` can reach the sink any more
                     for m2 in range(1, top):
                         for i in range(cnt[m2]):
@@ -191,13 +192,14 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt,
                             if old < d[w] < big:
                                 lcount[d[w]] -= 1
                                 d[w] = big
-                    d[u] = big
                     for lab in range(old + 1, highest + 1):
                         head[lab] = -1
                     highest = old
+                elif new < big:
+                    d[u] = new
+                    lcount[new] += 1
                 if d[u] >= big:
                     break
-                lcount[d[u]] += 1
                 continue
             du = d[u]
             if c < ndown and m == 1:
