@@ -11,11 +11,12 @@ import typer
 from rich.console import Console
 
 from attnflow.cli import app
+from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.explain import explain as explain_text
 from attnflow.explanation_maps import explain_maps
-from attnflow.views.files import check_output, write_text
-from attnflow.views.heatmap import FORMATS, save_heatmaps
+from attnflow.views.files import write_text
+from attnflow.views.heatmap import save_heatmaps
 from attnflow.views.report import save_report
 from attnflow.views.table import method_table
 
@@ -61,12 +62,7 @@ def explain(
 
         attnflow explain "the key to the cabinets" --method all --png out.png --html report.html
     """
-    if json_out is not None:
-        check_output(json_out, ("json",))
-    if png_out is not None:
-        check_output(png_out, FORMATS)
-    if html_out is not None:
-        check_output(html_out, ("html", "htm"))
+    check_outputs(json=json_out, png=png_out, html=html_out)
     chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
     maps = None
     with progress_bar("attention flow") as bar:

@@ -14,10 +14,10 @@ from rich.text import Text
 from attnflow.capture import generate as generate_text
 from attnflow.capture import load_model
 from attnflow.cli import app
+from attnflow.cli.outputs import check_outputs
 from attnflow.cli.explain import CausalNorm
 from attnflow.errors import AttnflowError
-from attnflow.views.files import check_output, write_text
-from attnflow.views.heatmap import FORMATS
+from attnflow.views.files import write_text
 
 
 @app.command()
@@ -47,12 +47,7 @@ def generate(
     if not prompt.strip():
         raise AttnflowError("the prompt must be a non-empty string")
     # Refuse bad output paths before the (slow) generation, so nothing is half done.
-    if json_out is not None:
-        check_output(json_out, ("json",))
-    if png_out is not None:
-        check_output(png_out, FORMATS)
-    if html_out is not None:
-        check_output(html_out, ("html", "htm"))
+    check_outputs(json=json_out, png=png_out, html=html_out)
     lm, tokenizer = load_model(model, task="causal-lm")
     torch.manual_seed(seed)
     result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
