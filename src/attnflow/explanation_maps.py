@@ -104,8 +104,8 @@ class ExplanationMaps:
 def maps_from_attentions(attentions: Any, tokens: list[str], target: int, *, methods: tuple[str, ...] = (
         "raw", "rollout", "flow"), flow_targets: str = "auto", residual: float = 0.5,
         head_fusion: str | None = "mean", solver: str = "auto", prediction: str | None = None,
-        params: dict[str, Any] | None = None,
-        progress: Callable[[int, int], None] | None = None) -> ExplanationMaps:
+        params: dict[str, Any] | None = None, progress: Callable[[int, int], None] | None = None,
+        causal_norm: str | None = None) -> ExplanationMaps:
     """Full maps from captured attention ``(layers, heads, n, n)`` (or :class:`AttentionMaps`).
 
     flow_targets: ``"all"`` (every position), ``"target"`` (``target`` only) or ``"auto"`` (all
@@ -120,14 +120,15 @@ def maps_from_attentions(attentions: Any, tokens: list[str], target: int, *, met
     computed: dict[str, list[int]] = {}
     for method in methods:
         if method == "raw":
-            out[method] = np.asarray(raw(attentions, head_fusion=head_fusion), dtype=float)
+            out[method] = np.asarray(raw(attentions, head_fusion=head_fusion, causal_norm=causal_norm), dtype=float)
         elif method == "rollout":
-            out[method] = np.asarray(rollout(attentions, residual=residual, head_fusion=head_fusion), dtype=float)
+            out[method] = np.asarray(rollout(attentions, residual=residual, head_fusion=head_fusion,
+                                             causal_norm=causal_norm), dtype=float)
         elif method == "flow":
             every = flow_targets == "all" or (flow_targets == "auto" and n <= FLOW_ALL_MAX)
             rows = list(range(n)) if every else [target]
             values = np.asarray(flow(attentions, residual=residual, head_fusion=head_fusion, positions=rows,
-                                     solver=solver, progress=progress), dtype=float)
+                                     solver=solver, progress=progress, causal_norm=causal_norm), dtype=float)
             full = np.full((values.shape[0], n, n), np.nan)
             full[:, rows, :] = values
             out[method], computed[method] = full, rows
@@ -140,26 +141,18 @@ def maps_from_attentions(attentions: Any, tokens: list[str], target: int, *, met
 
 
 def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
-                 methods: tuple[str, ...] = ("raw", "rollout", "flow"), target: Any = "cls",
+                 methods: tuple[str, ...] = ("raw", "rollout", "flow"), target: Any = None,
                  flow_targets: str = "auto", residual: float = 0.5, head_fusion: str = "mean",
                  solver: str = "auto", truncate: bool = False,
-                 progress: Callable[[int, int], None] | None = None) -> ExplanationMaps:
+                 progress: Callable[[int, int], None] | None = None,
+                 causal_norm: str | None = None) -> ExplanationMaps:
     """Like :func:`attnflow.explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says), so a report can switch target. One forward pass."""
-    from attnflow.capture import capture, load_model
-    from attnflow.explain import _prediction, resolve_target
+    from attnflow.explain import prepare
 
-    if head_fusion not in ("mean", "max", "min"):
-        raise AttnflowError(f"explain_maps needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
-    name = model if model is None or isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)
-    if model is None or isinstance(model, str):
-        model, tokenizer = load_model(model)
-    elif tokenizer is None:
-        raise AttnflowError("pass the tokenizer together with a loaded model")
-    maps = capture(model, tokenizer, text, truncate=truncate)
-    position = resolve_target(target, maps, tokenizer)
-    params = {"model": str(name if name is not None else model.name_or_path), "text": text,
-              "residual": residual, "head_fusion": head_fusion}
-    return maps_from_attentions(maps, list(maps.tokens), position, methods=tuple(methods), flow_targets=flow_targets,
-                                residual=residual, head_fusion=head_fusion, solver=solver,
-                                prediction=_prediction(maps, model), params=params, progress=progress)
+    run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
+                  residual=residual, causal_norm=causal_norm)
+    return maps_from_attentions(run.maps, list(run.maps.tokens), run.target, methods=tuple(methods),
+                                flow_targets=flow_targets, residual=residual, head_fusion=head_fusion, solver=solver,
+                                prediction=run.prediction, params=run.params, progress=progress,
+                                causal_norm=causal_norm)

@@ -12,6 +12,12 @@ from attnflow.core.maps import AttentionMaps
 from attnflow.errors import AttnflowError
 
 
+def is_causal(model: Any) -> bool:
+    """True for decoders (causal language models), whose queries see only earlier keys."""
+    name = type(model).__name__
+    return bool(getattr(model.config, "is_decoder", False)) or "CausalLM" in name or "LMHeadModel" in name
+
+
 def max_length(model: Any, tokenizer: Any) -> int | None:
     """The longest input the model takes: position embeddings, or the tokenizer's limit if smaller."""
     limits = []
@@ -24,11 +30,39 @@ def max_length(model: Any, tokenizer: Any) -> int | None:
     return min(limits) if limits else None
 
 
+def encode(tokenizer: Any, texts: list[str], *, side: str = "right", max_length: int | None = None) -> dict:
+    """Tokenize ``texts`` and pad them by hand on ``side`` ("right" or "left").
+
+    Padding by hand makes tokenizers without a pad token (GPT-2, many Llama tokenizers) work
+    without mutating them: the pad id is only a placeholder, since ``attention_mask`` is always passed
+    and hides it from the model. Returns tensors ``input_ids``, ``attention_mask``,
+    ``special_tokens_mask`` (and ``token_type_ids`` when the tokenizer makes them).
+    """
+    enc = tokenizer(texts, truncation=max_length is not None, max_length=max_length,
+                    return_special_tokens_mask=True)
+    n = max(len(ids) for ids in enc["input_ids"])
+    pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)
+    fill = {"input_ids": pad_id, "attention_mask": 0, "special_tokens_mask": 1, "token_type_ids": 0}
+    out = {}
+    for key, value in fill.items():
+        if key not in enc:
+            continue
+        rows = []
+        for seq in enc[key]:
+            pad = [value] * (n - len(seq))
+            rows.append(pad + list(seq) if side == "left" else list(seq) + pad)
+        out[key] = torch.tensor(rows, dtype=torch.long)
+    return out
+
+
 def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool = False) -> AttentionMaps:
     """Run ``model`` on ``text`` (a string or a list of strings) and return its attention maps.
 
-    One string gives ``attentions`` of shape ``(layers, heads, n, n)``; a list gives a right-padded
-    batch ``(batch, layers, heads, n, n)`` with ``mask`` marking real tokens. Texts longer than the
+    One string gives ``attentions`` of shape ``(layers, heads, n, n)``; a list gives a RIGHT-padded
+    batch ``(batch, layers, heads, n, n)`` with ``mask`` marking real tokens (for every model,
+    decoders included: the attention mask is passed, so no real token attends to padding, and in a
+    decoder right padding also leaves every real token's position unchanged, so each row equals the
+    text's row alone). Texts longer than the
     model's maximum length are refused with an error, or cut to it with a warning when
     ``truncate=True``. The model is switched to eager attention if needed (transformers returns no
     attention weights under sdpa).
@@ -38,8 +72,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
         raise AttnflowError("text must be a non-empty string (or a list of non-empty strings)")
     ensure_eager(model)
     limit = max_length(model, tokenizer)
-    enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=False,
-                    return_special_tokens_mask=True)
+    enc = encode(tokenizer, texts)
     n = enc["input_ids"].shape[1]
     if limit is not None and n > limit:
         if not truncate:
@@ -47,8 +80,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
                 f"the text is {n} tokens long but the model takes at most {limit}; shorten it or pass truncate=True (--truncate)"
             )
         warnings.warn(f"text truncated from {n} to {limit} tokens (the model's maximum)", stacklevel=2)
-        enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=limit,
-                        return_special_tokens_mask=True)
+        enc = encode(tokenizer, texts, max_length=limit)
     special = enc.pop("special_tokens_mask")
     device = next(model.parameters()).device
     inputs = {k: v.to(device) for k, v in enc.items()}
@@ -63,7 +95,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]
     logits = getattr(out, "logits", None)
     logits = logits.detach().float().cpu() if logits is not None else None
-    causal = bool(getattr(model.config, "is_decoder", False)) or "CausalLM" in type(model).__name__
+    causal = is_causal(model)
     if isinstance(text, str):
         return AttentionMaps(stacked[0], tokens[0], mask=None, causal=causal, special=special_idx[0],
                              input_ids=enc["input_ids"][0], logits=None if logits is None else logits[0])

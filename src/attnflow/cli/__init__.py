@@ -36,6 +36,7 @@ from attnflow.cli import explain_image as _explain_image  # noqa: E402,F401
 from attnflow.cli import perturbation as _perturbation  # noqa: E402,F401
 from attnflow.cli import reproduce as _reproduce  # noqa: E402,F401
 from attnflow.cli import view as _view  # noqa: E402,F401
+from attnflow.cli import generate as _generate  # noqa: E402,F401
 
 
 def main() -> None:

@@ -11,11 +11,12 @@ import typer
 from rich.console import Console
 
 from attnflow.cli import app
+from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.explain import explain as explain_text
 from attnflow.explanation_maps import explain_maps
-from attnflow.views.files import check_output, write_text
-from attnflow.views.heatmap import FORMATS, save_heatmaps
+from attnflow.views.files import write_text
+from attnflow.views.heatmap import save_heatmaps
 from attnflow.views.report import save_report
 from attnflow.views.table import method_table
 
@@ -25,6 +26,11 @@ class Method(str, Enum):
     flow = "flow"
     raw = "raw"
     all = "all"
+
+
+class CausalNorm(str, Enum):
+    keys = "keys"
+    sink = "sink"
 
 
 class Fusion(str, Enum):
@@ -38,7 +44,7 @@ def explain(
     text: str = typer.Argument(..., help="The input text, quoted."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Local model directory or hub id. Default: the bundled model."),
     method: Method = typer.Option(Method.rollout, help="raw attention, rollout, flow, or all three."),
-    target: str = typer.Option("cls", help="Position to explain: 'cls', 'last', or a token index (negative counts from the end)."),
+    target: Optional[str] = typer.Option(None, help="Position to explain: 'cls', 'last', or a token index (negative counts from the end). Default: 'last' for decoders, 'cls' otherwise."),
     residual: float = typer.Option(0.5, help="Weight of the residual connection: A = (1-r)W + rI."),
     head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
     top: int = typer.Option(5, min=1, help="How many top tokens to print."),
@@ -47,6 +53,7 @@ def explain(
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
     html_out: Optional[Path] = typer.Option(
         None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
+    causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
 
@@ -55,25 +62,22 @@ def explain(
 
         attnflow explain "the key to the cabinets" --method all --png out.png --html report.html
     """
-    if json_out is not None:
-        check_output(json_out, ("json",))
-    if png_out is not None:
-        check_output(png_out, FORMATS)
-    if html_out is not None:
-        check_output(html_out, ("html", "htm"))
+    check_outputs(json=json_out, png=png_out, html=html_out)
     chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
     maps = None
     with progress_bar("attention flow") as bar:
         if html_out is None:
             result = explain_text(text, model, method=method.value, target=target, residual=residual,
-                                  head_fusion=head_fusion.value, truncate=truncate, progress=bar)
+                                  head_fusion=head_fusion.value, truncate=truncate, progress=bar,
+                                  causal_norm=causal_norm.value if causal_norm else None)
             explanations = result if isinstance(result, list) else [result]
         else:
             # The report lets the reader click any token as the target, so it needs every target's
             # scores; raw and rollout come along for free and give the page something to switch to.
             wanted = tuple(m for m in ("raw", "rollout", "flow") if m in chosen or m != "flow")
             maps = explain_maps(text, model, methods=wanted, target=target, residual=residual,
-                                head_fusion=head_fusion.value, truncate=truncate, progress=bar)
+                                head_fusion=head_fusion.value, truncate=truncate, progress=bar,
+                                causal_norm=causal_norm.value if causal_norm else None)
             explanations = [maps.explanation(m) for m in chosen]
     console = Console()
     if explanations[0].prediction is not None:

@@ -9,11 +9,11 @@ import typer
 from rich.console import Console
 
 from attnflow.cli import app
+from attnflow.cli.outputs import check_outputs
 from attnflow.errors import AttnflowError
 from attnflow.explanation import Explanation
 from attnflow.explanation_maps import ExplanationMaps
-from attnflow.views.files import check_output
-from attnflow.views.heatmap import FORMATS, save_heatmaps
+from attnflow.views.heatmap import save_heatmaps
 from attnflow.views.report import load_result, save_report
 
 
@@ -33,10 +33,7 @@ def view(
     """
     if html_out is None and png_out is None:
         raise AttnflowError("say what to write: --html OUT.html and/or --png OUT.png")
-    if html_out is not None:
-        check_output(html_out, ("html", "htm"))
-    if png_out is not None:
-        check_output(png_out, FORMATS)
+    check_outputs(html=html_out, png=png_out)
     loaded = load_result(result)  # validated here, so a bad file never leaves an output behind
     explanations = None
     if isinstance(loaded, Explanation):

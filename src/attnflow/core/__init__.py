@@ -1,6 +1,6 @@
 """The pure core: residual augmentation, head fusion, raw attention, rollout, flow and gradient-weighted rollout.
 
-Imports numpy, torch, scipy and networkx only: no transformers, no plotting, no CLI.
+Imports numpy, torch, scipy, networkx and numba only: no transformers, no plotting, no CLI.
 """
 
 from attnflow.core.flow import flow

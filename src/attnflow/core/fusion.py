@@ -10,6 +10,8 @@ Conventions (pinned here, used everywhere):
   ``residual=0`` leaves ``W`` (rows re-normalised) unchanged.
 - padding: padded keys receive no attention (their columns are zeroed); a padded query row keeps only
   its self-loop so that it never feeds a real token.
+- receptive-field normalisation for decoders (``causal_norm``, off by default) is applied to the
+  fused ``W`` before the residual; see :mod:`attnflow.core.causal`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 
 import torch
 
+from attnflow.core.causal import check_causal_norm, normalize_causal
 from attnflow.errors import AttnflowError
 
 HEAD_FUSIONS = ("mean", "max", "min", None)
@@ -102,12 +105,15 @@ def add_residual(w: torch.Tensor, residual: float, mask: torch.Tensor | None = N
 
 
 def augmented(values: torch.Tensor, mask: torch.Tensor, *, residual: float, head_fusion: str | None,
-              discard_ratio: float = 0.0) -> torch.Tensor:
-    """The per-layer matrices of the attention graph: fuse heads, pad, discard, add the residual.
+              discard_ratio: float = 0.0, causal_norm: str | None = None) -> torch.Tensor:
+    """The per-layer matrices of the attention graph: fuse heads, pad, discard, normalise for the
+    receptive field (decoders, optional), add the residual.
 
     ``values``: ``(batch, layers, heads, n, n)`` -> ``(batch, layers, n, n)``
     (``(batch, layers, heads, n, n)`` when ``head_fusion`` is None).
     """
+    check_causal_norm(causal_norm)
     w = apply_padding(fuse_heads(values, head_fusion), mask)
     w = discard_lowest(w, discard_ratio, mask)
+    w = normalize_causal(w, causal_norm, mask)
     return add_residual(w, residual, mask)

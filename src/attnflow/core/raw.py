@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnflow.core.causal import normalize_causal
 from attnflow.core.fusion import apply_padding, fuse_heads
 from attnflow.core.inputs import as_stack
 
 
-def raw(attentions: Any, *, head_fusion: str | None = "mean", mask: Any = None) -> Any:
+def raw(attentions: Any, *, head_fusion: str | None = "mean", mask: Any = None,
+        causal_norm: str | None = None) -> Any:
     """Head-fused attention per layer.
 
     Parameters
@@ -21,6 +23,8 @@ def raw(attentions: Any, *, head_fusion: str | None = "mean", mask: Any = None) 
     head_fusion: ``"mean"`` | ``"max"`` | ``"min"`` | None (keep heads).
     mask: optional padding mask ``(n,)`` / ``(batch, n)``, True for real tokens; padded positions get
         zero rows and columns. Rows are not re-normalised (this is the raw weight).
+    causal_norm: None, ``"keys"`` or ``"sink"`` (see :mod:`attnflow.core.causal`), applied to the
+        fused weights; there is no residual here, so "keys" only rescales whole rows.
 
     Returns
     -------
@@ -28,4 +32,5 @@ def raw(attentions: Any, *, head_fusion: str | None = "mean", mask: Any = None) 
     axis for batched input; numpy in -> numpy out, torch in -> torch out.
     """
     stack = as_stack(attentions, mask)
-    return stack.out(apply_padding(fuse_heads(stack.values, head_fusion), stack.mask))
+    w = apply_padding(fuse_heads(stack.values, head_fusion), stack.mask)
+    return stack.out(normalize_causal(w, causal_norm, stack.mask))

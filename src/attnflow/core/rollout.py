@@ -36,7 +36,8 @@ def rollout_matrices(a: torch.Tensor, start_layer: int = 0) -> torch.Tensor:
 
 
 def rollout(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "mean",
-            discard_ratio: float = 0.0, start_layer: int = 0, mask: Any = None) -> Any:
+            discard_ratio: float = 0.0, start_layer: int = 0, mask: Any = None,
+            causal_norm: str | None = None) -> Any:
     """Attention rollout for every layer.
 
     Parameters
@@ -51,6 +52,8 @@ def rollout(attentions: Any, *, residual: float = 0.5, head_fusion: str | None =
     start_layer: 0-based layer where rolling out starts; layers below it are the identity.
     mask: optional padding mask, True for real tokens; padded positions never receive attention and
         their rows/columns in the result are 0.
+    causal_norm: receptive-field normalisation for decoders, None (default, the paper), ``"keys"``
+        or ``"sink"``; see :mod:`attnflow.core.causal`.
 
     Returns
     -------
@@ -63,7 +66,8 @@ def rollout(attentions: Any, *, residual: float = 0.5, head_fusion: str | None =
     if not isinstance(start_layer, int) or not (-n_layers <= start_layer < n_layers):
         raise AttnflowError(f"start_layer must be an integer layer index in [0, {n_layers}); got {start_layer!r}")
     start_layer %= n_layers
-    a = augmented(stack.values, stack.mask, residual=residual, head_fusion=head_fusion, discard_ratio=discard_ratio)
+    a = augmented(stack.values, stack.mask, residual=residual, head_fusion=head_fusion, discard_ratio=discard_ratio,
+                  causal_norm=causal_norm)
     if head_fusion is None:  # (batch, layers, heads, n, n): roll out heads separately
         r = rollout_matrices(a.transpose(1, 2), start_layer).transpose(1, 2)
     else:

@@ -10,7 +10,8 @@ Solvers (all return the same unnormalised values; see each module for its algori
 
 - ``"networkx"``: :mod:`.oracle`, the paper's semantics, one Edmonds-Karp per pair; the test oracle.
 - ``"scipy"``: :mod:`.scipy_pairs`, one integer-scaled scipy max-flow per pair (the peer baseline).
-- ``"auto"``: the fastest exact solver available.
+- ``"engine"``: :mod:`.engine`, warm-started push-relabel compiled with numba; exact, the default.
+- ``"auto"``: the fastest exact solver available (``"engine"``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from attnflow.core.flow import oracle, scipy_pairs
+from attnflow.core.flow import engine, oracle, scipy_pairs
 from attnflow.core.fusion import augmented
 from attnflow.core.inputs import as_stack
 from attnflow.errors import AttnflowError
@@ -28,6 +29,7 @@ from attnflow.errors import AttnflowError
 SOLVERS: dict[str, Callable[..., np.ndarray]] = {
     "networkx": oracle.solve,
     "scipy": scipy_pairs.solve,
+    "engine": engine.solve,
 }
 
 
@@ -58,7 +60,7 @@ def normalize_rows(values: np.ndarray) -> np.ndarray:
 
 def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "mean", positions: Any = None,
          layers: Any = None, normalize: bool = True, solver: str = "auto", mask: Any = None,
-         progress: Callable[[int, int], None] | None = None) -> Any:
+         progress: Callable[[int, int], None] | None = None, causal_norm: str | None = None) -> Any:
     """Attention flow from chosen (layer, position) nodes to every input token.
 
     Parameters
@@ -69,10 +71,12 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     positions: query positions (sources); all when None. Negative indices count from the end.
     layers: 0-based layer indices (``-1`` = top layer); all when None.
     normalize: divide each row by its sum (the paper's code does); False returns raw max-flow values.
-    solver: ``"auto"`` | ``"networkx"`` | ``"scipy"`` (see module docstring).
+    solver: ``"auto"`` | ``"engine"`` | ``"networkx"`` | ``"scipy"`` (see module docstring).
     mask: optional padding mask, True for real tokens; padded tokens are left out of the graph and
         their rows/columns in the result are 0.
     progress: optional ``progress(done_rows, total_rows)`` callback.
+    causal_norm: receptive-field normalisation for decoders (None, ``"keys"``, ``"sink"``), applied
+        to the capacities; see :mod:`attnflow.core.causal`.
 
     Returns
     -------
@@ -86,7 +90,7 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     solve = _solver(solver)
     if not isinstance(normalize, bool):
         raise AttnflowError(f"normalize must be True or False; got {normalize!r}")
-    a = augmented(stack.values, stack.mask, residual=residual, head_fusion=head_fusion)
+    a = augmented(stack.values, stack.mask, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
     a = a.detach().cpu().to(torch.float64).numpy()
     if head_fusion is None:
         a = a.transpose(0, 2, 1, 3, 4)  # (batch, heads, layers, n, n)

@@ -1,0 +1,78 @@
+"""``attnflow generate``: complete a prompt and show which prompt tokens each generated token draws on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from attnflow.capture import generate as generate_text
+from attnflow.capture import load_model
+from attnflow.cli import app
+from attnflow.cli.outputs import check_outputs
+from attnflow.cli.explain import CausalNorm
+from attnflow.errors import AttnflowError
+from attnflow.views.files import write_text
+
+
+@app.command()
+def generate(
+    prompt: str = typer.Argument(..., help="The prompt, quoted."),
+    model: str = typer.Option(..., "--model", "-m", help="Local causal LM directory or hub id."),
+    max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", help="How many tokens to generate at most."),
+    token: Optional[str] = typer.Option(None, help="Generated token to plot: 0-based index (negative from the end) or its text. Default: the first."),
+    top: int = typer.Option(3, min=1, help="How many prompt tokens to list per generated token."),
+    content_only: bool = typer.Option(False, "--content-only", help="Leave punctuation and very common words out of the ranking."),
+    sample: bool = typer.Option(False, help="Sample instead of greedy decoding."),
+    seed: int = typer.Option(0, help="Random seed for --sample."),
+    causal_norm: Optional[CausalNorm] = typer.Option(None, help="Receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
+    png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained interactive HTML report."),
+) -> None:
+    """Complete PROMPT and print, for each generated token, the prompt tokens its attention
+    rollout (mean over layers) lands on most. Rollout is tracked incrementally with the KV cache.
+
+        attnflow generate "The keys to the cabinet" --model DIR -n 5 --png out.png
+    """
+    import torch
+
+    if max_new_tokens < 1:
+        raise AttnflowError(f"--max-new-tokens must be a positive integer; got {max_new_tokens}")
+    if not prompt.strip():
+        raise AttnflowError("the prompt must be a non-empty string")
+    # Refuse bad output paths before the (slow) generation, so nothing is half done.
+    check_outputs(json=json_out, png=png_out, html=html_out)
+    lm, tokenizer = load_model(model, task="causal-lm")
+    torch.manual_seed(seed)
+    result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
+                           causal_norm=causal_norm.value if causal_norm else None)
+    index = result.token_index(token) if token is not None else 0  # before any file is written
+    console = Console()
+    line = Text(prompt, style="bold")
+    line.append(result.completion)
+    console.print(line, soft_wrap=True, highlight=False)
+    table = Table(title="rollout, mean over layers", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("token")
+    table.add_column(f"top {top} prompt tokens")
+    for i, piece in enumerate(result.generated_tokens):
+        # Tokens are escaped: a prompt with "[" must not be read as rich markup.
+        cells = "  ".join(f"{escape(repr(tok))} [dim]{score:.2f}[/dim]"
+                          for _, tok, score in result.top(i, top, content_only=content_only))
+        table.add_row(str(i), escape(repr(piece)), cells)
+    console.print(table)
+    if json_out is not None:
+        write_text(json_out, result.to_json())
+        console.print(f"wrote {json_out}")
+    if png_out is not None:
+        result.plot(str(png_out), token=index, content_only=content_only)
+        console.print(f"wrote {png_out}")
+    if html_out is not None:
+        result.to_html(str(html_out))
+        console.print(f"wrote {html_out}")
