@@ -83,3 +83,21 @@ def test_explain_refuses_bad_requests(minilm, kwargs, message):
 def test_missing_model_path_is_a_clear_error(tmp_path):
     with pytest.raises(AttnflowError, match="does not exist"):
         attnflow.load_model(str(tmp_path / "nope"))
+
+
+def test_tokens_read_as_text_for_byte_level_and_as_pieces_for_wordpiece(minilm):
+    from attnflow.capture.text import token_strings
+
+    model, tokenizer = minilm
+    ids = tokenizer("unbelievably", add_special_tokens=False)["input_ids"]
+    assert token_strings(tokenizer, ids) == tokenizer.convert_ids_to_tokens(ids)  # keeps the ## marks
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(vocab={"Ġ": 0, "a": 1, "b": 2, "Ġa": 3}, merges=[("Ġ", "a")]))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=bpe)
+    ids = fast("b a")["input_ids"]
+    assert fast.convert_ids_to_tokens(ids) == ["b", "Ġa"]
+    assert token_strings(fast, ids) == ["b", " a"]

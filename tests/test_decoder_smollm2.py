@@ -64,7 +64,7 @@ def test_capture_is_causal_and_explain_defaults_to_last(smollm2):
     f = np.asarray(attnflow.flow(maps, positions=[2], layers=[0, -1]))
     assert np.all(f[..., 3:] == 0.0)  # position 2 cannot reach later tokens
     expl = attnflow.explain(PROMPT, model, tokenizer=tokenizer, method="rollout")
-    assert expl.target == 4 and expl.tokens[4] == "Ġcabinet"
+    assert expl.target == 4 and expl.tokens[4] == " cabinet"
     with pytest.raises(attnflow.AttnflowError, match="decoders have no CLS"):
         attnflow.explain(PROMPT, model, tokenizer=tokenizer, target="cls")
 

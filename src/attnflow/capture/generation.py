@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from attnflow.capture.load import ensure_eager, load_model
-from attnflow.capture.text import encode, is_causal, max_length
+from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.core.incremental import IncrementalRollout
 from attnflow.errors import AttnflowError
 from attnflow.generation import Generation
@@ -115,10 +115,9 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         raise AttnflowError(f"expected {n_new} forward steps for {n_new} new tokens; saw {tracker.n - m + 1}")
     rows = torch.zeros(n_new, tracker.rows.shape[0], m + n_new, dtype=torch.float64)
     rows[:, :, : m + n_new - 1] = tracker.rows[:, m - 1:, :].transpose(0, 1)
-    pieces = lambda ids: [tokenizer.decode([i]) for i in ids]
     return Generation(
-        model=str(name), prompt=prompt, prompt_tokens=pieces(enc["input_ids"][0].tolist()),
-        generated_tokens=pieces(new_ids), completion=tokenizer.decode(new_ids, skip_special_tokens=True),
+        model=str(name), prompt=prompt, prompt_tokens=token_strings(tokenizer, enc["input_ids"][0].tolist()),
+        generated_tokens=token_strings(tokenizer, new_ids), completion=tokenizer.decode(new_ids, skip_special_tokens=True),
         rows=rows.numpy(), generated_ids=new_ids,
         params={"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm,
                 "do_sample": bool(kwargs["do_sample"])},

@@ -18,6 +18,17 @@ def is_causal(model: Any) -> bool:
     return bool(getattr(model.config, "is_decoder", False)) or "CausalLM" in name or "LMHeadModel" in name
 
 
+def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
+    """How tokens are shown: WordPiece/word-level vocabularies as their entries (``##ing`` marks a
+    word piece), byte-level BPE and SentencePiece decoded one id at a time (``' cabinet'`` rather
+    than ``'Ġcabinet'``), so that spaces read as spaces."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    kind = type(backend.model).__name__ if backend is not None else ""
+    if kind in ("WordPiece", "WordLevel") or not hasattr(tokenizer, "decode"):
+        return tokenizer.convert_ids_to_tokens(ids)
+    return [tokenizer.decode([i]) for i in ids]
+
+
 def max_length(model: Any, tokenizer: Any) -> int | None:
     """The longest input the model takes: position embeddings, or the tokenizer's limit if smaller."""
     limits = []
@@ -91,7 +102,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
         raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
     stacked = torch.stack([a.float().cpu() for a in attentions], dim=1)  # (batch, layers, heads, n, n)
     mask = enc["attention_mask"].bool()
-    tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in enc["input_ids"].tolist()]
+    tokens = [token_strings(tokenizer, ids) for ids in enc["input_ids"].tolist()]
     special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]
     logits = getattr(out, "logits", None)
     logits = logits.detach().float().cpu() if logits is not None else None
