@@ -160,7 +160,7 @@ def _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big):
                     low = dv
                     arc = i
                     if dv <= floor:
-                        return (big if low + 1 >= big else low + 1), arc
+                        return min(big, low + 1), arc
     if m + 1 < top:
         for i in range(cnt[m + 1]):
             p = pos[m + 1, i]
@@ -171,7 +171,7 @@ def _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big):
                     arc = base + i
                     if dv <= floor:
                         break
-    return (big if low + 1 >= big else low + 1), arc
+    return min(big, low + 1), arc
 
 
 @njit(cache=True)
