@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import attnflow  # noqa: E402
-from attnflow.core.flow import oracle, scipy_pairs  # noqa: E402
+from attnflow.core.flow import engine, oracle, scipy_pairs  # noqa: E402
 from attnflow.core.fusion import augmented  # noqa: E402
 
 TEXT = ("The quick brown fox jumps over the lazy dog while the cat, who had seen it all before, "
@@ -156,6 +156,10 @@ def main() -> None:
 
     warm = random_attention(rng, 2, 4)
     _, t_warm = ours(warm, None, None)
+    serial_work, engine.SERIAL_WORK = engine.SERIAL_WORK, 0  # load the thread-pool path's code too
+    _, t_pool = ours(warm, None, None)
+    engine.SERIAL_WORK = serial_work
+    t_warm = t_warm + t_pool
     print(f"numba threads: {numba.get_num_threads()}; torch threads: 1; warm-up call (numba compile or cache "
           f"load, excluded from every timing): {t_warm[0]:.2f} s")
     print("load average before (1/5/15 min; other jobs share these cores): "

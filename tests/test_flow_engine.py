@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -156,3 +161,35 @@ def test_progress_counts_every_row_and_ctrl_c_propagates() -> None:
     # A run after the interruption is unaffected: no state survives between calls.
     np.testing.assert_allclose(attnflow.flow(w, normalize=False), attnflow.flow(w, normalize=False, solver="networkx"),
                                rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("kind", ["stochastic", "dense", "ties", "sparse"])
+def test_relabel_heavy_rows_match_oracle(kind: str) -> None:
+    # Wider graphs than the seeded ones: each sink needs hundreds of relabels, so the relabel
+    # scan's early stop (first neighbour at label + 1) and its current-arc hand-off are exercised
+    # far from the trivial cases; a wrong minimum would give a wrong label and a wrong flow.
+    rng = np.random.default_rng(11)
+    for layers, n in [(4, 24), (6, 16)]:
+        a = capacities(rng, layers, n, kind)
+        layer_idx, pos_idx = np.array([layers - 1]), np.array([0, n - 1])
+        np.testing.assert_allclose(engine.solve(a, layer_idx, pos_idx), oracle.solve(a, layer_idx, pos_idx),
+                                   rtol=0, atol=TOL)
+
+
+def test_flow_leaves_torch_thread_count_alone() -> None:
+    # numba's OpenMP layer shares the runtime with torch, and starting it (once per process, hence
+    # a fresh interpreter) reset torch's thread count behind the caller's back, which also slowed
+    # every later small torch op on a busy machine.
+    code = (
+        "import numpy as np, torch, attnflow\n"
+        "from attnflow.core.flow import engine\n"
+        "engine.SERIAL_WORK = 0\n"  # take the thread-pool path
+        "torch.set_num_threads(1)\n"
+        "w = np.random.default_rng(5).dirichlet(np.ones(6), size=(3, 2, 6))\n"
+        "attnflow.flow(w, layers=[-1], positions=[0])\n"
+        "print(torch.get_num_threads())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(attnflow.__file__).parents[1]),
+                                                                  os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "1"

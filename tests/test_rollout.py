@@ -116,6 +116,10 @@ def test_rollout_rows_are_distributions(att, residual, fusion):
 
 @pytest.mark.parametrize("bad, message", [
     (np.full((2, 1, 3, 3), np.nan), "NaN"),
+    (np.where(np.eye(3) > 0, np.nan, 0.5)[None, None], "NaN"),  # one NaN per row among valid weights
+    (np.where(np.eye(3) > 0, np.inf, 0.5)[None, None], "infinite"),
+    (np.where(np.eye(3) > 0, -np.inf, 0.5)[None, None], "infinite"),
+    (np.where(np.eye(3) > 0, np.nan, -0.5)[None, None], "NaN"),  # NaN is reported before negatives
     (-np.ones((2, 1, 3, 3)), "non-negative"),
     (np.ones((2, 3, 3)), "expected attentions of shape"),
     (np.ones((2, 1, 3, 4)), "square"),

@@ -50,6 +50,8 @@ def fuse_heads(values: torch.Tensor, head_fusion: str | None) -> torch.Tensor:
 
 def apply_padding(w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Zero attention to and from padded positions. ``w``: ``(batch, ..., n, n)``; ``mask``: ``(batch, n)``."""
+    if bool(mask.all()):  # nothing padded: multiplying by ones would only cost two passes
+        return w
     shape = (mask.shape[0],) + (1,) * (w.dim() - 3) + (mask.shape[1],)
     keys = mask.reshape(shape).unsqueeze(-2).to(w.dtype)  # (batch, ..., 1, n)
     queries = mask.reshape(shape).unsqueeze(-1).to(w.dtype)  # (batch, ..., n, 1)
@@ -94,14 +96,20 @@ def add_residual(w: torch.Tensor, residual: float, mask: torch.Tensor | None = N
     """
     check_residual(residual)
     n = w.shape[-1]
-    eye = torch.eye(n, dtype=w.dtype, device=w.device)
-    a = (1.0 - residual) * w + residual * eye
-    if mask is not None:
+    # In place on one new tensor (the same values, bit for bit, as (1 - r) W + r I then a division):
+    # these passes otherwise cost as much as the flow solve of a single row.
+    a = w * (1.0 - residual)
+    a.diagonal(dim1=-2, dim2=-1).add_(residual)
+    if mask is not None and not bool(mask.all()):
+        eye = torch.eye(n, dtype=w.dtype, device=w.device)
         shape = (mask.shape[0],) + (1,) * (w.dim() - 3) + (n,)
         padded_rows = ~mask.reshape(shape).unsqueeze(-1)  # (batch, ..., n, 1)
         a = torch.where(padded_rows, eye.expand_as(a), a)
     sums = a.sum(dim=-1, keepdim=True)
-    return torch.where(sums > 0, a / torch.where(sums > 0, sums, torch.ones_like(sums)), a)
+    positive = sums > 0
+    if bool(positive.all()):
+        return a.div_(sums)
+    return torch.where(positive, a / torch.where(positive, sums, torch.ones_like(sums)), a)
 
 
 def augmented(values: torch.Tensor, mask: torch.Tensor, *, residual: float, head_fusion: str | None,

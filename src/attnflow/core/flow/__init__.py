@@ -107,7 +107,25 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
             progress(done[0], total)
 
     out = np.zeros((batch, a.shape[1], len(layer_idx), len(pos_idx), n))
-    for b in range(batch):
+    # numba's OpenMP threading layer shares the OpenMP runtime with torch, and starting it resets
+    # torch's intra-op thread count to numba's: a caller's torch.set_num_threads(1) would be lost,
+    # and on a busy machine every later small torch op then waits ~8 ms for a second thread.
+    torch_threads = torch.get_num_threads()
+    try:
+        _solve_all(solve, a, mask_np, layer_idx, pos_idx, out, tick)
+    finally:
+        if torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
+    if normalize:
+        out = normalize_rows(out)
+    out = out.transpose(0, 2, 1, 3, 4) if head_fusion is None else out[:, 0]
+    return stack.out(out)
+
+
+def _solve_all(solve, a, mask_np, layer_idx, pos_idx, out, tick) -> None:
+    """Fill ``out`` (batch, heads, layers, positions, n) row block by row block, padding removed."""
+    n = a.shape[-1]
+    for b in range(a.shape[0]):
         real = np.flatnonzero(mask_np[b])
         new_index = -np.ones(n, dtype=np.int64)
         new_index[real] = np.arange(len(real))
@@ -123,7 +141,3 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
             skipped = (len(pos_idx) - len(sub_pos)) * len(layer_idx)
             if skipped:
                 tick(skipped)
-    if normalize:
-        out = normalize_rows(out)
-    out = out.transpose(0, 2, 1, 3, 4) if head_fusion is None else out[:, 0]
-    return stack.out(out)

@@ -3,11 +3,15 @@
 Algorithm. Input nodes ``(0, j)`` have no outgoing edges, so the flow from a source
 ``s = (top, q)`` to ``(0, j)`` only uses layers ``1..top`` plus the sink's in-edges
 ``(1, k) -> (0, j)`` of capacity ``A_1[k, j]``. For each source we keep one preflow on the shared
-upper layers (dense per-layer arrays ``F[l, q, k]``, restricted to the nodes reachable from ``s``:
-causal attention makes that set small) and swap only the sink. Each sink is solved with
-highest-label push-relabel, phase one only (a maximum *preflow*), with current arcs, the gap
-heuristic and breadth-first global relabelling when relabels pile up. Between sinks, the flow that
-entered the old sink is handed back as excess to the layer-1 nodes it came through, and the
+upper layers (dense per-layer arrays of residual capacities, one per direction so that every scan
+of a node's arcs reads a contiguous row, restricted to the nodes reachable from ``s``: causal
+attention makes that set small) and swap only the sink. Each sink is solved with highest-label
+push-relabel, phase one only (a maximum *preflow*), with current arcs, the gap heuristic and
+breadth-first global relabelling when relabels pile up. Labels keep the parity of their layer (every
+arc joins adjacent layers), so a node being relabelled, which has no admissible arc, has no residual
+neighbour below ``label + 1``: the relabel scan stops at the first neighbour with that label, and
+that arc becomes the current arc (no earlier arc is admissible at the new label). Between sinks,
+the flow that entered the old sink is handed back as excess to the layer-1 nodes it came through, and the
 preflow is the warm start for the new sink. Every residual arc joins adjacent layers, so
 ``label = layer`` is always a valid labelling: each sink starts from it for free and excess first
 runs straight down. A sink stops as soon as all its in-arcs are saturated (the sink alone is then
@@ -24,8 +28,11 @@ starts make a typical sink cost a few thousand pushes, so a full map costs far l
 
 Why it is exact. No epsilon is used. Every push moves ``delta = min(excess, residual)``: when the
 residual is the minimum the flow is *assigned* the capacity (or 0 on a reverse arc), so the arc is
-saturated exactly; otherwise the excess is *assigned* 0. The combinatorial bounds on saturating
-and non-saturating pushes therefore hold in floating point, and the loop terminates. At the end
+saturated exactly (its residual is *assigned* 0 and its reverse residual the capacity; a reverse
+arc emptied likewise gets 0 and the capacity); otherwise the excess is *assigned* 0. A residual
+reaches 0 only by such an assignment (``r - e`` with ``e < r`` is never 0 in floating point), so a
+saturated arc carries exactly its capacity and an emptied one exactly 0. The combinatorial bounds
+on saturating and non-saturating pushes therefore hold in floating point, and the loop terminates. At the end
 no node that can still reach the sink holds excess (or every sink arc is saturated), so the nodes
 that can reach the sink in the residual graph form a cut whose forward arcs carry exactly their
 capacity and whose backward arcs carry exactly 0: the sink's inflow equals that cut's capacity up
@@ -71,9 +78,9 @@ def _reachable(a, top, q0):
 
 
 @njit(cache=True)
-def _global_relabel(a, F, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount):
+def _global_relabel(rdn, rup, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount):
     """Exact distances to the sink in the residual graph (``big``: cannot reach it)."""
-    n = a.shape[1]
+    n = rdn.shape[1]
     for m in range(1, top):
         for i in range(cnt[m]):
             d[m * n + pos[m, i]] = big
@@ -93,14 +100,14 @@ def _global_relabel(a, F, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, l
         if m + 1 < top:  # forward arcs (m+1, p) -> (m, k) with residual capacity
             for i in range(cnt[m + 1]):
                 u = (m + 1) * n + pos[m + 1, i]
-                if d[u] == big and F[m, pos[m + 1, i], k] < a[m, pos[m + 1, i], k]:
+                if d[u] == big and rdn[m, pos[m + 1, i], k] > 0.0:
                     d[u] = dv
                     queue[tail] = u
                     tail += 1
         if m > 1:  # reverse arcs (m-1, r) -> (m, k): flow on (m, k) -> (m-1, r)
             for i in range(cnt[m - 1]):
                 u = (m - 1) * n + pos[m - 1, i]
-                if d[u] == big and F[m - 1, k, pos[m - 1, i]] > 0.0:
+                if d[u] == big and rup[m - 1, pos[m - 1, i], k] > 0.0:
                     d[u] = dv
                     queue[tail] = u
                     tail += 1
@@ -126,29 +133,49 @@ def _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount):
 
 
 @njit(cache=True)
-def _relabel(a, F, fs, cs, top, pos, cnt, d, u, big):
-    """New label of ``u``: one more than its lowest residual neighbour (``big`` if none)."""
-    n = a.shape[1]
+def _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big):
+    """New label of ``u``, one more than its lowest residual neighbour (``big`` if none), and the
+    index of the first arc to that neighbour (the next current arc).
+
+    ``u`` has no admissible arc, so every residual neighbour has a label ``>= d[u]``; labels have
+    the parity of their layer and neighbours lie in adjacent layers, so that means ``>= d[u] + 1``.
+    The first neighbour at exactly ``d[u] + 1`` is therefore the minimum: stop scanning there.
+    """
+    n = rdn.shape[1]
     m, q = u // n, u % n
+    floor = d[u] + 1
     low = big
+    arc = 0
     if m == 1:
         if fs[q] < cs[q]:
-            low = 0
+            return 1, 0
+        base = 1
     else:
+        base = cnt[m - 1]
         for i in range(cnt[m - 1]):
             k = pos[m - 1, i]
-            if F[m - 1, q, k] < a[m - 1, q, k]:
-                low = min(low, d[(m - 1) * n + k])
+            if rdn[m - 1, q, k] > 0.0:
+                dv = d[(m - 1) * n + k]
+                if dv < low:
+                    low = dv
+                    arc = i
+                    if dv <= floor:
+                        return min(big, low + 1), arc
     if m + 1 < top:
         for i in range(cnt[m + 1]):
             p = pos[m + 1, i]
-            if F[m, p, q] > 0.0:
-                low = min(low, d[(m + 1) * n + p])
-    return big if low + 1 >= big else low + 1
+            if rup[m, q, p] > 0.0:
+                dv = d[(m + 1) * n + p]
+                if dv < low:
+                    low = dv
+                    arc = base + i
+                    if dv <= floor:
+                        break
+    return min(big, low + 1), arc
 
 
 @njit(cache=True)
-def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount):
+def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount):
     """Highest-label push-relabel until no node below ``big`` has excess."""
     n = a.shape[1]
     # Once every sink arc is saturated the sink side {sink} is a minimum cut: stop there instead of
@@ -180,8 +207,8 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt,
             c = cur[u]
             if c == ndown + nup:
                 old = d[u]
-                new = _relabel(a, F, fs, cs, top, pos, cnt, d, u, big)
-                cur[u] = 0
+                new, arc = _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big)
+                cur[u] = arc  # arcs before it are not admissible at the new label
                 relabels += 1
                 lcount[old] -= 1
                 d[u] = big  # u is counted at its new label only once we know there is no gap
@@ -218,15 +245,17 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt,
             elif c < ndown:
                 k = pos[m - 1, c]
                 v = (m - 1) * n + k
-                r = a[m - 1, q, k] - F[m - 1, q, k]
-                if du == d[v] + 1 and r > 0.0:
+                r = rdn[m - 1, q, k]
+                if r > 0.0 and du == d[v] + 1:
                     was_idle = ex[v] == 0.0
-                    if ex[u] >= r:
-                        F[m - 1, q, k] = a[m - 1, q, k]
+                    if ex[u] >= r:  # saturate: the flow is assigned the capacity exactly
+                        rdn[m - 1, q, k] = 0.0
+                        rup[m - 1, k, q] = a[m - 1, q, k]
                         ex[u] -= r
                         ex[v] += r
                     else:
-                        F[m - 1, q, k] += ex[u]
+                        rdn[m - 1, q, k] = r - ex[u]
+                        rup[m - 1, k, q] += ex[u]
                         ex[v] += ex[u]
                         ex[u] = 0.0
                     if was_idle:
@@ -238,15 +267,17 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt,
             else:
                 p = pos[m + 1, c - ndown]
                 v = (m + 1) * n + p
-                r = F[m, p, q]
-                if du == d[v] + 1 and r > 0.0:
+                r = rup[m, q, p]
+                if r > 0.0 and du == d[v] + 1:
                     was_idle = ex[v] == 0.0
-                    if ex[u] >= r:
-                        F[m, p, q] = 0.0
+                    if ex[u] >= r:  # cancel all the flow: it is assigned 0 exactly
+                        rup[m, q, p] = 0.0
+                        rdn[m, p, q] = a[m, p, q]
                         ex[u] -= r
                         ex[v] += r
                     else:
-                        F[m, p, q] -= ex[u]
+                        rup[m, q, p] = r - ex[u]
+                        rdn[m, p, q] += ex[u]
                         ex[v] += ex[u]
                         ex[u] = 0.0
                     if was_idle:
@@ -257,7 +288,7 @@ def _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt,
                         break
             cur[u] = c + 1
         if relabels > big:  # labels drift from distances: recompute them exactly
-            highest = _global_relabel(a, F, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount)
+            highest = _global_relabel(rdn, rup, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount)
             cur[:] = 0
             relabels = 0
     return
@@ -277,7 +308,11 @@ def _source_row(a, top, q0, part, parts, out):
     big = 2
     for m in range(1, top):
         big += cnt[m]
-    F = np.zeros((top, n, n))
+    # Residual capacities, both directions, so that every scan reads a contiguous row:
+    # rdn[m - 1, q, k] for the arc (m, q) -> (m - 1, k) and rup[m, q, p] for its reverse
+    # (m, q) -> (m + 1, p), which is the flow on (m + 1, p) -> (m, q).
+    rdn = a[:top].copy()
+    rup = np.zeros((top, n, n))
     ex = np.zeros(size)
     d = np.zeros(size, np.int64)
     cur = np.zeros(size, np.int64)
@@ -289,7 +324,8 @@ def _source_row(a, top, q0, part, parts, out):
     cs = np.zeros(n)
     for i in range(cnt[top - 1]):  # saturate the source's arcs once: phase one never undoes them
         k = pos[top - 1, i]
-        F[top - 1, q0, k] = a[top - 1, q0, k]
+        rdn[top - 1, q0, k] = 0.0
+        rup[top - 1, k, q0] = a[top - 1, q0, k]
         ex[(top - 1) * n + k] = a[top - 1, q0, k]
     for i0 in range(cnt[0]):
         j = pos[0, i0]
@@ -300,7 +336,7 @@ def _source_row(a, top, q0, part, parts, out):
             ex[n + k] += fs[k]
             fs[k] = 0.0
             cs[k] = a[0, k, j]
-        _max_preflow(a, F, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount)
+        _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount)
         total = 0.0
         for i in range(cnt[1]):
             total += fs[pos[1, i]]
