@@ -8,12 +8,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+from cli_runner import run_cli
 
 import attnflow
-from attnflow.cli import main
 
 
-def run_cli(*args, cwd=None):
+def run_subprocess(*args, cwd=None):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     return subprocess.run([sys.executable, "-m", "attnflow", *args], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=300)
@@ -22,7 +22,7 @@ def run_cli(*args, cwd=None):
 def test_explain_json_equals_rollout_on_the_models_own_attentions(tmp_path, minilm, minilm_path):
     out = tmp_path / "r.json"
     png = tmp_path / "r.png"
-    result = run_cli("explain", "The keys to the cabinet are here", "--model", minilm_path,
+    result = run_subprocess("explain", "The keys to the cabinet are here", "--model", minilm_path,
                      "--method", "rollout", "--json", str(out), "--png", str(png))
     assert result.returncode == 0, result.stderr
     assert "rollout" in result.stdout and "[CLS]" in result.stdout
@@ -40,7 +40,7 @@ def test_explain_json_equals_rollout_on_the_models_own_attentions(tmp_path, mini
 
 def test_method_all_writes_one_object_per_method(tmp_path, minilm_path):
     out = tmp_path / "all.json"
-    result = run_cli("explain", "the key to the cabinets", "--model", minilm_path, "--method", "all",
+    result = run_subprocess("explain", "the key to the cabinets", "--model", minilm_path, "--method", "all",
                      "--target", "last", "--json", str(out))
     assert result.returncode == 0, result.stderr
     data = json.loads(out.read_text())
@@ -51,18 +51,10 @@ def test_method_all_writes_one_object_per_method(tmp_path, minilm_path):
 
 
 def test_help_teaches():
-    result = run_cli("explain", "--help")
+    result = run_subprocess("explain", "--help")
     assert result.returncode == 0
     for word in ("--method", "--target", "--json", "--png", "rollout", "flow"):
         assert word in result.stdout
-
-
-def call_main(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["attnflow", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -80,7 +72,7 @@ def test_bad_input_is_one_line_nonzero_and_writes_nothing(monkeypatch, capsys, t
         args = [*args, "--model", minilm_path]
     if "--json" not in args:
         args = [*args, "--json", "ok.json"]
-    code, _, err = call_main(monkeypatch, capsys, *args)
+    code, _, err = run_cli(monkeypatch, capsys, *args)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("attnflow: error:") and message in err
     assert "Traceback" not in err
@@ -89,6 +81,6 @@ def test_bad_input_is_one_line_nonzero_and_writes_nothing(monkeypatch, capsys, t
 
 def test_unknown_method_is_rejected_by_the_parser(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
-    code, _, err = call_main(monkeypatch, capsys, "explain", "hello", "--method", "saliency", "--json", "x.json")
+    code, _, err = run_cli(monkeypatch, capsys, "explain", "hello", "--method", "saliency", "--json", "x.json")
     assert code == 2 and "saliency" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []

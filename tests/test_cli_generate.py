@@ -4,24 +4,11 @@ point (in-process, so the model directory is reloaded but Python is not restarte
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-
-from attnflow.cli import main
+from cli_runner import run_cli
 
 SUNNY = "Context: It is sunny today, which is bad. Q: How is the weather today? A: It is"
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["attnflow", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_generate_end_to_end_writes_json_and_png(monkeypatch, capsys, tmp_path, smollm2_dir):

@@ -6,23 +6,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+from cli_runner import run_cli
 from PIL import Image
 
-from attnflow.cli import main
 from attnflow.models.train_digits_vit import digits_split
 
 torch.set_num_threads(1)
-
-
-def run(argv, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["attnflow", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -36,8 +25,7 @@ def digit_png(tmp_path):
 @pytest.mark.parametrize("method", ["raw", "rollout", "flow", "grad-rollout"])
 def test_explain_image_writes_png(digit_png, tmp_path, method, monkeypatch, capsys):
     out_png = tmp_path / "out.png"
-    code, out, err = run(["explain-image", str(digit_png), "--method", method, "--png", str(out_png)],
-                         monkeypatch, capsys)
+    code, out, err = run_cli(monkeypatch, capsys, "explain-image", str(digit_png), "--method", method, "--png", str(out_png))
     assert code in (0, None), err
     assert "prediction 2" in out and f"wrote {out_png}" in out
     with Image.open(out_png) as img:
@@ -56,7 +44,7 @@ def test_explain_image_errors(case, digit_png, tmp_path, monkeypatch, capsys):
     out_png = tmp_path / "out.png"
     if "--png" not in args:
         args += ["--png", str(out_png)]
-    code, out, err = run(["explain-image", *args], monkeypatch, capsys)
+    code, out, err = run_cli(monkeypatch, capsys, "explain-image", *args)
     assert code == 2
     assert err.startswith("attnflow: error: ") and err.count("\n") == 1, err
     assert not out_png.exists() and not (tmp_path / "x.jpg").exists()
@@ -64,12 +52,12 @@ def test_explain_image_errors(case, digit_png, tmp_path, monkeypatch, capsys):
 
 def test_evaluate_perturbation_cli(tmp_path, monkeypatch, capsys):
     png, table = tmp_path / "p.png", tmp_path / "p.csv"
-    code, out, err = run(["evaluate-perturbation", "--limit", "20", "--method", "rollout", "--method", "random",
-                          "--png", str(png), "--csv", str(table)], monkeypatch, capsys)
+    code, out, err = run_cli(monkeypatch, capsys, "evaluate-perturbation", "--limit", "20", "--method", "rollout", "--method", "random",
+                          "--png", str(png), "--csv", str(table))
     assert code in (0, None), err
     assert "rollout" in out and "random" in out and png.stat().st_size > 0
     assert table.read_text().startswith("method,order,fraction_removed,accuracy,auc")
-    code, out, err = run(["evaluate-perturbation", "--method", "lime"], monkeypatch, capsys)
+    code, out, err = run_cli(monkeypatch, capsys, "evaluate-perturbation", "--method", "lime")
     assert code == 2 and "methods must be among" in err
 
 

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from attnflow import Explanation
-from attnflow.cli import main
-
-
-def call_main(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["attnflow", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
 
 
 def _embedded(path) -> dict:
@@ -28,7 +19,7 @@ def _embedded(path) -> dict:
 
 def test_explain_html_holds_every_target_and_the_printed_numbers(monkeypatch, capsys, tmp_path, minilm_path):
     out, js = tmp_path / "r.html", tmp_path / "r.json"
-    code, _, err = call_main(monkeypatch, capsys, "explain", "The keys to the cabinet", "--model", minilm_path,
+    code, _, err = run_cli(monkeypatch, capsys, "explain", "The keys to the cabinet", "--model", minilm_path,
                              "--method", "flow", "--html", str(out), "--json", str(js))
     assert code in (0, None), err
     data, saved = _embedded(out), json.loads(js.read_text())
@@ -45,7 +36,7 @@ def test_view_turns_explain_json_into_a_report_and_a_figure(monkeypatch, capsys,
     saved = [Explanation(tokens, rng.dirichlet(np.ones(4), size=3), m, 0).to_dict() for m in ("raw", "rollout")]
     result = tmp_path / "r.json"
     result.write_text(json.dumps(saved))
-    code, _, err = call_main(monkeypatch, capsys, "view", str(result), "--html", str(tmp_path / "v.html"),
+    code, _, err = run_cli(monkeypatch, capsys, "view", str(result), "--html", str(tmp_path / "v.html"),
                                "--png", str(tmp_path / "v.png"))
     assert code in (0, None), err
     data = _embedded(tmp_path / "v.html")
@@ -60,7 +51,7 @@ def test_view_renders_a_generation_result(monkeypatch, capsys, tmp_path):
            "rows": [[[0.4, 0.6, 0.0], [0.5, 0.5, 0.0]]]}
     result = tmp_path / "g.json"
     result.write_text(json.dumps(gen))
-    code, _, err = call_main(monkeypatch, capsys, "view", str(result), "--html", str(tmp_path / "g.html"))
+    code, _, err = run_cli(monkeypatch, capsys, "view", str(result), "--html", str(tmp_path / "g.html"))
     assert code in (0, None), err
     assert _embedded(tmp_path / "g.html")["generated_tokens"] == [" c"]
 
@@ -81,7 +72,7 @@ def test_bad_input_is_one_line_nonzero_and_writes_nothing(monkeypatch, capsys, t
     if content is not None:
         (tmp_path / "r.json").write_text(content)
     before = sorted(p.name for p in tmp_path.iterdir())
-    code, _, err = call_main(monkeypatch, capsys, "view", "r.json", *args)
+    code, _, err = run_cli(monkeypatch, capsys, "view", "r.json", *args)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("attnflow: error:") and message in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -5,11 +5,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from oracles import naive_augment, random_attention
+from test_rollout import HAND
 
 import attnflow
 from attnflow import AttnflowError
-from oracles import naive_augment, random_attention
-from test_rollout import HAND
 
 # Solvers other than the exact oracle are compared at this tolerance; scipy scales capacities to
 # integers (2**24), so it is only close. Exact solvers get their own 1e-9 tests.

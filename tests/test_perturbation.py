@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow.evaluation.perturbation import Curve, perturbation_curves, removal_order, remove_patches
+from attnflow.evaluation.perturbation import (
+    Curve,
+    perturbation_curves,
+    removal_order,
+    remove_patches,
+)
 
 torch.set_num_threads(1)
 
@@ -66,7 +71,11 @@ def test_auc_is_the_trapezoid_rule():
 
 def test_digits_end_to_end_small(tmp_path):
     from attnflow.evaluation.digits import evaluate_perturbation
-    from attnflow.views.perturbation import curves_table, save_curves_csv, save_curves_plot
+    from attnflow.views.perturbation import (
+        curves_table,
+        save_curves_csv,
+        save_curves_plot,
+    )
 
     curves = evaluate_perturbation(limit=30, methods=("rollout", "grad-rollout", "random"))
     assert {(c.method, c.order) for c in curves} == {(m, o) for m in ("rollout", "grad-rollout", "random")

@@ -4,10 +4,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from oracles import naive_augment, naive_rollout, random_attention
 
 import attnflow
 from attnflow import AttnflowError
-from oracles import naive_augment, naive_rollout, random_attention
 
 # The hand-worked 3-token, 2-layer example (one head, residual 0.5); see test_flow.py for its flow.
 W1 = np.array([[1.0, 0, 0], [1, 0, 0], [0, 1, 0]])

@@ -1,0 +1,19 @@
+"""Run the attnflow command line in-process, as the console script does (errors included)."""
+
+from __future__ import annotations
+
+import sys
+
+from attnflow.cli import main
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """``attnflow ARGS...`` -> (exit status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["attnflow", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
