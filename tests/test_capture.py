@@ -83,6 +83,8 @@ def test_explain_refuses_bad_requests(minilm, kwargs, message):
 def test_missing_model_path_is_a_clear_error(tmp_path):
     with pytest.raises(AttnflowError, match="does not exist"):
         attnflow.load_model(str(tmp_path / "nope"))
+    with pytest.raises(AttnflowError, match="no config.json"):
+        attnflow.load_model(str(tmp_path))
 
 
 def test_tokens_read_as_text_for_byte_level_and_as_pieces_for_wordpiece(minilm):

@@ -70,6 +70,8 @@ def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[An
     name = path_or_id or default_model_path()
     if not Path(name).exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
         raise AttnflowError(f"model path {name!r} does not exist")
+    if Path(name).is_dir() and not (Path(name) / "config.json").is_file():
+        raise AttnflowError(f"{name!r} is not a Hugging Face model folder: it has no config.json")
     arch = _architecture(name)
     if task == "auto":
         task = ("classification" if "SequenceClassification" in arch
