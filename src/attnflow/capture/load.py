@@ -58,6 +58,15 @@ def _architecture(path_or_id: str) -> str:
     return ""
 
 
+def check_model_path(name: str) -> None:
+    """Refuse, with a sentence, a model path that cannot be a model: a missing path (anything that looks
+    like a path rather than an ``owner/name`` hub id) or a folder without ``config.json``."""
+    if not Path(name).exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
+        raise AttnflowError(f"model path {name!r} does not exist")
+    if Path(name).is_dir() and not (Path(name) / "config.json").is_file():
+        raise AttnflowError(f"{name!r} is not a Hugging Face model folder: it has no config.json")
+
+
 def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` from a local directory or hub id, with eager attention, in eval mode.
 
@@ -68,10 +77,7 @@ def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[An
     import transformers
 
     name = path_or_id or default_model_path()
-    if not Path(name).exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
-        raise AttnflowError(f"model path {name!r} does not exist")
-    if Path(name).is_dir() and not (Path(name) / "config.json").is_file():
-        raise AttnflowError(f"{name!r} is not a Hugging Face model folder: it has no config.json")
+    check_model_path(name)
     arch = _architecture(name)
     if task == "auto":
         task = ("classification" if "SequenceClassification" in arch

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.gradients import capture_gradients, resolve_classes
-from attnflow.capture.load import ensure_eager
+from attnflow.capture.load import check_model_path, ensure_eager
 from attnflow.errors import AttnflowError
 
 # Per-architecture facts (model_type -> how the classifier pools), instead of forking model code.
@@ -191,8 +191,7 @@ def load_vision_model(path: str | None = None) -> Any:
     from attnflow.models import bundled_model_path
 
     name = str(path) if path is not None else str(bundled_model_path("digits_vit"))
-    if path is not None and not Path(name).exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
-        raise AttnflowError(f"model path {name!r} does not exist")
+    check_model_path(name)
     try:
         model = transformers.AutoModelForImageClassification.from_pretrained(name, attn_implementation="eager")
     except (OSError, ValueError, KeyError) as exc:
