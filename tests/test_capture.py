@@ -73,11 +73,13 @@ def test_explain_matches_core_rollout_on_model_attentions(minilm):
     ({"target": "middle"}, "target must be"),
     ({"target": 99}, "outside"),
     ({"head_fusion": None}, "head_fusion"),
+    ({"text": ["two", "texts"]}, "one text"),
 ])
 def test_explain_refuses_bad_requests(minilm, kwargs, message):
     model, tokenizer = minilm
+    text = kwargs.pop("text", "hello there")
     with pytest.raises(AttnflowError, match=message):
-        attnflow.explain("hello there", model, tokenizer=tokenizer, **kwargs)
+        attnflow.explain(text, model, tokenizer=tokenizer, **kwargs)
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path):

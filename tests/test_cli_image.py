@@ -76,3 +76,11 @@ def test_explain_image_as_a_real_process(digit_png, tmp_path):
     r, c = divmod(int(expl.scores.argmax()), 4)
     assert f"prediction {expl.prediction}" in result.stdout and f"top patch (row {r}, col {c})" in result.stdout
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_perturbation_checks_every_output_first(tmp_path, monkeypatch, capsys):
+    (tmp_path / "d.csv").mkdir()
+    code, _, err = run_cli(monkeypatch, capsys, "evaluate-perturbation", "--limit", "5", "--method", "random",
+                           "--png", str(tmp_path / "p.png"), "--csv", str(tmp_path / "d.csv"))
+    assert code == 2 and "it is a folder" in err
+    assert not (tmp_path / "p.png").exists()

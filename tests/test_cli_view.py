@@ -64,6 +64,8 @@ def test_view_renders_a_generation_result(monkeypatch, capsys, tmp_path):
     ('{"tokens": ["a"], "method": "raw", "target": 0, "scores": [[1]]}', ["--html", "o.txt"], "must end in"),
     ('{"tokens": ["a"], "method": "raw", "target": 0, "scores": [[1]]}', [], "say what to write"),
     ('{"tokens": ["a"], "method": "raw", "target": 0, "scores": [[1]]}', ["--html", "no/o.html"], "does not exist"),
+    ('{"kind": "maps", "tokens": ["a", "b", "c"], "target": 7, "maps": {"rollout": {"0": [[1, 0, 0]]}}}',
+     ["--html", "o.html", "--png", "o.png"], "target 7"),
     ('{"kind": "generation", "prompt_tokens": ["a"], "generated_tokens": ["b"], "method": "rollout", '
      '"M": [[[0.1]]]}', ["--png", "o.png"], "HTML view only"),
 ])

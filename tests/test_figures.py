@@ -67,13 +67,21 @@ def test_bad_extension_is_refused_before_drawing(tmp_path, kind):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_failed_save_leaves_the_old_file_untouched(tmp_path):
-    # A title matplotlib cannot typeset fails while the figure is being written, after the
-    # temporary file was opened: the previous figure must survive and no temporary remain.
+def test_a_failed_save_leaves_the_old_file_untouched(tmp_path, monkeypatch):
+    # Fault injection: the writer puts half a file down and then fails (a full disk, Ctrl-C). The
+    # previous figure must survive and no temporary file remain.
+    import matplotlib.figure
+
+    def broken_savefig(self, fname, **kwargs):
+        with open(fname, "wb") as handle:
+            handle.write(b"\x89PNG half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", broken_savefig)
     path = tmp_path / "fig.png"
     path.write_bytes(b"previous figure")
-    with pytest.raises(ValueError):
-        save_heatmaps(_explanations(5), str(path), title=r"$\notacommand{$")
+    with pytest.raises(OSError, match="disk full"):
+        save_heatmaps(_explanations(5), str(path), title="a title")
     assert path.read_bytes() == b"previous figure"
     assert [p.name for p in tmp_path.iterdir()] == ["fig.png"]
 
@@ -184,3 +192,15 @@ def test_graph_draws_only_the_strongest_edges():
         graph_figure(a, ["only", "two"])
     with pytest.raises(AttnflowError, match="node"):
         graph_figure(a, [f"t{i}" for i in range(8)], node=(9, 0))
+
+
+def test_tokens_are_data_not_markup(tmp_path):
+    """A token such as "[/INST]" is not rich markup and "$x$" is not mathtext: both print/draw as text."""
+    from attnflow import Explanation
+
+    tokens = ["[CLS]", "[/INST]", "$\\foo$", "costs $5"]
+    expl = Explanation(tokens=tokens, scores=np.full((2, 4), 0.25), method="rollout", target=1)
+    text = str(expl)
+    assert "[/INST]" in text and "$\\foo$" in text
+    expl.plot(str(tmp_path / "t.png"), title="it costs $5 and $6")
+    assert (tmp_path / "t.png").stat().st_size > 0

@@ -31,3 +31,11 @@ def test_bad_examples_is_one_line_and_nonzero_exit(tmp_path):
     assert proc.returncode != 0
     assert proc.stderr.strip().count("\n") == 0 and "examples must be between 1 and" in proc.stderr
     assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
+
+
+def test_out_under_a_file_fails_before_the_run(tmp_path, monkeypatch, capsys):
+    from cli_runner import run_cli
+
+    (tmp_path / "so.txt").write_text("x")
+    code, _, err = run_cli(monkeypatch, capsys, "reproduce", "--examples", "1", "--out", str(tmp_path / "so.txt" / "sub"))
+    assert code == 2 and err.startswith("attnflow: error: --out must be a folder") and err.count("\n") == 1

@@ -136,6 +136,7 @@ def test_bad_attentions_are_refused_with_a_sentence(bad, message):
     ({"head_fusion": "median"}, "head_fusion"),
     ({"residual": 1.5}, "residual"),
     ({"discard_ratio": 1.0}, "discard_ratio"),
+    ({"discard_ratio": "a"}, "discard_ratio"),
     ({"start_layer": 9}, "start_layer"),
     ({"mask": np.ones(4)}, "padding mask"),
 ])
@@ -149,3 +150,8 @@ def test_naive_augment_is_row_stochastic():
     rng = np.random.default_rng(8)
     for a in naive_augment(random_attention(rng, 2, 2, 4), 0.5, "max"):
         np.testing.assert_allclose(a.sum(-1), 1.0)
+
+
+def test_numpy_integer_start_layer_is_accepted():
+    att = np.full((3, 1, 3, 3), 1 / 3)
+    np.testing.assert_allclose(attnflow.rollout(att, start_layer=np.int64(1)), attnflow.rollout(att, start_layer=1))

@@ -85,6 +85,9 @@ def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: 
             **settings: Any) -> Prepared:
     """Load the model if given by name, capture ``text`` and resolve ``target``; ``settings`` are
     recorded in ``params`` next to the model name and text."""
+    if not isinstance(text, str):
+        raise AttnflowError(f"explain takes one text (a string); got {type(text).__name__}. "
+                            "For a batch, use attnflow.capture(model, tokenizer, texts) and the core methods")
     if head_fusion not in ("mean", "max", "min"):
         raise AttnflowError(f"explaining needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
     name = model if model is None or isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)

@@ -84,7 +84,10 @@ class ExplanationMaps:
                 for t in targets:
                     full[:, t, :] = np.asarray(rows[str(t)], dtype=float)
                 maps[method], computed[method] = full, targets
-            return cls(tokens=tokens, maps=maps, computed=computed, target=int(data["target"]),
+            target = int(data["target"])
+            if not any(target in rows for rows in computed.values()):
+                raise ValueError(f"target {target} is not among the computed positions of its {n} tokens")
+            return cls(tokens=tokens, maps=maps, computed=computed, target=target,
                        prediction=data.get("prediction"), params=dict(data.get("params") or {}))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise AttnflowError(f"not a valid maps result (kind 'maps'): {exc}") from exc

@@ -50,10 +50,21 @@ def ensure_eager(model: Any) -> Any:
     return model
 
 
+def read_config(path: Path) -> dict:
+    """A model folder's JSON file (config.json, preprocessor_config.json), or a one-line error."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AttnflowError(f"{str(path)!r} is not a readable JSON file: {exc}") from exc
+    if not isinstance(data, dict):
+        raise AttnflowError(f"{str(path)!r} should hold a JSON object")
+    return data
+
+
 def _architecture(path_or_id: str) -> str:
     config_file = Path(path_or_id) / "config.json"
     if config_file.is_file():
-        archs = json.loads(config_file.read_text()).get("architectures") or [""]
+        archs = read_config(config_file).get("architectures") or [""]
         return archs[0]
     return ""
 

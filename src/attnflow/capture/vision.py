@@ -12,7 +12,6 @@ CLS token, or the mean of the patch rows for models that classify from mean-pool
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.gradients import capture_gradients, resolve_classes
-from attnflow.capture.load import check_model_path, ensure_eager
+from attnflow.capture.load import check_model_path, ensure_eager, read_config
 from attnflow.errors import AttnflowError
 
 # Per-architecture facts (model_type -> how the classifier pools), instead of forking model code.
@@ -80,7 +79,7 @@ def image_settings(model: Any) -> ImageSettings:
     folder = Path(str(getattr(model, "name_or_path", "") or ""))
     pre = folder / "preprocessor_config.json"
     if pre.is_file():
-        data = json.loads(pre.read_text())
+        data = read_config(pre)
         mean, std = data.get("image_mean", mean), data.get("image_std", std)
         s = data.get("size") or {}
         if isinstance(s, dict) and "height" in s and "width" in s:

@@ -49,6 +49,8 @@ def main() -> None:
     except AttnflowError as exc:
         print(f"attnflow: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("attnflow: interrupted; no output file was written", file=sys.stderr)
-        sys.exit(130)
+    except SystemExit as exc:
+        # typer turns Ctrl-C into exit status 130 itself; say what that left behind
+        if exc.code == 130:
+            print("attnflow: interrupted; no output file was written", file=sys.stderr)
+        raise

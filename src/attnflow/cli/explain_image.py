@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 
 from attnflow.cli import app
+from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
-from attnflow.errors import AttnflowError
 
 
 @app.command("explain-image")
@@ -34,10 +34,7 @@ def explain_image(
     from attnflow.views.image import save_overlays
 
     check_method(method)
-    if png_out.suffix.lower() != ".png":
-        raise AttnflowError(f"--png must end in .png; got {str(png_out)!r}")
-    if not png_out.parent.exists():
-        raise AttnflowError(f"cannot write {str(png_out)!r}: the folder {str(png_out.parent)!r} does not exist")
+    check_outputs(png_only=png_out)
     with progress_bar("attention flow") as bar:
         result = explain([str(p) for p in images], model, method=method, target=target, residual=residual,
                          progress=bar)

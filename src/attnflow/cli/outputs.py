@@ -7,7 +7,7 @@ from pathlib import Path
 from attnflow.views.files import check_output
 from attnflow.views.heatmap import FORMATS
 
-SUFFIXES = {"json": ("json",), "png": FORMATS, "html": ("html", "htm")}
+SUFFIXES = {"json": ("json",), "png": FORMATS, "html": ("html", "htm"), "csv": ("csv",), "png_only": ("png",)}
 
 
 def check_outputs(**paths: Path | None) -> None:

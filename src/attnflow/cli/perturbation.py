@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from attnflow.cli import app
-from attnflow.errors import AttnflowError
+from attnflow.cli.outputs import check_outputs
 
 
 @app.command("evaluate-perturbation")
@@ -35,9 +35,7 @@ def evaluate_perturbation(
     from attnflow.views.perturbation import curves_table, save_curves_csv, save_curves_plot
 
     methods = tuple(method) if method else METHODS
-    for path, suffix in ((png_out, ".png"), (csv_out, ".csv")):
-        if path is not None and (path.suffix.lower() != suffix or not path.parent.exists()):
-            raise AttnflowError(f"cannot write {str(path)!r}: expected a {suffix} file in an existing folder")
+    check_outputs(png_only=png_out, csv=csv_out)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                    transient=True)
     tasks: dict[str, int] = {}

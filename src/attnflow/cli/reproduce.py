@@ -31,8 +31,10 @@ def reproduce(
     """
     if examples < 1:
         raise AttnflowError(f"--examples must be at least 1; got {examples}")
-    if out.exists() and not out.is_dir():
-        raise AttnflowError(f"--out must be a folder; {str(out)!r} is a file")
+    try:  # before the run, so a bad --out fails in a second, not after minutes of work
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
     # Matrices of at most 25 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     with progress_bar("examples") as bar:
@@ -40,7 +42,6 @@ def reproduce(
     console = Console()
     for table in tables(summary):
         console.print(table)
-    out.mkdir(parents=True, exist_ok=True)
     write_csv(summary, out / "reproduction.csv")
     write_plot(summary, out / "reproduction.png")
     console.print(f"wrote {out / 'reproduction.csv'} and {out / 'reproduction.png'}")

@@ -17,6 +17,7 @@ Conventions (pinned here, used everywhere):
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -66,7 +67,7 @@ def discard_lowest(w: torch.Tensor, ratio: float, mask: torch.Tensor) -> torch.T
     Protected, never discarded: the diagonal (each token's attention to itself, so no row can lose
     all its mass) and every entry involving a padded position (already 0).
     """
-    if not (0.0 <= ratio < 1.0):
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not (0.0 <= ratio < 1.0):
         raise AttnflowError(f"discard_ratio must be in [0, 1); got {ratio!r}")
     if ratio == 0.0:
         return w

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numbers
+
 import torch
 
 from attnflow.core.fusion import apply_padding, augmented
@@ -63,9 +65,10 @@ def rollout(attentions: Any, *, residual: float = 0.5, head_fusion: str | None =
     """
     stack = as_stack(attentions, mask)
     n_layers = stack.shape[1]
-    if not isinstance(start_layer, int) or not (-n_layers <= start_layer < n_layers):
+    if isinstance(start_layer, bool) or not isinstance(start_layer, numbers.Integral) \
+            or not (-n_layers <= start_layer < n_layers):
         raise AttnflowError(f"start_layer must be an integer layer index in [0, {n_layers}); got {start_layer!r}")
-    start_layer %= n_layers
+    start_layer = int(start_layer) % n_layers
     a = augmented(stack.values, stack.mask, residual=residual, head_fusion=head_fusion, discard_ratio=discard_ratio,
                   causal_norm=causal_norm)
     if head_fusion is None:  # (batch, layers, heads, n, n): roll out heads separately

@@ -15,6 +15,7 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.views.files import write_with
 from attnflow.views.heatmap import FORMATS
+from attnflow.views.labels import plain
 from attnflow.views.words import is_content
 
 
@@ -28,7 +29,7 @@ def generation_figure(gen: Any, token: Any = 0, content_only: bool = False) -> A
     m = len(gen.prompt_tokens)
     scores = gen.prompt_scores(i)  # (m,)
     grid = gen.M[i].T  # (layers, m)
-    labels = [repr(t)[1:-1] for t in gen.prompt_tokens]  # show spaces/newlines unambiguously
+    labels = [plain(repr(t)[1:-1]) for t in gen.prompt_tokens]  # show spaces/newlines unambiguously
     keep = np.array([is_content(t) or not content_only for t in gen.prompt_tokens])
     width = min(24.0, max(7.0, 0.32 * m + 2.0))
     fig, (bar_ax, map_ax) = plt.subplots(2, 1, figsize=(width, 2.6 + 0.12 * gen.n_layers + 1.6),
@@ -41,7 +42,7 @@ def generation_figure(gen: Any, token: Any = 0, content_only: bool = False) -> A
     bar_ax.set_xticks(range(m), labels, rotation=90, fontsize=8)
     bar_ax.set_ylabel("rollout share\n(mean over layers)")
     note = "  (grey: punctuation/common words, not ranked)" if content_only else ""
-    bar_ax.set_title(f"generated token {i}: {gen.generated_tokens[i]!r}{note}", fontsize=10)
+    bar_ax.set_title(plain(f"generated token {i}: {gen.generated_tokens[i]!r}{note}"), fontsize=10)
     image = map_ax.imshow(grid, aspect="auto", origin="lower", cmap="Blues", vmin=0)
     map_ax.set_xticks(range(m), labels, rotation=90, fontsize=8)
     step = max(1, gen.n_layers // 10)

@@ -10,7 +10,7 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.views.files import FIGURE_FORMATS as FORMATS  # noqa: F401  (other views and the CLI import it)
 from attnflow.views.files import figure_format, save_figure
-from attnflow.views.labels import label_room, short, thinned, token_fontsize
+from attnflow.views.labels import label_room, plain, short, thinned, token_fontsize
 
 # Side by side up to this many tokens (the paper's layout); above it the panels are stacked so each
 # gets the full page width and long inputs keep legible columns.
@@ -65,7 +65,7 @@ def heatmap_figure(explanations: list[Any], title: str | None = None, layout: st
                 transform=ax.get_xaxis_transform())
         fig.colorbar(image, ax=ax, shrink=0.85, pad=0.01)
     if title:
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(plain(title), fontsize=11)
     return fig
 
 

@@ -8,9 +8,16 @@ MAX_CHARS = 12
 
 
 def short(token: str, limit: int = MAX_CHARS) -> str:
-    """A token as a tick label: control characters made visible, long ones cut with an ellipsis."""
+    """A token as a tick label: control characters made visible, long ones cut with an ellipsis, and
+    ``$`` escaped so that matplotlib never reads a token as mathtext."""
     text = token.replace("\n", "\u21b5").replace("\t", "\u21e5") or "\u2205"
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+    text = text if len(text) <= limit else text[: limit - 1] + "\u2026"
+    return plain(text)
+
+
+def plain(text: str) -> str:
+    """Text from the data (tokens, the input sentence) for a figure title, never read as mathtext."""
+    return text.replace("$", r"\$")
 
 
 def thinned(n: int, room: int, keep: tuple[int, ...] = ()) -> list[int]:

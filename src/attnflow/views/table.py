@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
 def _cell(entries: list[tuple[int, str, float]]) -> str:
-    return "  ".join(f"{tok} [dim]{score:.2f}[/dim]" for _, tok, score in entries)
+    # tokens are data, not markup: "[/INST]" or "[CLS]" must print as themselves
+    return "  ".join(f"{escape(tok)} [dim]{score:.2f}[/dim]" for _, tok, score in entries)
 
 
 def layer_table(expl: Any, k: int = 5) -> Table:
     """Rows = layers (top layer first), cells = the ``k`` best tokens with their scores."""
-    table = Table(title=f"{expl.method}: position {expl.target} ({expl.tokens[expl.target]})", title_justify="left")
+    table = Table(title=f"{expl.method}: position {expl.target} ({escape(expl.tokens[expl.target])})", title_justify="left")
     table.add_column("layer", justify="right")
     table.add_column(f"top {k} tokens")
     for layer in range(expl.n_layers - 1, -1, -1):
@@ -26,7 +28,7 @@ def method_table(explanations: list[Any], k: int = 5, layer: int = -1, skip: tup
     """Rows = methods, cells = the ``k`` best tokens at ``layer`` (the top layer by default)."""
     first = explanations[0]
     shown = layer % first.n_layers + 1
-    table = Table(title=f"top tokens for position {first.target} ({first.tokens[first.target]}), layer {shown}",
+    table = Table(title=f"top tokens for position {first.target} ({escape(first.tokens[first.target])}), layer {shown}",
                   title_justify="left")
     table.add_column("method")
     table.add_column(f"top {k} tokens")

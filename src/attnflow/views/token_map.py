@@ -8,7 +8,7 @@ import numpy as np
 
 from attnflow.errors import AttnflowError
 from attnflow.views.files import figure_format, save_figure
-from attnflow.views.labels import label_room, short, thinned, token_fontsize
+from attnflow.views.labels import label_room, plain, short, thinned, token_fontsize
 
 
 def token_map_figure(matrix: Any, tokens: list[str], title: str | None = None) -> Any:
@@ -36,7 +36,7 @@ def token_map_figure(matrix: Any, tokens: list[str], title: str | None = None) -
     ax.set_ylabel("target position")
     fig.colorbar(image, ax=ax, shrink=0.8)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(plain(title), fontsize=10)
     return fig
 
 
