@@ -14,7 +14,7 @@ from rich import box
 from rich.table import Table
 
 from attnflow.reproduction.paper import PAPER, TABLES
-from attnflow.views.files import write_text, write_with
+from attnflow.views.files import save_figure, write_text
 
 METHOD_NAMES = {"raw": "Raw", "rollout": "Rollout", "flow": "Flow"}
 
@@ -77,7 +77,4 @@ def write_plot(summary: dict, path: Path) -> None:
     axes[0].set_ylabel("Spearman's rho with importance (CLS row)")
     axes[1].legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    try:
-        write_with(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, dpi=120)

@@ -7,14 +7,11 @@ Top panel: bar chart of the row's raw share on each prompt token, averaged over 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attnflow.errors import AttnflowError
-from attnflow.views.files import write_with
-from attnflow.views.heatmap import FORMATS
+from attnflow.views.files import figure_format, save_figure
 from attnflow.views.labels import plain
 from attnflow.views.words import is_content
 
@@ -54,14 +51,6 @@ def generation_figure(gen: Any, token: Any = 0, content_only: bool = False) -> A
 
 def save_generation_figure(gen: Any, path: str, token: Any = 0, content_only: bool = False, dpi: int = 100) -> str:
     """Write :func:`generation_figure` to ``path`` (format from the extension), atomically."""
-    import matplotlib.pyplot as plt
 
-    suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix not in FORMATS:
-        raise AttnflowError(f"figure path must end in one of {', '.join('.' + f for f in FORMATS)}; got {str(path)!r}")
-    fig = generation_figure(gen, token, content_only)
-    try:
-        write_with(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format=suffix))
-    finally:
-        plt.close(fig)
-    return str(path)
+    figure_format(path)  # refuse a bad suffix before drawing
+    return save_figure(generation_figure(gen, token, content_only), path, dpi=dpi)

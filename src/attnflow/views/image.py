@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.errors import AttnflowError
-from attnflow.views.files import write_with
+from attnflow.views.files import save_figure
 
 
 def overlay_figure(explanations: list[Any], columns: int = 4, alpha: float = 0.7, cmap: str = "inferno",
@@ -56,15 +56,9 @@ def _show_image(ax: Any, image: Any) -> tuple[int, int, int, int]:
 
 def save_overlays(explanations: list[Any], path: str, dpi: int = 100, **kwargs: Any) -> str:
     """Write :func:`overlay_figure` as a PNG to ``path``, atomically."""
-    import matplotlib.pyplot as plt
 
     if not explanations:
         raise AttnflowError("no explanations to draw")
     if Path(path).suffix.lower() != ".png":
         raise AttnflowError(f"overlay path must end in .png; got {str(path)!r}")
-    fig = overlay_figure(explanations, **kwargs)
-    try:
-        write_with(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
-    finally:
-        plt.close(fig)
-    return str(path)
+    return save_figure(overlay_figure(explanations, **kwargs), path, dpi=dpi)

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from attnflow.views.files import write_text, write_with
+from attnflow.views.files import save_figure, write_text
 
 
 def curves_table(curves: list[Any], fill: str | None = None) -> Table:
@@ -60,8 +60,4 @@ def save_curves_plot(curves: list[Any], path: str, dpi: int = 120) -> str:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0].set_ylabel("accuracy")
-    try:
-        write_with(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
-    finally:
-        plt.close(fig)
-    return str(path)
+    return save_figure(fig, path, dpi=dpi)
