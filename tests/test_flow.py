@@ -133,3 +133,20 @@ def test_progress_callback_counts_rows():
     calls = []
     attnflow.flow(np.full((2, 1, 3, 3), 1 / 3), solver="networkx", progress=lambda d, t: calls.append((d, t)))
     assert calls[-1] == (6, 6) and len(calls) == 6
+
+
+def test_method_rows_slices_the_same_rows_every_method_computes():
+    from attnflow.core.methods import method_rows
+
+    rng = np.random.default_rng(21)
+    att = random_attention(rng, 3, 2, 5)
+    for method, full in (("raw", attnflow.raw(att)), ("rollout", attnflow.rollout(att)),
+                         ("flow", attnflow.flow(att, solver="networkx"))):
+        rows = method_rows(att, method, [4, 0], layers=[-1, 0], solver="networkx")
+        np.testing.assert_allclose(rows, full[[2, 0]][:, [4, 0]], atol=1e-12)
+    batch = np.stack([att, att[:, ::-1]])
+    np.testing.assert_allclose(method_rows(batch, "rollout", [1])[1], attnflow.rollout(att[:, ::-1])[:, [1]])
+    with pytest.raises(AttnflowError, match="positions must lie"):
+        method_rows(att, "rollout", [5])
+    with pytest.raises(AttnflowError, match="method must be one of"):
+        method_rows(att, "saliency", [0])

@@ -12,12 +12,10 @@ from typing import Any, Callable
 import numpy as np
 
 from attnflow.capture import capture, load_model
-from attnflow.core import flow, raw, rollout
 from attnflow.core.maps import AttentionMaps
+from attnflow.core.methods import METHODS, method_rows
 from attnflow.errors import AttnflowError
 from attnflow.explanation import Explanation
-
-METHODS = ("raw", "rollout", "flow")
 
 
 def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> int:
@@ -50,16 +48,11 @@ def scores_for(maps: AttentionMaps, method: str, target: int, *, residual: float
                head_fusion: str | None = "mean", solver: str = "auto",
                progress: Callable[[int, int], None] | None = None, causal_norm: str | None = None) -> np.ndarray:
     """``(layers, n)``: how the target position at each layer draws on the input tokens."""
-    if method == "raw":
-        return np.asarray(raw(maps, head_fusion=head_fusion, causal_norm=causal_norm))[:, target, :]
-    if method == "rollout":
-        return np.asarray(rollout(maps, residual=residual, head_fusion=head_fusion,
-                                  causal_norm=causal_norm))[:, target, :]
-    if method == "flow":
-        values = flow(maps, residual=residual, head_fusion=head_fusion, positions=[target], solver=solver,
-                      progress=progress, causal_norm=causal_norm)
-        return np.asarray(values)[:, 0, :]
-    raise AttnflowError(f"method must be one of {', '.join(METHODS)} or 'all'; got {method!r}")
+    if method not in METHODS:
+        raise AttnflowError(f"method must be one of {', '.join(METHODS)} or 'all'; got {method!r}")
+    rows = method_rows(maps, method, [target], residual=residual, head_fusion=head_fusion, solver=solver,
+                       causal_norm=causal_norm, progress=progress)
+    return np.asarray(rows)[:, 0, :]
 
 
 def _prediction(maps: AttentionMaps, model: Any) -> str | None:

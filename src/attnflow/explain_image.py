@@ -17,11 +17,11 @@ from typing import Any, Callable
 import numpy as np
 
 from attnflow.capture.vision import ImageMaps, capture_images, load_vision_model
-from attnflow.core import flow, raw, rollout
 from attnflow.core.gradient import grad_rollout
+from attnflow.core.methods import METHODS, method_rows
 from attnflow.errors import AttnflowError
 
-IMAGE_METHODS = ("raw", "rollout", "flow", "grad-rollout")
+IMAGE_METHODS = (*METHODS, "grad-rollout")
 
 
 @dataclass
@@ -53,13 +53,9 @@ def patch_scores(maps: ImageMaps, method: str, *, residual: float = 0.5, head_fu
     """``(batch, rows, cols)``: each patch's relevance for the source position at the top layer."""
     check_method(method)
     src, cols = maps.layout.sources, maps.layout.patches
-    if method == "raw":
-        rows = np.asarray(raw(maps.attentions, head_fusion=head_fusion))[:, -1, src]
-    elif method == "rollout":
-        rows = np.asarray(rollout(maps.attentions, residual=residual, head_fusion=head_fusion))[:, -1, src]
-    elif method == "flow":
-        rows = np.asarray(flow(maps.attentions, residual=residual, head_fusion=head_fusion, positions=src,
-                               layers=[-1], solver=solver, progress=progress))[:, 0]
+    if method in METHODS:
+        rows = np.asarray(method_rows(maps.attentions, method, src, layers=[-1], residual=residual,
+                                      head_fusion=head_fusion, solver=solver, progress=progress))[:, 0]
     else:
         if maps.gradients is None:
             raise AttnflowError("grad-rollout needs gradients: capture with capture_images(..., gradients=True)")

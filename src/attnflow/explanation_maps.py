@@ -114,7 +114,7 @@ def maps_from_attentions(attentions: Any, tokens: list[str], target: int, *, met
     flow_targets: ``"all"`` (every position), ``"target"`` (``target`` only) or ``"auto"`` (all
     positions when ``n <= FLOW_ALL_MAX``, else the target only).
     """
-    from attnflow.core import flow, raw, rollout
+    from attnflow.core.methods import method_rows
 
     if flow_targets not in ("auto", "all", "target"):
         raise AttnflowError(f"flow_targets must be 'auto', 'all' or 'target'; got {flow_targets!r}")
@@ -122,23 +122,14 @@ def maps_from_attentions(attentions: Any, tokens: list[str], target: int, *, met
     out: dict[str, np.ndarray] = {}
     computed: dict[str, list[int]] = {}
     for method in methods:
-        if method == "raw":
-            out[method] = np.asarray(raw(attentions, head_fusion=head_fusion, causal_norm=causal_norm), dtype=float)
-        elif method == "rollout":
-            out[method] = np.asarray(rollout(attentions, residual=residual, head_fusion=head_fusion,
-                                             causal_norm=causal_norm), dtype=float)
-        elif method == "flow":
-            every = flow_targets == "all" or (flow_targets == "auto" and n <= FLOW_ALL_MAX)
-            rows = list(range(n)) if every else [target]
-            values = np.asarray(flow(attentions, residual=residual, head_fusion=head_fusion, positions=rows,
-                                     solver=solver, progress=progress, causal_norm=causal_norm), dtype=float)
-            full = np.full((values.shape[0], n, n), np.nan)
-            full[:, rows, :] = values
-            out[method], computed[method] = full, rows
-            continue
-        else:
-            raise AttnflowError(f"methods must be among 'raw', 'rollout', 'flow'; got {method!r}")
-        computed[method] = list(range(n))
+        # flow costs one max-flow per row, so it gets every row only while that is cheap
+        every = method != "flow" or flow_targets == "all" or (flow_targets == "auto" and n <= FLOW_ALL_MAX)
+        rows = list(range(n)) if every else [target]
+        values = np.asarray(method_rows(attentions, method, rows, residual=residual, head_fusion=head_fusion,
+                                        solver=solver, causal_norm=causal_norm, progress=progress), dtype=float)
+        full = np.full((values.shape[0], n, n), np.nan)
+        full[:, rows, :] = values
+        out[method], computed[method] = full, rows
     return ExplanationMaps(tokens=list(tokens), maps=out, computed=computed, target=target, prediction=prediction,
                            params=dict(params or {}))
 

@@ -20,10 +20,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-import attnflow
+from attnflow.core.methods import METHODS, method_rows
 from attnflow.errors import AttnflowError
-
-METHODS = ("raw", "rollout", "flow")
 
 
 def spearman(x: Any, y: Any) -> np.ndarray:
@@ -48,17 +46,8 @@ def cls_scores(attentions: Any, *, position: int = 0, methods: Sequence[str] = M
     ``attentions`` is one example's stack, e.g. the Hugging Face ``output_attentions`` tuple.
     Rollout and flow use the library defaults (residual 0.5, mean over heads), as the paper did.
     """
-    out = {}
-    for method in methods:
-        if method == "raw":
-            out[method] = _numpy(attnflow.raw(attentions))[:, position]
-        elif method == "rollout":
-            out[method] = _numpy(attnflow.rollout(attentions))[:, position]
-        elif method == "flow":
-            out[method] = _numpy(attnflow.flow(attentions, positions=[position], solver=flow_solver))[:, 0]
-        else:
-            raise AttnflowError(f"method must be one of {METHODS}; got {method!r}")
-    return out
+    return {method: _numpy(method_rows(attentions, method, [position], solver=flow_solver))[:, 0]
+            for method in methods}
 
 
 def _numpy(x: Any) -> np.ndarray:

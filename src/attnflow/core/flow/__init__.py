@@ -41,7 +41,7 @@ def _solver(name: str) -> Callable[..., np.ndarray]:
     return SOLVERS[name]
 
 
-def _indices(given: Any, size: int, what: str) -> np.ndarray:
+def resolve_indices(given: Any, size: int, what: str) -> np.ndarray:
     if given is None:
         return np.arange(size)
     values = np.atleast_1d(np.asarray(given))
@@ -85,8 +85,8 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     """
     stack = as_stack(attentions, mask)
     batch, n_layers, heads, n, _ = stack.shape
-    layer_idx = _indices(layers, n_layers, "layers")
-    pos_idx = _indices(positions, n, "positions")
+    layer_idx = resolve_indices(layers, n_layers, "layers")
+    pos_idx = resolve_indices(positions, n, "positions")
     solve = _solver(solver)
     if not isinstance(normalize, bool):
         raise AttnflowError(f"normalize must be True or False; got {normalize!r}")

@@ -1,0 +1,43 @@
+"""The attention methods by name: one place that maps "raw" / "rollout" / "flow" to their functions.
+
+Every entry point (explain, the report maps, the agreement correlations, images) asks for the same
+thing: for some target positions, how each layer's node draws on the input tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from attnflow.core.flow import flow, resolve_indices
+from attnflow.core.raw import raw
+from attnflow.core.rollout import rollout
+from attnflow.errors import AttnflowError
+
+METHODS = ("raw", "rollout", "flow")
+
+
+def method_rows(attentions: Any, method: str, positions: Any = None, *, layers: Any = None,
+                residual: float = 0.5, head_fusion: str | None = "mean", solver: str = "auto",
+                causal_norm: str | None = None, mask: Any = None,
+                progress: Callable[[int, int], None] | None = None) -> Any:
+    """``(layers, len(positions), n)`` (batch axis first for batched input): row ``[l, i]`` is how
+    ``positions[i]`` at layer ``layers[l]`` draws on the input tokens under ``method``.
+
+    Raw attention and rollout produce every row at once and are sliced; flow, whose cost grows with
+    the number of rows, is asked only for ``positions`` and ``layers``. None means all of them.
+    """
+    if method == "flow":
+        return flow(attentions, residual=residual, head_fusion=head_fusion, positions=positions, layers=layers,
+                    solver=solver, causal_norm=causal_norm, mask=mask, progress=progress)
+    if method == "raw":
+        full = raw(attentions, head_fusion=head_fusion, causal_norm=causal_norm, mask=mask)
+    elif method == "rollout":
+        full = rollout(attentions, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm, mask=mask)
+    else:
+        raise AttnflowError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    n_layers, n = full.shape[-3], full.shape[-1]
+    if layers is not None:
+        full = full[..., resolve_indices(layers, n_layers, "layers").tolist(), :, :]
+    if positions is not None:
+        full = full[..., resolve_indices(positions, n, "positions").tolist(), :]
+    return full
