@@ -84,3 +84,13 @@ def test_unknown_method_is_rejected_by_the_parser(monkeypatch, capsys, tmp_path)
     code, _, err = run_cli(monkeypatch, capsys, "explain", "hello", "--method", "saliency", "--json", "x.json")
     assert code == 2 and "saliency" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_grad_rollout_from_the_command_line(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "g.json"
+    code, stdout, err = run_cli(monkeypatch, capsys, "explain", "the key to the cabinets", "--method", "grad-rollout",
+                                "--json", str(out), "--html", str(tmp_path / "g.html"))
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    assert data["method"] == "grad-rollout" and data["prediction"] == "singular"
+    assert "grad-rollout" in (tmp_path / "g.html").read_text()

@@ -125,3 +125,27 @@ def test_text_classifier_grad_rollout():
     assert np.all(r[0][:, ~real] == 0) and np.all(r[0][:, :, ~real] == 0)
     with pytest.raises(AttnflowError, match="target class"):
         capture_gradients(model, inputs, target=7)
+
+
+def test_explain_offers_grad_rollout_for_text_classifiers(smollm2):
+    """explain(method="grad-rollout") on the bundled agreement classifier equals grad_rollout on a
+    separately tokenized, separately differentiated pass; the report maps hold the same rows; a
+    causal LM (no class logits) is refused with a sentence."""
+    import attnflow
+    from attnflow.capture import load_model
+    from attnflow.models import bundled_model_path
+
+    model, tokenizer = load_model(str(bundled_model_path("agreement")))
+    text = "the keys to the cabinet"
+    expl = attnflow.explain(text, model, tokenizer=tokenizer, method="grad-rollout")
+    enc = tokenizer([text], return_tensors="pt")
+    g = capture_gradients(model, dict(enc), target=None)
+    expected = np.asarray(grad_rollout(g.attentions, g.gradients))[0][:, 0, :]
+    np.testing.assert_allclose(expl.scores, expected, rtol=1e-5, atol=1e-9)
+    words = expl.scores[-1, 1:]
+    assert expl.tokens[1 + int(np.argmax(words))] == "keys" and words.min() > 0
+    maps = attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("rollout", "grad-rollout"))
+    np.testing.assert_allclose(maps.maps["grad-rollout"][:, 0, :], expl.scores, rtol=1e-5, atol=1e-9)
+    lm, lm_tokenizer = smollm2
+    with pytest.raises(AttnflowError, match="needs a classifier"):
+        attnflow.explain("the keys", lm, tokenizer=lm_tokenizer, method="grad-rollout")

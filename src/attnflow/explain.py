@@ -10,12 +10,16 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+import torch
 
 from attnflow.capture import capture, load_model
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.methods import METHODS, method_rows
 from attnflow.errors import AttnflowError
 from attnflow.explanation import Explanation
+
+# Methods explain() offers for text: the paper's three plus gradient-weighted rollout (classifiers).
+TEXT_METHODS = (*METHODS, "grad-rollout")
 
 
 def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> int:
@@ -72,6 +76,17 @@ class Prepared:
     target: int
     prediction: str | None
     params: dict[str, Any]
+    model: Any = None
+
+    def grad_rollout(self) -> np.ndarray:
+        """``(layers, n, n)`` gradient-weighted rollout (Chefer et al. 2021) for the predicted class,
+        from a second, differentiable pass over the same token ids. Needs a sequence classifier."""
+        from attnflow.capture.gradients import capture_gradients
+        from attnflow.core.gradient import grad_rollout
+
+        ids = self.maps.input_ids[None].to(next(self.model.parameters()).device)
+        g = capture_gradients(self.model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, target=None)
+        return np.asarray(grad_rollout(g.attentions, g.gradients))[0]
 
 
 def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: str | None, truncate: bool,
@@ -92,7 +107,7 @@ def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: 
     params = {"model": str(name if name is not None else model.name_or_path), "text": text,
               "head_fusion": head_fusion, **settings}
     return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
-                    params=params)
+                    params=params, model=model)
 
 
 def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: str = "rollout",
@@ -104,21 +119,25 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: str 
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
         ``tokenizer``; None uses the default model.
-    method: "raw", "rollout", "flow", or "all" (then a list with one Explanation per method).
+    method: "raw", "rollout", "flow", "grad-rollout" (gradient-weighted rollout for the predicted class;
+        sequence classifiers only), or "all" (then a list: raw, rollout and flow).
     target: "cls", "last", a token position, or None: "last" for decoders (the position that predicts
         the next token), "cls" for encoders.
     causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
         :mod:`attnflow.core.causal`. Other arguments as in :func:`attnflow.rollout` / :func:`attnflow.flow`.
     """
-    if method != "all" and method not in METHODS:
-        raise AttnflowError(f"method must be one of {', '.join(METHODS)} or 'all'; got {method!r}")
+    if method != "all" and method not in TEXT_METHODS:
+        raise AttnflowError(f"method must be one of {', '.join(TEXT_METHODS)} or 'all'; got {method!r}")
     run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
                   residual=residual, causal_norm=causal_norm)
     maps, position, prediction, params = run.maps, run.target, run.prediction, run.params
-    out = [
-        Explanation(tokens=list(maps.tokens), method=m, target=position, prediction=prediction, params=dict(params),
-                    scores=scores_for(maps, m, position, residual=residual, head_fusion=head_fusion, solver=solver,
-                                      progress=progress, causal_norm=causal_norm))
-        for m in (METHODS if method == "all" else (method,))
-    ]
+    def scores(m: str) -> np.ndarray:
+        if m == "grad-rollout":
+            return run.grad_rollout()[:, position, :]
+        return scores_for(maps, m, position, residual=residual, head_fusion=head_fusion, solver=solver,
+                          progress=progress, causal_norm=causal_norm)
+
+    out = [Explanation(tokens=list(maps.tokens), method=m, target=position, prediction=prediction,
+                       params=dict(params), scores=scores(m))
+           for m in (METHODS if method == "all" else (method,))]
     return out if method == "all" else out[0]

@@ -141,12 +141,18 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  progress: Callable[[int, int], None] | None = None,
                  causal_norm: str | None = None) -> ExplanationMaps:
     """Like :func:`attnflow.explain`, but every method's scores for every target position (flow as
-    ``flow_targets`` says), so a report can switch target. One forward pass."""
+    ``flow_targets`` says), so a report can switch target. One forward pass, plus one differentiable
+    pass when ``methods`` includes "grad-rollout" (sequence classifiers only)."""
     from attnflow.explain import prepare
 
     run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
                   residual=residual, causal_norm=causal_norm)
-    return maps_from_attentions(run.maps, list(run.maps.tokens), run.target, methods=tuple(methods),
-                                flow_targets=flow_targets, residual=residual, head_fusion=head_fusion, solver=solver,
-                                prediction=run.prediction, params=run.params, progress=progress,
-                                causal_norm=causal_norm)
+    plain = tuple(m for m in methods if m != "grad-rollout")
+    result = maps_from_attentions(run.maps, list(run.maps.tokens), run.target, methods=plain,
+                                  flow_targets=flow_targets, residual=residual, head_fusion=head_fusion,
+                                  solver=solver, prediction=run.prediction, params=run.params, progress=progress,
+                                  causal_norm=causal_norm)
+    if "grad-rollout" in methods:  # every row comes from one backward pass
+        n = len(run.maps.tokens)
+        result.maps["grad-rollout"], result.computed["grad-rollout"] = run.grad_rollout(), list(range(n))
+    return result

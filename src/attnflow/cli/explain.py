@@ -25,6 +25,7 @@ class Method(str, Enum):
     rollout = "rollout"
     flow = "flow"
     raw = "raw"
+    grad_rollout = "grad-rollout"
     all = "all"
 
 
@@ -43,7 +44,7 @@ class Fusion(str, Enum):
 def explain(
     text: str = typer.Argument(..., help="The input text, quoted."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Local model directory or hub id. Default: the bundled model."),
-    method: Method = typer.Option(Method.rollout, help="raw attention, rollout, flow, or all three."),
+    method: Method = typer.Option(Method.rollout, help="raw attention, rollout, flow, all three, or grad-rollout (gradient-weighted rollout for the predicted class; classifiers only)."),
     target: Optional[str] = typer.Option(None, help="Position to explain: 'cls', 'last', or a token index (negative counts from the end). Default: 'last' for decoders, 'cls' otherwise."),
     residual: float = typer.Option(0.5, help="Weight of the residual connection: A = (1-r)W + rI."),
     head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
@@ -74,7 +75,8 @@ def explain(
         else:
             # The report lets the reader click any token as the target, so it needs every target's
             # scores; raw and rollout come along for free and give the page something to switch to.
-            wanted = tuple(m for m in ("raw", "rollout", "flow") if m in chosen or m != "flow")
+            wanted = tuple(m for m in ("raw", "rollout", "flow", "grad-rollout")
+                           if m in chosen or m in ("raw", "rollout"))
             maps = explain_maps(text, model, methods=wanted, target=target, residual=residual,
                                 head_fusion=head_fusion.value, truncate=truncate, progress=bar,
                                 causal_norm=causal_norm.value if causal_norm else None)

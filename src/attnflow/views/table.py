@@ -11,7 +11,12 @@ from rich.table import Table
 
 def _cell(entries: list[tuple[int, str, float]]) -> str:
     # tokens are data, not markup: "[/INST]" or "[CLS]" must print as themselves
-    return "  ".join(f"{escape(tok)} [dim]{score:.2f}[/dim]" for _, tok, score in entries)
+    return "  ".join(f"{escape(tok)} [dim]{_number(score)}[/dim]" for _, tok, score in entries)
+
+
+def _number(score: float) -> str:
+    # two decimals read best, but would print 0.00 for small unnormalised scores (grad-rollout)
+    return f"{score:.2f}" if score == 0 or abs(score) >= 0.01 else f"{score:.1e}"
 
 
 def layer_table(expl: Any, k: int = 5) -> Table:
