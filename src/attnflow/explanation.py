@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+
+
+def ranked(scores: np.ndarray, tokens: list[str], k: int,
+           keep: Callable[[int], bool] = lambda i: True) -> list[tuple[int, str, float]]:
+    """The ``k`` highest ``(position, token, score)`` among the positions ``keep`` accepts; ties keep
+    token order."""
+    order = [int(i) for i in np.argsort(-scores, kind="stable") if keep(int(i))]
+    return [(i, tokens[i], float(scores[i])) for i in order[:k]]
 
 
 @dataclass
@@ -34,9 +42,7 @@ class Explanation:
 
     def top(self, k: int = 5, layer: int = -1, skip: tuple[int, ...] = ()) -> list[tuple[int, str, float]]:
         """The ``k`` highest-scoring ``(position, token, score)`` at ``layer``, leaving out ``skip``."""
-        row = self.scores[layer]
-        order = [int(i) for i in np.argsort(-row, kind="stable") if int(i) not in skip]
-        return [(i, self.tokens[i], float(row[i])) for i in order[:k]]
+        return ranked(self.scores[layer], self.tokens, k, keep=lambda i: i not in skip)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -76,13 +76,11 @@ class Generation:
         content_only: leave out punctuation and very common words (see :mod:`attnflow.views.words`),
         which rollout tends to rank high whatever the input (the first token gets the most).
         """
+        from attnflow.explanation import ranked
         from attnflow.views.words import is_content
 
-        scores = self.prompt_scores(i, layer)
-        order = [int(j) for j in np.argsort(-scores, kind="stable")]
-        if content_only:
-            order = [j for j in order if is_content(self.prompt_tokens[j])]
-        return [(j, self.prompt_tokens[j], float(scores[j])) for j in order[:k]]
+        keep = (lambda j: is_content(self.prompt_tokens[j])) if content_only else (lambda j: True)
+        return ranked(self.prompt_scores(i, layer), self.prompt_tokens, k, keep=keep)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON schema issue 6's report reads (``kind``, ``model``, ``prompt``, ``prompt_tokens``,

@@ -69,6 +69,13 @@ def _architecture(path_or_id: str) -> str:
     return ""
 
 
+def load_failure(what: str, name: str, exc: BaseException) -> AttnflowError:
+    """transformers' loading errors run to many lines; keep the first as the reason."""
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    return AttnflowError(f"could not load {what} {name!r}: {reason}")
+
+
 def check_model_path(name: str) -> None:
     """Refuse, with a sentence, a model path that cannot be a model: a missing path (anything that looks
     like a path rather than an ``owner/name`` hub id) or a folder without ``config.json``."""
@@ -104,7 +111,6 @@ def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[An
         tokenizer = transformers.AutoTokenizer.from_pretrained(name)
         model = classes[task].from_pretrained(name, attn_implementation="eager")
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise AttnflowError(f"could not load model {name!r}: {first}") from exc
+        raise load_failure("model", name, exc) from exc
     model.eval()
     return ensure_eager(model), tokenizer

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.gradients import capture_gradients, resolve_classes
-from attnflow.capture.load import check_model_path, ensure_eager, read_config
+from attnflow.capture.load import check_model_path, ensure_eager, load_failure, read_config
 from attnflow.errors import AttnflowError
 
 # Per-architecture facts (model_type -> how the classifier pools), instead of forking model code.
@@ -194,7 +194,6 @@ def load_vision_model(path: str | None = None) -> Any:
     try:
         model = transformers.AutoModelForImageClassification.from_pretrained(name, attn_implementation="eager")
     except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise AttnflowError(f"could not load image classifier {name!r}: {first}") from exc
+        raise load_failure("image classifier", name, exc) from exc
     model.eval()
     return ensure_eager(model)
