@@ -40,7 +40,7 @@ browser:
 	fi
 
 demo: $(STAMP)
-	$(PY) -m attnflow.demo
+	$(PY) -m attnflow.cli.demo
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q

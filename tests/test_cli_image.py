@@ -72,8 +72,8 @@ def test_explain_image_as_a_real_process(digit_png, tmp_path):
     result = subprocess.run([sys.executable, "-m", "attnflow", "explain-image", str(digit_png), "--method", "flow",
                              "--png", str(out_png)], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
-    expl = attnflow.explain_image(str(digit_png), method="flow")[0]
-    r, c = divmod(int(expl.scores.argmax()), 4)
+    expl = attnflow.explain_image(str(digit_png), method="flow")
+    r, c = divmod(int(expl.grid_scores().argmax()), 4)
     assert f"prediction {expl.prediction}" in result.stdout and f"top patch (row {r}, col {c})" in result.stdout
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 import typer
 from rich.console import Console
 
-from attnflow.cli import app
+from attnflow.cli.app import app
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
-from attnflow.reproduction.output import tables, write_csv, write_plot
-from attnflow.reproduction.run import reproduce as run_reproduction
 
 
 @app.command()
@@ -29,6 +26,11 @@ def reproduce(
 
         attnflow reproduce --examples 200
     """
+    import torch
+
+    from attnflow.reproduction.output import tables, write_csv, write_plot
+    from attnflow.reproduction.run import reproduce as run_reproduction
+
     if examples < 1:
         raise AttnflowError(f"--examples must be at least 1; got {examples}")
     try:  # before the run, so a bad --out fails in a second, not after minutes of work

@@ -14,7 +14,8 @@ from rich import box
 from rich.table import Table
 
 from attnflow.reproduction.paper import PAPER, TABLES
-from attnflow.views.files import save_figure, write_text
+from attnflow.results.files import write_text
+from attnflow.views.files import save_figure
 
 METHOD_NAMES = {"raw": "Raw", "rollout": "Rollout", "flow": "Flow"}
 
