@@ -130,7 +130,8 @@ def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: 
     elif tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
     name = str(getattr(model, "name_or_path", "") or type(model).__name__)
-    maps = capture(model, tokenizer, text, truncate=truncate)
+    # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
+    maps = capture(model, tokenizer, text, truncate=truncate, head_fusion=head_fusion)
     return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
                     model=model, name=name, text=text)
 

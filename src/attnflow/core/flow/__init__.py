@@ -24,6 +24,7 @@ import torch
 from attnflow.core.flow import engine, oracle, scipy_pairs
 from attnflow.core.fusion import augmented
 from attnflow.core.inputs import as_stack
+from attnflow.core.maps import check_fusion
 from attnflow.errors import AttnflowError
 
 SOLVERS: dict[str, Callable[..., np.ndarray]] = {
@@ -83,6 +84,7 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     ``(len(layers), len(positions), n)`` (``(len(layers), heads, len(positions), n)`` when
     head_fusion is None), with a leading batch axis for batched input.
     """
+    check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)
     batch, n_layers, heads, n, _ = stack.shape
     layer_idx = resolve_indices(layers, n_layers, "layers")
