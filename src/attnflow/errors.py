@@ -7,3 +7,8 @@ The CLI prints it as one line and exits non-zero.
 
 class AttnflowError(ValueError):
     """Bad input or an impossible request, explained in one sentence."""
+
+
+class LongFlowWarning(UserWarning):
+    """Issued before an attention-flow run estimated to take long, with the estimate (the CLI shows
+    the estimate itself and silences this)."""

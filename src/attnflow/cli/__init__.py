@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from attnflow.cli import explain as _explain  # noqa: F401  (command modules register themselves)
 from attnflow.cli import explain_image as _explain_image  # noqa: F401
@@ -18,7 +19,7 @@ from attnflow.cli import perturbation as _perturbation  # noqa: F401
 from attnflow.cli import reproduce as _reproduce  # noqa: F401
 from attnflow.cli import view as _view  # noqa: F401
 from attnflow.cli.app import app
-from attnflow.errors import AttnflowError
+from attnflow.errors import AttnflowError, LongFlowWarning
 
 __all__ = ["app", "main"]
 
@@ -29,6 +30,8 @@ def main() -> None:
     # transformers is imported (it reads these once); quieten it directly when it already is (tests).
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # Long flow runs print their estimate through the progress bar instead of as a Python warning.
+    warnings.filterwarnings("ignore", category=LongFlowWarning)
     if "transformers" in sys.modules:
         from attnflow.capture.load import quiet_transformers
 
@@ -42,4 +45,10 @@ def main() -> None:
         # typer turns Ctrl-C into exit status 130 itself; say what that left behind
         if exc.code == 130:
             print("attnflow: interrupted; no output file was written", file=sys.stderr)
+            # Tearing down an interpreter that loaded torch and transformers takes seconds; nothing
+            # is left to clean up (outputs are written atomically, a flow worker is already killed),
+            # so Ctrl-C ends the command at once.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         raise

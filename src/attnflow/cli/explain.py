@@ -64,7 +64,7 @@ def explain(
     shown = "rollout" if method == Method.all else method.value
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None)
-    with progress_bar("attention flow") as bar:
+    with progress_bar("attention flow", unit="rows") as bar:
         if html_out is None:
             result = explain_text(text, model, method=method.value, progress=bar, **options)
             report = None

@@ -43,7 +43,7 @@ def explain_image(
     if len(images) > 1 and (json_out is not None or html_out is not None):
         raise AttnflowError(f"--json and --html hold one image's result; got {len(images)} images (run once per image)")
     check_outputs(png_only=png_out, json=json_out, html=html_out)
-    with progress_bar("attention flow") as bar:
+    with progress_bar("attention flow", unit="rows") as bar:
         results = explain([str(p) for p in images], model, method=method, target_class=target, residual=residual,
                           progress=bar)
     console = Console()

@@ -1,0 +1,148 @@
+"""How long a flow computation will take, said before it starts.
+
+Flow costs one max-flow per (row, input token), a row being one (target position, layer) node of
+one graph (per example, per head when heads are not fused): ``rows x n`` max-flows, each on a graph
+of up to ``layer x n^2`` arcs. No formula predicts a max-flow solver's time on real attention well
+(it depends on how peaky the attention is and how much each warm start saves), so the estimate is
+measured: three rows (the lowest, a middle and the highest requested layer) are timed with the
+same solver on the same attention cut down to 16, 32, 64 and at most ``CALIBRATION_TOKENS`` tokens
+(evenly spaced tokens, rows re-normalised; a causal map stays causal), stopping once timings are
+long enough to be steady; the growth exponent ``alpha`` is fitted from the last two sizes (clipped
+to [2, 4]) and the time extrapolated as ``t(n) = t(s) (n / s)^alpha``, the other layers' rows
+interpolated between the timed ones. Inputs up to 128 tokens are timed at their own size.
+Calibration takes about a second at most with the default solver; it runs only when a cheap upper
+guess (``UNIT_SECONDS * layer * n^3`` per row) says the work may be long.
+
+Measured on the 2-core machine this was written on, the extrapolation was within a factor of about
+two of the real time (see docs/long-inputs.md); treat the figure as an order of magnitude.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CALIBRATION_TOKENS = 128
+# Seconds per unit of ``layer * n^3`` for one row: the engine measured 0.6e-9 to 2.8e-9 on the
+# benchmark cases of docs/performance.md; the larger end, so that a job is calibrated rather than
+# guessed whenever it might be long.
+UNIT_SECONDS = 3e-9
+CALIBRATION_SECONDS = 0.25  # enough timing for a steady figure
+CALIBRATE_ABOVE = 0.5  # seconds (cheap guess) above which the estimate is measured
+WARN_SECONDS = 10.0  # Python flow() warns when a run is estimated to take longer than this
+
+
+@dataclass(frozen=True)
+class FlowEstimate:
+    """The work of one flow call and its expected duration.
+
+    rows: (target position, layer) rows, over every example and head; tokens: the input length n;
+    max_flows: ``rows * tokens``; seconds: expected wall time; longest_row: expected time of the
+    costliest single row (what one uninterruptible solver call may take); how: how it was obtained.
+    """
+
+    rows: int
+    tokens: int
+    max_flows: int
+    seconds: float
+    longest_row: float
+    how: str
+
+    def __str__(self) -> str:
+        return (f"attention flow: {self.rows:,} rows x {self.tokens:,} tokens = {self.max_flows:,} max-flows, "
+                f"estimated {format_duration(self.seconds)} ({self.how})")
+
+
+def format_duration(seconds: float) -> str:
+    """``0.4 s``, ``42 s``, ``5.2 min``, ``3.1 h``, ``4.2 days``, ``2.3 years``."""
+    for unit, size, above in (("years", 365.25 * 86400, 2.0), ("days", 86400, 2.0), ("h", 3600, 2.0),
+                              ("min", 60, 100 / 60)):
+        if seconds >= above * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def guess_seconds(n: int, layers: Sequence[int], per_layer_rows: int) -> float:
+    """The cheap upper guess: ``UNIT_SECONDS * (layer + 1) * n^3`` per row."""
+    return UNIT_SECONDS * per_layer_rows * sum(layer + 1 for layer in layers) * float(n) ** 3
+
+
+def subgraph(a: np.ndarray, size: int, position: int) -> tuple[np.ndarray, int]:
+    """``size`` evenly spaced tokens of ``a`` ``(layers, n, n)`` (the last one and ``position``
+    included), rows re-normalised; returns it and where ``position`` landed."""
+    n = a.shape[-1]
+    keep = np.unique(np.concatenate([np.linspace(0, n - 1, size).round().astype(int), [position]]))
+    if len(keep) > size:  # drop a neighbour of ``position`` to keep the size
+        drop = np.flatnonzero(keep != position)[np.argmin(np.abs(keep[keep != position] - position))]
+        keep = np.delete(keep, drop)
+    sub = a[:, keep][:, :, keep]
+    sums = sub.sum(axis=-1, keepdims=True)
+    sub = np.divide(sub, sums, out=np.zeros_like(sub), where=sums > 0)
+    return np.ascontiguousarray(sub), int(np.flatnonzero(keep == position)[0])
+
+
+def _spread(layers: Sequence[int], k: int) -> list[int]:
+    ordered = sorted(set(int(x) for x in layers))
+    picks = np.linspace(0, len(ordered) - 1, min(k, len(ordered))).round().astype(int)
+    return [ordered[i] for i in sorted(set(picks.tolist()))]
+
+
+def _time_rows(solve: Callable, a: np.ndarray, layers: list[int], position: int) -> list[float]:
+    times = []
+    for layer in layers:
+        start = time.perf_counter()
+        solve(a, np.array([layer]), np.array([position]))
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: int, per_layer_rows: int) -> FlowEstimate:
+    """Measure the time of ``per_layer_rows`` rows at each of ``layers`` of graph ``a`` ``(L, n, n)``
+    (float64, padding removed) with ``solve`` (the contract of :func:`attnflow.core.flow.oracle.solve`).
+
+    Sizes 16, 32, 64, 128 tokens are tried in turn (the input's own size when it is no larger) and
+    timing stops once two sizes are measured and the last took ``CALIBRATION_SECONDS``, so slow
+    solvers (networkx) are calibrated on small graphs and fast ones on larger, steadier ones."""
+    n = a.shape[-1]
+    layers = [int(x) for x in layers]
+    sampled = _spread(layers, 3)
+    solve(subgraph(a, min(n, 4), position)[0], np.array(sampled[-1:]), np.array([0]))  # compile / load caches
+    sizes = [s for s in (16, 32, 64) if s < n] + [min(n, CALIBRATION_TOKENS)]
+    measured: list[tuple[int, float, float]] = []  # (size, seconds of all rows, seconds of the top row)
+    for size in sizes:
+        sub, q = (a, position) if size == n else subgraph(a, size, position)
+        times = _time_rows(solve, sub, sampled, q)
+        per_layer = np.interp(layers, sampled, times)  # row time grows with the layer (graph depth)
+        measured.append((size, float(per_layer.sum()) * per_layer_rows, max(times)))
+        if len(measured) >= 2 and sum(times) >= CALIBRATION_SECONDS:
+            break
+    rows = len(layers) * per_layer_rows
+    size, seconds, longest = measured[-1]
+    if size == n:
+        how = f"{len(sampled)} rows timed"
+    else:
+        (s0, t0, _), (s1, t1, _) = measured[-2], measured[-1]
+        alpha = float(np.clip(math.log(max(t1, 1e-9) / max(t0, 1e-9)) / math.log(s1 / s0), 2.0, 4.0))
+        scale = (n / s1) ** alpha
+        seconds, longest = seconds * scale, longest * scale
+        how = f"{len(sampled)} rows timed on {s0} and {s1} of the {n:,} tokens; time grows as n^{alpha:.1f}"
+    return FlowEstimate(rows=rows, tokens=n, max_flows=rows * n, seconds=seconds, longest_row=longest, how=how)
+
+
+def estimate(solve: Callable, a: np.ndarray, layers: Sequence[int], positions: Sequence[int],
+             graphs: int = 1) -> FlowEstimate:
+    """The estimate for rows ``positions x layers`` on each of ``graphs`` graphs like ``a``
+    ``(L, n, n)``: the cheap guess when it is small, else :func:`calibrate`."""
+    n = a.shape[-1]
+    per_layer_rows = len(positions) * graphs
+    guess = guess_seconds(n, layers, per_layer_rows)
+    if guess <= CALIBRATE_ABOVE:
+        rows = len(layers) * per_layer_rows
+        return FlowEstimate(rows=rows, tokens=n, max_flows=rows * n, seconds=guess,
+                            longest_row=guess_seconds(n, [max(layers)], 1), how="upper guess, not timed")
+    middle = sorted(int(p) for p in positions)[len(positions) // 2]
+    return calibrate(solve, a, layers, middle, per_layer_rows)
