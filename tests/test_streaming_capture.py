@@ -33,9 +33,8 @@ def _tiny(name: str, vocab: int):
         "llama-gqa": (transformers.LlamaConfig, transformers.LlamaForCausalLM, dict(SMALL, num_key_value_heads=2)),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, dict(SMALL, num_key_value_heads=1)),
         "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel, dict(n_embd=32, n_layer=3, n_head=4)),
-        # Falcon's classes declare no _can_record_outputs: the fallback through output_attentions
-        "falcon": (transformers.FalconConfig, transformers.FalconForCausalLM,
-                   dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4)),
+        # Bloom's classes declare no _can_record_outputs: the fallback through output_attentions
+        "bloom": (transformers.BloomConfig, transformers.BloomForCausalLM, dict(hidden_size=32, n_layer=3, n_head=4)),
     }
     config_cls, model_cls, kwargs = configs[name]
     torch.manual_seed(0)
@@ -75,10 +74,10 @@ def _check(model, tokenizer, texts):
     assert fused.attentions.shape[-1] == n0
 
 
-@pytest.mark.parametrize("name", ["bert", "distilbert", "llama-gqa", "qwen2", "gpt2", "falcon"])
+@pytest.mark.parametrize("name", ["bert", "distilbert", "llama-gqa", "qwen2", "gpt2", "bloom"])
 def test_streaming_equals_output_attentions_on_tiny_models(tokenizer, name):
     model = _tiny(name, len(tokenizer))
-    assert bool(attention_modules(model)) == (name != "falcon")
+    assert bool(attention_modules(model)) == (name != "bloom")
     _check(model, tokenizer, TEXTS)
 
 
@@ -102,7 +101,7 @@ def test_streaming_equals_output_attentions_on_smollm2(smollm2):
     assert maps.logits is None  # a language model's n x vocabulary logits are not kept
 
 
-@pytest.mark.parametrize("name", ["llama-gqa", "falcon"])
+@pytest.mark.parametrize("name", ["llama-gqa", "bloom"])
 def test_no_layer_attention_survives_the_next_layer(tokenizer, name):
     """When layer i's hook runs, layer i-1's weights tensor is already gone: the peak holds one
     layer's attention beside the buffer, and nothing of transformers' tuple survives the pass."""
@@ -126,7 +125,7 @@ def test_no_layer_attention_survives_the_next_layer(tokenizer, name):
     gc.collect()
     assert maps.attentions.shape[0] == 3 and len(seen) == 3
     assert all(ref() is None for ref in seen), "a layer's attention weights outlived the capture"
-    if name != "falcon":  # the fallback holds transformers' tuple until the pass ends (and no longer)
+    if name != "bloom":  # the fallback holds transformers' tuple until the pass ends (and no longer)
         assert alive_when_next_ran == [False, False]
 
 
