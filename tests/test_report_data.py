@@ -160,3 +160,17 @@ def test_explain_attentions_equals_the_core_methods():
         attnflow.explain_attentions(att, targets=[9])
     with pytest.raises(AttnflowError, match="2 tokens"):
         attnflow.explain_attentions(att, ["a", "b"])
+
+
+def test_explain_maps_keeps_to_the_target_above_maps_all_max(minilm, monkeypatch):
+    from attnflow.api import text as api_text
+
+    model, tokenizer = minilm
+    monkeypatch.setattr(api_text, "MAPS_ALL_MAX", 4)
+    text = "The keys to the cabinet are here"
+    maps = attnflow.explain_maps(text, model, tokenizer=tokenizer, target="cls", methods=("raw", "rollout"))
+    assert all(c.targets == (0,) for c in maps.computed.values())
+    every = attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("raw",), targets="all")
+    assert every.computed["raw"].targets == tuple(range(every.n_sources))
+    with pytest.raises(AttnflowError, match="targets must be 'auto' or 'all'"):
+        attnflow.explain_maps(text, model, tokenizer=tokenizer, targets="target")
