@@ -71,8 +71,8 @@ def interrupt_latency(repeats: int) -> None:
     for i in range(repeats):
         folder = tempfile.mkdtemp(prefix="attnflow-ctrlc-")
         out = os.path.join(folder, "flow.json")
-        proc = subprocess.Popen([sys.executable, "-m", "attnflow", "explain", text, "--model", model, "--method", "flow",
-                                 "--json", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        command = [sys.executable, "-m", "attnflow", "explain", text, "--model", model, "--method", "flow", "--json", out]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         os.set_blocking(proc.stderr.fileno(), False)
         seen = b""
         while b"Ctrl-C stops it" not in seen and proc.poll() is None:

@@ -14,7 +14,8 @@ just before the run, so that neither the model nor another run counts. The naive
 where its tuple and stacked copy alone (``2 * layers * heads * n^2 * 4`` bytes) would not fit in
 this machine's memory; the table then gives what it would need. The two methods' rows are compared
 (max |difference|). Row rollout vs full rollout is timed on the same captured maps (all layers'
-rows of the default target; CPU time of one thread, torch on one thread).
+rows of the default target, as explain needs them, and the top layer's row alone; CPU time of one
+thread, torch on one thread).
 
 ``--generate``: ``attnflow.generate`` with an N-token prompt and 8 new tokens, peak memory and time.
 ``--report``: the size of the HTML report (raw and rollout for every target) of an N-token input.
@@ -124,6 +125,9 @@ def child(job: dict) -> dict:
         torch.set_num_threads(1)
         rollout_rows(maps, [target], layers=[0])  # warm-up
         t = time.thread_time()
+        rollout_rows(maps, [target], layers=[-1])
+        out["top_cpu_s"] = time.thread_time() - t
+        t = time.thread_time()
         rows = rollout_rows(maps, [target])
         out["rows_cpu_s"] = time.thread_time() - t
         t = time.thread_time()
@@ -187,7 +191,8 @@ def main() -> None:
         return
     ram_gb = args.memory_gb or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
     print(f"torch threads: {args.threads}; machine memory {ram_gb:.1f} GB; load average before (1/5/15 min): {load()}")
-    print("peak MB = resident memory above the loaded model (VmHWM after a reset), each run in its own process\n")
+    print("peak MB = resident memory above the loaded model (VmHWM after a reset), each run in its own process\n",
+          flush=True)
     header = (f"{'case':<16} {'ours peak MB':>12} {'naive peak MB':>20} {'ratio':>7} {'ours s':>7} {'naive s':>8} "
               f"{'max|diff|':>9} {'row rollout cpu s':>17} {'full rollout cpu s':>18} {'full/row':>8}")
     print(header)
@@ -217,9 +222,11 @@ def main() -> None:
         print(f"{model + ' ' + str(ours['n']):<16} {ours['peak_mb']:>12.0f} {naive_peak:>20} {ratio:>7} "
               f"{ours['wall_s']:>7.1f} {naive_s:>8} {diff:>9} {rows:>17} {full:>18} {speed:>8}", flush=True)
         if "rows_vs_full" in ours:
-            print(f"{'':<16} (row rollout vs full rollout rows: max |difference| {ours['rows_vs_full']:.1e})")
-    print(f"\nnaive need = the output_attentions tuple plus its stacked float32 copy, 2 * layers * heads * n^2 * 4 bytes "
-          f"(before the dense rollout's own three (layers, n, n) arrays)")
+            print(f"{'':<16} (row rollout vs full rollout rows: max |difference| {ours['rows_vs_full']:.1e}; "
+                  f"the top layer's row alone: {ours['top_cpu_s']:.3f} s, "
+                  f"{ours['full_cpu_s'] / ours['top_cpu_s']:.0f}x faster than the full rollout)")
+    print("\nnaive need = the output_attentions tuple plus its stacked float32 copy, 2 * layers * heads * n^2 * 4 "
+          "bytes (before the dense rollout's own three (layers, n, n) arrays)")
     if args.generate:
         print(f"\ngenerate (SmolLM2, 8 new tokens) -- load average now: {load()}")
         print(f"{'prompt tokens':>13} {'strategy':>11} {'peak MB':>8} {'maps kept MB (4 L N^2)':>23} {'wall s':>7}")
@@ -233,8 +240,9 @@ def main() -> None:
             print(f"{got['n']:>13} {got['strategy']:>11} {got['peak_mb']:>8.0f} {stored:>23} {got['wall_s']:>7.1f}",
                   flush=True)
     for n in args.report:
-        code = ("import json, sys; sys.path.insert(0, %r); from memory import report_size; "
-                "print(json.dumps(report_size(%d, %d)))" % (os.path.dirname(os.path.abspath(__file__)), args.threads, n))
+        here = os.path.dirname(os.path.abspath(__file__))
+        code = (f"import json, sys; sys.path.insert(0, {here!r}); from memory import report_size; "
+                f"print(json.dumps(report_size({args.threads}, {n})))")
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if proc.returncode == 0:
             got = json.loads(proc.stdout.strip().splitlines()[-1])

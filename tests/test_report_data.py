@@ -76,7 +76,8 @@ def test_maps_keep_missing_flow_rows_missing():
 
 
 def _chunks(html: str) -> dict[str, str]:
-    return dict(re.findall(r'<script type="application/octet-stream" id="attnflow-chunk-([\w-]+)">([^<]*)</script>', html))
+    pattern = r'<script type="application/octet-stream" id="attnflow-chunk-([\w-]+)">([^<]*)</script>'
+    return dict(re.findall(pattern, html))
 
 
 @pytest.mark.parametrize("encoding", ["f16", "log8"])
@@ -146,7 +147,8 @@ def test_explain_maps_agrees_with_explain_for_every_method(minilm):
             expected = attnflow.explain(text, model, tokenizer=tokenizer, method=method, target=target)
             assert maps.sources == expected.sources
             # explain's rollout rows are vector-matrix products, the maps' matrix products (float32)
-            np.testing.assert_allclose(maps.row(method, target), expected.row(), atol=1e-6 if method == "rollout" else 1e-9)
+            tolerance = 1e-6 if method == "rollout" else 1e-9
+            np.testing.assert_allclose(maps.row(method, target), expected.row(), atol=tolerance)
 
 
 def test_explain_attentions_equals_the_core_methods():

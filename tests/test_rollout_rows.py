@@ -86,3 +86,19 @@ def test_rows_are_distributions_and_match_the_full_maps(n, layers, residual, see
     assert (got >= 0).all()
     full = np.asarray(attnflow.rollout(att, residual=residual, head_fusion=fusion))
     np.testing.assert_allclose(got[:, 0], full[:, q], atol=1e-12)
+
+
+@pytest.mark.parametrize("causal_norm", [None, "keys"])
+def test_decoder_maps_go_block_by_block_and_agree(monkeypatch, causal_norm):
+    """AttentionMaps of a decoder (causal=True) take the blocked lower-triangular product."""
+    from attnflow.core import rollout as rollout_module
+
+    monkeypatch.setattr(rollout_module, "CAUSAL_BLOCK", 3)
+    rng = np.random.default_rng(17)
+    att = torch.tensor(random_attention(rng, layers=4, heads=3, n=11, causal=True))
+    fused = attnflow.AttentionMaps(att.mean(dim=1, keepdim=True), [str(i) for i in range(11)], causal=True,
+                                   head_fusion="mean")
+    expected = naive_rollout(att.numpy(), 0.5, "mean") if causal_norm is None else \
+        np.asarray(attnflow.rollout(att, causal_norm=causal_norm))
+    got = rollout_rows(fused, [10, 4, 0], causal_norm=causal_norm)
+    np.testing.assert_allclose(got, expected[:, [10, 4, 0]], atol=1e-12)

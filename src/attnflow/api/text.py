@@ -246,7 +246,8 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     includes "grad-rollout" (sequence classifiers only)."""
     names, shown = _shown(methods, method, TEXT_METHODS)
     if targets not in ("auto", "all"):
-        raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} (use explain for one target)")
+        raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} "
+                            "(use explain for one target)")
     return _explain(text, model, tokenizer, methods=names, shown=shown, target=target,
                     targets=targets, flow_targets=flow_targets, residual=residual, head_fusion=head_fusion,
                     solver=solver, truncate=truncate, progress=progress, causal_norm=causal_norm)

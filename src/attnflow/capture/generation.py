@@ -109,7 +109,8 @@ class _Steps:
 
     def __init__(self, n_layers: int, m: int, capacity: int, head_fusion: str, strategy: str,
                  tracker: IncrementalRollout) -> None:
-        self.n_layers, self.m, self.head_fusion, self.strategy, self.tracker = n_layers, m, head_fusion, strategy, tracker
+        self.n_layers, self.m, self.head_fusion = n_layers, m, head_fusion
+        self.strategy, self.tracker = strategy, tracker
         size = capacity if strategy == "rows" else m
         self.w = torch.zeros(n_layers, size, size, dtype=torch.float32)
         self.row = torch.zeros(n_layers, capacity, dtype=torch.float32)  # the current step's row per layer
@@ -135,7 +136,8 @@ class _Steps:
             self.w[layer, : self.m, : self.m] = fused
             return
         if queries != 1:
-            raise AttnflowError(f"a generation step fed {queries} tokens at once; only one-token cached steps are supported")
+            raise AttnflowError(f"a generation step fed {queries} tokens at once; only one-token cached steps "
+                                "are supported")
         t = self.position
         if keys != t + 1:
             raise AttnflowError(f"step {self.calls} gave attention over {keys} keys; expected {t + 1} (all positions "

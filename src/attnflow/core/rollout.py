@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from attnflow.core.flow import resolve_indices
-from attnflow.core.fusion import apply_padding, augmented
+from attnflow.core.fusion import apply_padding, augmented, check_residual, fuse_heads
 from attnflow.core.inputs import Stack, as_stack
 from attnflow.core.maps import check_fusion
 from attnflow.errors import AttnflowError
@@ -127,11 +127,25 @@ def rollout_rows(attentions: Any, positions: Any, *, layers: Any = None, residua
     one_hot[torch.arange(len(pos_idx)), pos_idx] = 1.0
     rows = one_hot.new_zeros(lead + (0, n))
     offset: dict[int, int] = {}
+    # Without padding, discarding or the sink rule, A_l = D (c (1-r) W + r I) with D = 1 / row sums and
+    # c the optional per-row "keys" factor, so v A_l = ((1-r) c D v) W + r D v: one pass for the row
+    # sums and one product per layer, and no (n, n) matrix is written (at 2,048 tokens writing the
+    # augmented matrix costs more than the product itself).
+    direct = bool(stack.mask.all()) and discard_ratio == 0.0 and causal_norm in (None, "keys")
+    causal = bool(getattr(attentions, "causal", False))  # AttentionMaps of a decoder: W is lower-triangular
+    check_residual(residual)
+    keys = torch.arange(1, n + 1, dtype=values.dtype, device=values.device) if causal_norm == "keys" else None
     for layer in range(max(layer_idx), -1, -1):
         if layer in layer_idx and layer not in offset:
             offset[layer] = rows.shape[-2]
             rows = torch.cat([rows, one_hot.expand(lead + one_hot.shape)], dim=-2)
-        if layer >= start_layer:
+        if layer < start_layer:
+            continue
+        if direct:
+            w = fuse_heads(values[:, layer], head_fusion)  # (batch, [heads,] n, n); a view for fused maps
+            c = (1.0 - residual) * (keys if keys is not None else torch.ones(n, dtype=w.dtype, device=w.device))
+            rows = _times_augmented(rows, w, c, residual, causal)
+        else:
             a = augmented(values[:, layer:layer + 1], stack.mask, residual=residual, head_fusion=head_fusion,
                           discard_ratio=discard_ratio, causal_norm=causal_norm)[:, 0]
             rows = rows @ a
@@ -143,6 +157,31 @@ def rollout_rows(attentions: Any, positions: Any, *, layers: Any = None, residua
         queries = stack.mask[:, pos_idx].reshape(shape + (p, 1)).to(out.dtype)
         out = out * keys * queries
     return stack.out(out)
+
+
+CAUSAL_BLOCK = 256
+
+
+def _times_augmented(rows: torch.Tensor, w: torch.Tensor, c: torch.Tensor, residual: float,
+                     causal: bool) -> torch.Tensor:
+    """``rows @ A`` for ``A = D (c W + r I)``, ``D`` the inverse row sums (0 for an all-zero row).
+
+    ``rows``: ``(..., k, n)``; ``w``: ``(..., n, n)``; ``c``: ``(n,)`` per-query factors. For a
+    lower-triangular ``w`` the work goes block by block of queries, each block ``Q`` reading only
+    the keys up to its last query: half the reads and multiply-adds of the dense product, and each
+    block's row sums and product come from the same cached rows.
+    """
+    n = w.shape[-1]
+    step = CAUSAL_BLOCK if causal else n
+    out = torch.zeros_like(rows)
+    for q0 in range(0, n, step):
+        q1 = min(n, q0 + step)
+        block = w[..., q0:q1, :q1]
+        sums = c[q0:q1] * block.sum(dim=-1) + residual
+        scaled = rows[..., q0:q1] * torch.where(sums > 0, 1.0 / torch.where(sums > 0, sums, 1.0), 0.0).unsqueeze(-2)
+        out[..., :q1] += (scaled * c[q0:q1]) @ block
+        out[..., q0:q1] += residual * scaled
+    return out
 
 
 def rows_are_cheaper(n: int, n_positions: int, layers: list[int]) -> bool:

@@ -131,8 +131,8 @@ def run_in_child(work: Callable[..., None], args: tuple, outputs: tuple[int, ...
             env["NUMBA_NUM_THREADS"] = str(numba.get_num_threads())
         except ImportError:
             pass
-        proc = subprocess.Popen([sys.executable, "-c", "from attnflow.core.flow.background import child_main; child_main()"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        entry = "from attnflow.core.flow.background import child_main; child_main()"
+        proc = subprocess.Popen([sys.executable, "-c", entry], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         proc.stdin.write(len(payload).to_bytes(8, "little") + payload)
         proc.stdin.flush()
         lines: queue.Queue = queue.Queue()

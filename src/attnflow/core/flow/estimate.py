@@ -100,7 +100,8 @@ def _time_rows(solve: Callable, a: np.ndarray, layers: list[int], position: int)
     return times
 
 
-def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: int, per_layer_rows: int) -> FlowEstimate:
+def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: int,
+              per_layer_rows: int) -> FlowEstimate:
     """Measure the time of ``per_layer_rows`` rows at each of ``layers`` of graph ``a`` ``(L, n, n)``
     (float64, padding removed) with ``solve`` (the contract of :func:`attnflow.core.flow.oracle.solve`).
 
