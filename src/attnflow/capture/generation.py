@@ -36,7 +36,7 @@ import torch
 from attnflow.capture.hooks import attention_modules
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
-from attnflow.core.fusion import check_head_fusion
+from attnflow.core.fusion import check_head_fusion, fuse_heads
 from attnflow.core.incremental import IncrementalRollout
 from attnflow.core.rollout import rollout_rows
 from attnflow.errors import AttnflowError
@@ -126,7 +126,7 @@ class _Steps:
             raise AttnflowError(f"generate tracks one sequence; the model ran {weights.shape[0]} at once "
                                 "(pass num_beams=1 and num_return_sequences=1)")
         w = weights[0].detach().to(device="cpu", dtype=torch.float32)
-        fused = {"mean": w.mean, "max": w.amax, "min": w.amin}[self.head_fusion](dim=0)  # (queries, keys)
+        fused = fuse_heads(w, self.head_fusion)  # (queries, keys)
         queries, keys = fused.shape
         self.layers_seen += 1
         if self.calls == 0:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from attnflow.core.fusion import fuse_heads
 from attnflow.errors import AttnflowError
 
 
@@ -123,13 +124,7 @@ class Reducer:
         if self.head_fusion is None:
             target.copy_(w)
             return
-        w = w.to(device="cpu", dtype=torch.float32)  # no copy for float32 CPU models
-        if self.head_fusion == "mean":
-            target[:, 0] = w.mean(dim=1)
-        elif self.head_fusion == "max":
-            target[:, 0] = w.amax(dim=1)
-        else:
-            target[:, 0] = w.amin(dim=1)
+        target[:, 0] = fuse_heads(w.to(device="cpu", dtype=torch.float32), self.head_fusion)  # no copy for float32
 
 
 @contextmanager
