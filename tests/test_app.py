@@ -99,7 +99,10 @@ class AppPage:
         self.page.click("#run")
 
     def wait(self, state: str = "done", timeout: float = 120_000) -> None:
-        self.page.wait_for_selector(f"body[data-state='{state}']", state="attached", timeout=timeout)
+        """Wait for the job to end, and fail at once (with the page's message) if it ended otherwise."""
+        ended = ", ".join(f"body[data-state='{s}']" for s in ("done", "error", "cancelled"))
+        self.page.wait_for_selector(ended, state="attached", timeout=timeout)
+        assert self.page.get_attribute("body", "data-state") == state, self.message()
 
     def wait_report(self) -> None:
         self.page.wait_for_selector("body[data-report='ready']", state="attached", timeout=60_000)
@@ -271,28 +274,32 @@ def test_two_pages_at_once_get_their_own_results(server, browser, smollm2):
     texts = ("the key to the cabinets", "the keys near the table")
     maps = [attnflow.explain_maps(t, AGREEMENT, methods=("raw", "rollout")) for t in texts]
 
-    a, b, c = AppPage(browser, server), AppPage(browser, server), AppPage(browser, server)
-    a.choose("smollm2")
-    a.page.fill("#prompt", prompt)
-    a.page.fill("#new-tokens", "4")
+    other = "Sara asked John to return her book. He said he would give it back to"
+    gen2 = attnflow.generate(model, tokenizer, other, 3)
+    a, b, c, d = (AppPage(browser, server) for _ in range(4))
+    for page, text, n in ((a, prompt, "4"), (d, other, "3")):  # two generations on one decoder
+        page.choose("smollm2")
+        page.page.fill("#prompt", text)
+        page.page.fill("#new-tokens", n)
     for page, text in ((b, texts[0]), (c, texts[1])):
         page.choose("agreement")
         page.page.fill("#text", text)
         page.page.uncheck("#methods input[data-method='flow']")
         page.page.uncheck("#methods input[data-method='grad-rollout']")
-    for page in (a, b, c):  # all three running before any is awaited
+    for page in (a, b, c, d):  # all four running before any is awaited
         page.run()
-    for page in (a, b, c):
+    for page in (a, b, c, d):
         page.wait()
-    assert len({p.page.get_attribute("body", "data-job") for p in (a, b, c)}) == 3
-    assert a.live_tokens() == gen.targets
-    a.page.wait_for_selector("body[data-bars='0']", state="attached")
-    _bars_equal(a.bars(), gen.top(10, target=0))
+    assert len({p.page.get_attribute("body", "data-job") for p in (a, b, c, d)}) == 4
+    for page, expected in ((a, gen), (d, gen2)):
+        assert page.live_tokens() == expected.targets
+        page.page.wait_for_selector("body[data-bars='0']", state="attached")
+        _bars_equal(page.bars(), expected.top(10, target=0))
     for page, text, expected in ((b, texts[0], maps[0]), (c, texts[1], maps[1])):
         page.wait_report()
         assert page.frame.locator("#title").text_content() == text
         np.testing.assert_allclose(page.frame_scores(), expected.row("rollout")[-1], rtol=RTOL, atol=1e-9)
-    for page in (a, b, c):
+    for page in (a, b, c, d):
         page.clean()
         page.close()
     # every model was loaded once, whichever page asked first, and shared by all of them
@@ -361,6 +368,28 @@ def test_bad_input_is_a_message_never_a_trace(server, browser):
     page.close()
 
 
+def test_a_typed_model_folder_is_listed_and_explains(server, browser, minilm_path):
+    text = "The keys to the cabinet"
+    expected = attnflow.explain_maps(text, minilm_path, methods=("raw", "rollout"))
+    page = AppPage(browser, server)
+    page.choose("__path__")
+    page.page.fill("#model-path", minilm_path)
+    page.page.click("#add-model")
+    page.page.wait_for_function("() => document.getElementById('model').value !== '__path__'")
+    assert page.page.input_value("#model") == os.path.realpath(minilm_path)
+    assert page.page.is_disabled("#methods input[data-method='grad-rollout']")  # not a classifier
+    page.page.fill("#text", text)
+    page.page.uncheck("#methods input[data-method='flow']")
+    page.run()
+    page.wait()
+    page.wait_report()
+    np.testing.assert_allclose(page.frame_scores(), expected.row("rollout")[-1], rtol=RTOL, atol=1e-9)
+    listed = [m["key"] for m in page.fetch_json("api/models")["models"]]
+    assert os.path.realpath(minilm_path) in listed  # for every page: one server, one list
+    page.clean()
+    page.close()
+
+
 def test_script_prompts_and_tokens_stay_text(server, browser):
     prompt = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2"> &amp;'
     page = AppPage(browser, server)
@@ -413,6 +442,56 @@ def test_image_upload_shows_the_overlay(server, browser, tmp_path):
     page.refused(1)
     page.clean()
     page.close()
+
+
+def test_generation_waits_for_readers_and_keeps_new_ones_out():
+    # The decoder's lock: explanations share it, a generation holds it alone (its hook would see
+    # every other forward pass), and a waiting request can give up.
+    import threading
+
+    from attnflow.app.jobs import Cancelled
+    from attnflow.app.locks import ModelLock
+
+    lock, events = ModelLock(), []
+    reader_in, release_reader, writer_waiting = threading.Event(), threading.Event(), threading.Event()
+
+    def reader(name, hold=None):
+        with lock.shared():
+            events.append(f"{name} in")
+            reader_in.set()
+            if hold:
+                hold.wait(10)
+        events.append(f"{name} out")
+
+    def writer():
+        with lock.exclusive(waiting=writer_waiting.set):
+            events.append("writer in")
+        events.append("writer out")
+
+    first = threading.Thread(target=reader, args=("r1", release_reader))
+    first.start()
+    reader_in.wait(10)
+    w = threading.Thread(target=writer)
+    w.start()
+    writer_waiting.wait(10)
+    late = threading.Thread(target=reader, args=("r2",))
+    late.start()  # arrives while the writer waits: it must go after the writer
+    gave_up = []
+
+    def cancelled():
+        raise Cancelled()
+
+    try:
+        with lock.shared(check=cancelled):
+            pass
+    except Cancelled:
+        gave_up.append(True)
+    release_reader.set()
+    for t in (first, w, late):
+        t.join(10)
+    assert gave_up == [True]
+    assert events.index("writer in") > events.index("r1 out")
+    assert events.index("r2 in") > events.index("writer out")
 
 
 def _request(server, path: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict, bytes]:

@@ -118,7 +118,7 @@ def folder_entry(path: str) -> Entry:
     if not folder.is_dir():
         raise AttnflowError(f"{name!r} is a file; give the model's folder (the one holding config.json)")
     kind, classifier = kind_of(str(folder))
-    return Entry(str(folder), folder.name, kind, classifier, lambda: str(folder), str(folder))
+    return Entry(str(folder), "/".join(folder.parts[-2:]), kind, classifier, lambda: str(folder), str(folder))
 
 
 class Catalog:

@@ -14,8 +14,9 @@ from attnflow.errors import AttnflowError
 @app.command("app")
 def serve_app(
     model: Optional[list[str]] = typer.Option(
-        None, "--model", "-m", help="A model to list first: a local model folder, or a listed name (agreement, "
-                                    "digits_vit, smollm2, minilm). Repeat for several. Others stay listed."),
+        None, "--model", "-m", metavar="FOLDER_OR_NAME",
+        help="A model to list first: a local model folder, or a listed name (agreement, digits_vit, smollm2, "
+             "minilm). Repeat for several. Others stay listed."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on. Anything but loopback lets other machines "
                                                "use the app (no login): a warning is printed."),
     port: int = typer.Option(8501, min=0, max=65535, help="Port to listen on (0 picks a free one)."),
