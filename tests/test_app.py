@@ -38,8 +38,7 @@ def server():
         app.start()
         yield app
     finally:
-        status = app.stop()
-        # stopped by its pid, and cleanly: SIGTERM ends uvicorn with status 0
+        status = app.stop()  # SIGTERM by its pid (uvicorn shuts down, then exits by that signal)
         assert status is not None and app.proc.poll() is not None, f"the server did not stop: {status}"
         os.unlink(app.log)
 
@@ -96,12 +95,16 @@ class AppPage:
         self.page.select_option("#model", model)
 
     def run(self) -> None:
+        self.previous_job = self.page.get_attribute("body", "data-job")
         self.page.click("#run")
 
     def wait(self, state: str = "done", timeout: float = 120_000) -> None:
-        """Wait for the job to end, and fail at once (with the page's message) if it ended otherwise."""
-        ended = ", ".join(f"body[data-state='{s}']" for s in ("done", "error", "cancelled"))
-        self.page.wait_for_selector(ended, state="attached", timeout=timeout)
+        """Wait for the job started by the last :meth:`run` to end, and fail at once (with the page's
+        message) if it ended otherwise."""
+        self.page.wait_for_function(
+            """previous => document.body.dataset.job && document.body.dataset.job !== previous
+                          && ['done', 'error', 'cancelled'].includes(document.body.dataset.state)""",
+            arg=self.previous_job, timeout=timeout)
         assert self.page.get_attribute("body", "data-state") == state, self.message()
 
     def wait_report(self) -> None:
@@ -308,7 +311,9 @@ def test_two_pages_at_once_get_their_own_results(server, browser, smollm2):
 
 
 def test_a_long_flow_shows_progress_blocks_nobody_and_cancels(server, browser):
-    long_text = " ".join(["the keys to the cabinet are on the table near the old door"] * 12)  # ~150 tokens
+    # ~470 tokens, flow for every one of them: minutes of work, so it is surely running while the
+    # other page gets its answer (at 158 tokens it takes only a few seconds on this machine)
+    long_text = " ".join(["the keys to the cabinet are on the table near the old door"] * 36)
     slow = AppPage(browser, server)
     slow.choose("minilm")
     slow.page.fill("#text", long_text)
@@ -492,6 +497,29 @@ def test_generation_waits_for_readers_and_keeps_new_ones_out():
     assert gave_up == [True]
     assert events.index("writer in") > events.index("r1 out")
     assert events.index("r2 in") > events.index("writer out")
+
+
+def test_finished_jobs_are_kept_within_a_count_and_a_size():
+    import time
+
+    from attnflow.app.jobs import Job, JobStore
+    from attnflow.results import Attribution, Block
+
+    def result(job):
+        values = np.zeros((1, 1, 500))  # 4,000 bytes of scores
+        return Attribution(kind="text", sources=["a"] * 500, targets=["a"], target_positions=[0],
+                           blocks={"raw": Block.full(values)}, n_layers=1)
+
+    store = JobStore(workers=1, keep=3, keep_bytes=10_000)
+    jobs = []
+    for _ in range(5):
+        jobs.append(store.submit(Job("text", "m"), result))
+        deadline = time.monotonic() + 10
+        while jobs[-1].state != "done" and time.monotonic() < deadline:
+            time.sleep(0.01)
+    # at the fifth job: four finished (16,000 bytes) -> the two oldest go (two kept, 8,000 bytes)
+    assert [store.get(j.id) is not None for j in jobs] == [False, False, True, True, True]
+    store.shutdown()
 
 
 def _request(server, path: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict, bytes]:

@@ -94,6 +94,14 @@ class Job:
                     "status": self.status, "tokens": list(self.tokens), "progress": self.progress,
                     "error": self.error, "version": self.version}
 
+    @property
+    def size(self) -> int:
+        """Bytes its result and report hold (0 without a result)."""
+        if self.result is None:
+            return 0
+        scores = sum(block.values.nbytes for block in self.result.blocks.values())
+        return scores + len(self._report or "")
+
     def report(self) -> str:
         """The result's self-contained HTML report (made once)."""
         if self._report is None:
@@ -109,20 +117,25 @@ class Job:
 
 
 class JobStore:
-    """Runs jobs on a few worker threads and keeps the latest finished ones for their pages."""
+    """Runs jobs on a few worker threads and keeps the latest finished ones for their pages: at most
+    ``keep`` of them, and only while their results (and reports) fit in ``keep_bytes`` (a 512-token
+    text with four methods is ~60 MB; a long generation on a 30-layer model more)."""
 
-    def __init__(self, workers: int = 4, keep: int = 32) -> None:
+    def __init__(self, workers: int = 4, keep: int = 32, keep_bytes: int = 1 << 30) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attnflow-job")
         self._jobs: OrderedDict[str, Job] = OrderedDict()
-        self._keep = keep
+        self._keep, self._keep_bytes = keep, keep_bytes
         self._lock = threading.Lock()
 
     def submit(self, job: Job, work: Callable[[Job], Any]) -> Job:
         with self._lock:
             self._jobs[job.id] = job
-            finished = [j for j in self._jobs.values() if j.state in TERMINAL]
-            for old in finished[: max(0, len(finished) - self._keep)]:
+            finished = [j for j in self._jobs.values() if j.state in TERMINAL]  # oldest first
+            total = sum(j.size for j in finished)
+            while finished and (len(finished) > self._keep or total > self._keep_bytes):
+                old = finished.pop(0)
                 del self._jobs[old.id]
+                total -= old.size
         self._pool.submit(self._run, job, work)
         return job
 
