@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 import pytest
 import torch
-from test_report_browser import ARGS, CHROMIUM, RTOL, _unavailable
+from test_report_browser import ARGS, CHROMIUM, RTOL, Page, browser_api
 
 import attnflow
 from attnflow.app.process import AppProcess
@@ -45,23 +45,18 @@ def server():
 
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        import playwright.sync_api as playwright_api
-    except ImportError:
-        _unavailable("playwright (python) is not installed")
-    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        _unavailable(f"no Chromium at {CHROMIUM}")
-    with playwright_api.sync_playwright() as p:
+    with browser_api().sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         yield b
         b.close()
 
 
-class AppPage:
-    """The app in a fresh browser context (its own cookies, storage and connections), network guarded."""
+class AppPage(Page):
+    """The app in a fresh browser context (its own cookies, storage and connections), with the report
+    tests' network guard letting through the app's own origin only."""
 
     def __init__(self, browser, server):
-        self.origin = server.url
+        self.origin = self.allowed = server.url
         self.fetched: list[str] = []
         self.errors: list[str] = []
         self.context = browser.new_context(viewport={"width": 1100, "height": 900})
@@ -71,17 +66,6 @@ class AppPage:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.goto(server.url)
         self.page.wait_for_selector("body[data-state='idle']", state="attached", timeout=30_000)
-
-    def _route(self, route):
-        if route.request.url.startswith(self.origin):
-            route.continue_()
-        else:
-            self.fetched.append(route.request.url)
-            route.abort()
-
-    def clean(self) -> None:
-        assert self.fetched == [], f"the page tried to fetch {self.fetched}"
-        assert self.errors == [], f"console errors: {self.errors}"
 
     def refused(self, n: int) -> None:
         """Requests the server refused answer 400, which Chromium notes in the console: expect ``n``."""

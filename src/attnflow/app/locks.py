@@ -29,19 +29,22 @@ class ModelLock:
         with self._cond:
             return self._writing or self._writers_waiting > 0
 
+    def _wait(self, blocked: Callable[[], bool], check: Callable[[], None], waiting: Callable[[], None]) -> None:
+        """Wait (holding the condition) while ``blocked()``, calling ``waiting`` once and ``check`` each
+        tenth of a second (it raises to give up)."""
+        if blocked():
+            waiting()
+        while blocked():
+            check()
+            self._cond.wait(0.1)
+
     @contextmanager
     def shared(self, check: Callable[[], None] = lambda: None, waiting: Callable[[], None] = lambda: None
                ) -> Iterator[None]:
         """Hold the model with other readers. ``check`` is called while waiting (it raises to give up);
         ``waiting`` once, if the model is not free at once."""
         with self._cond:
-            told = False
-            while self._writing or self._writers_waiting:
-                if not told:
-                    waiting()
-                    told = True
-                check()
-                self._cond.wait(0.1)
+            self._wait(lambda: self._writing or self._writers_waiting > 0, check, waiting)
             self._readers += 1
         try:
             yield
@@ -57,13 +60,7 @@ class ModelLock:
         with self._cond:
             self._writers_waiting += 1
             try:
-                told = False
-                while self._writing or self._readers:
-                    if not told:
-                        waiting()
-                        told = True
-                    check()
-                    self._cond.wait(0.1)
+                self._wait(lambda: self._writing or self._readers > 0, check, waiting)
             finally:
                 self._writers_waiting -= 1
                 self._cond.notify_all()  # readers held back by this writer may go if it gave up
