@@ -506,6 +506,23 @@ def test_finished_jobs_are_kept_within_a_count_and_a_size():
     store.shutdown()
 
 
+def test_a_job_whose_page_went_away_cancels_itself():
+    import time
+
+    from attnflow.app.jobs import Cancelled, Job
+
+    unwatched = Job("text", "m", abandon_after=0.05)
+    time.sleep(0.1)
+    unwatched.check()  # nobody ever followed it (a script polling its state): it runs on
+    job = Job("text", "m", abandon_after=0.05)
+    job.seen()
+    job.check()
+    time.sleep(0.1)  # the page's event stream stopped (tab closed)
+    with pytest.raises(Cancelled):
+        job.check()
+    assert job.cancelled
+
+
 def _request(server, path: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict, bytes]:
     request = urllib.request.Request(server.url + path, data=body, headers=headers or {})
     try:

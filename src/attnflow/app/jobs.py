@@ -29,7 +29,11 @@ class Cancelled(Exception):
 
 
 class Job:
-    def __init__(self, kind: str, model: str) -> None:
+    """One page's request. ``abandon_after``: seconds without a page following its event stream
+    (once one did) after which the job cancels itself, so a closed tab's long flow or generation
+    stops taking CPU and holding its model. Jobs nobody streams (scripts polling the state) never do."""
+
+    def __init__(self, kind: str, model: str, abandon_after: float = 15.0) -> None:
         self.id = secrets.token_urlsafe(12)
         self.kind = kind
         self.model = model
@@ -42,12 +46,16 @@ class Job:
         self.finished_at: float | None = None
         self.version = 0  # bumped on every change, so a stream knows when to send
         self._cancel = threading.Event()
+        self._abandon_after = abandon_after
+        self._seen: float | None = None  # when a page last followed the event stream
         self._lock = threading.Lock()
         self._report: str | None = None
 
     # ------------------------------------------------------------------------------- from the work
 
     def check(self) -> None:
+        if self._seen is not None and time.monotonic() - self._seen > self._abandon_after:
+            self._cancel.set()
         if self._cancel.is_set():
             raise Cancelled()
 
@@ -83,6 +91,10 @@ class Job:
 
     def cancel(self) -> None:
         self._cancel.set()
+
+    def seen(self) -> None:
+        """A page is following this job (called by its event stream, many times a second)."""
+        self._seen = time.monotonic()
 
     @property
     def cancelled(self) -> bool:

@@ -160,6 +160,7 @@ def create_app(catalog: Catalog, store: JobStore, *, loopback: bool = True) -> A
             nonlocal sent
             version, status, progress = -1, None, None
             while True:
+                job.seen()
                 snap = job.snapshot()
                 if snap["version"] != version:
                     version = snap["version"]
@@ -172,9 +173,11 @@ def create_app(catalog: Catalog, store: JobStore, *, loopback: bool = True) -> A
                     if snap["progress"] != progress and snap["progress"] is not None:
                         progress = snap["progress"]
                         yield _sse("progress", progress)
-                    if snap["state"] in TERMINAL:
-                        yield _sse(snap["state"], _summary(job) if snap["state"] == "done" else
-                                   {"error": snap["error"]} if snap["state"] == "error" else {})
+                    if snap["state"] == "done":
+                        yield _sse("done", _summary(job))
+                        return
+                    if snap["state"] in TERMINAL:  # "failed", not "error": EventSource fires its own "error"
+                        yield _sse("failed" if snap["state"] == "error" else "cancelled", {"error": snap["error"]})
                         return
                 await asyncio.sleep(0.05)
 

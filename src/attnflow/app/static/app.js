@@ -182,7 +182,7 @@
     on("token", (d) => addToken(d.index, d.token));
     on("progress", showProgress);
     on("done", (d) => { source.close(); finish(mine, d); });
-    on("error", (d) => { source.close(); setState("error"); say(d.error); });
+    on("failed", (d) => { source.close(); setState("error"); say(d.error); });
     on("cancelled", () => { source.close(); setState("cancelled"); say("cancelled", "info"); });
     source.onerror = () => {
       if (source.readyState === EventSource.CLOSED && document.body.dataset.state === "running") {
