@@ -506,6 +506,55 @@ def test_finished_jobs_are_kept_within_a_count_and_a_size():
     store.shutdown()
 
 
+def _job(server, body: dict) -> dict:
+    """Start a job over HTTP and poll it to its end, as a script would."""
+    import time
+
+    status, _, answer = _request(server, "api/jobs", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    assert status == 201, answer
+    job = json.loads(answer)["id"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        _, _, state = _request(server, f"api/jobs/{job}")
+        state = json.loads(state)
+        if state["state"] in ("done", "error", "cancelled"):
+            return state
+        time.sleep(0.1)
+    raise AssertionError(f"job {job} did not end")
+
+
+def test_seeded_sampling_is_reproducible(server, smollm2):
+    model, tokenizer = smollm2
+    settings = dict(temperature=0.8, top_k=20, top_p=0.9)
+    torch.manual_seed(7)
+    expected = attnflow.generate(model, tokenizer, COLOSSEUM, 6, do_sample=True, **settings)
+    body = {"model": "smollm2", "prompt": COLOSSEUM, "max_new_tokens": 6, "sample": True, "seed": 7, **settings}
+    first, second = _job(server, body), _job(server, body)
+    assert first["state"] == "done" and first["tokens"] == second["tokens"] == expected.targets
+
+
+def test_requests_are_checked_with_a_sentence_each():
+    from attnflow.app import options
+    from attnflow.errors import AttnflowError
+
+    for body, classifier, message in (
+            ({"text": "hi", "methods": []}, True, "choose at least one method"),
+            ({"text": "hi", "methods": ["grad-rollout"]}, False, "this model is not a classifier"),
+            ({"text": "hi", "methods": ["rollout"], "residual": 1.5}, True, "residual must lie between 0 and 1"),
+            ({"text": "hi", "methods": ["rollout"], "weighting": "norm"}, True, "weighting must be one of attention")):
+        with pytest.raises(AttnflowError, match=message):
+            options.text_request(body, classifier)
+    with pytest.raises(AttnflowError, match="number of new tokens must lie between 1 and 256; got 0"):
+        options.generate_request({"prompt": "x", "max_new_tokens": 0})
+    # greedy ignores the sampling fields (a page sends whatever its hidden inputs hold)
+    assert options.generate_request({"prompt": "x", "temperature": None}).sample is False
+    with pytest.raises(AttnflowError, match="temperature must be a number"):
+        options.generate_request({"prompt": "x", "sample": True, "temperature": None})
+    assert options.top_options(["content_only", "sink"]) == {"content_only": True, "skip": [0]}
+    with pytest.raises(AttnflowError, match="filter must be one of"):
+        options.top_options(["nonsense"])
+
+
 def test_a_job_whose_page_went_away_cancels_itself():
     import time
 

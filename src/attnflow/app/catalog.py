@@ -128,7 +128,7 @@ class Catalog:
         self.allow_paths = allow_paths
         self._log = log or (lambda text: print(text, file=sys.stderr, flush=True))
         known = {e.key: e for e in known_entries()}
-        first = [known.pop(m) if m in known else folder_entry(m) for m in models]
+        first = [known.pop(m) if m in known else folder_entry(m) for m in dict.fromkeys(models)]
         self._entries: dict[str, Entry] = {e.key: e for e in [*first, *known.values()]}
         self._loaded: dict[str, Loaded] = {}
         self._loading: dict[str, threading.Lock] = {}

@@ -139,14 +139,16 @@ def text_request(body: dict[str, Any], classifier: bool) -> TextRequest:
 
 
 def generate_request(body: dict[str, Any]) -> GenerateRequest:
-    return GenerateRequest(
-        prompt=_text(body.get("prompt"), "prompt"),
-        max_new_tokens=_number(body.get("max_new_tokens", 8), "the number of new tokens", 1, MAX_NEW_TOKENS, True),
-        sample=bool(body.get("sample", False)),
+    sample = bool(body.get("sample", False))
+    sampling = {} if not sample else dict(  # checked only when used: greedy ignores them
         temperature=_number(body.get("temperature", 1.0), "temperature", 0.01, 10.0),
         top_k=_number(body.get("top_k", 50), "top-k", 0, 100_000, True),
         top_p=_number(body.get("top_p", 1.0), "top-p", 0.01, 1.0),
-        seed=_number(body.get("seed", 0), "seed", 0, 2**31 - 1, True),
+        seed=_number(body.get("seed", 0), "seed", 0, 2**31 - 1, True))
+    return GenerateRequest(
+        prompt=_text(body.get("prompt"), "prompt"),
+        max_new_tokens=_number(body.get("max_new_tokens", 8), "the number of new tokens", 1, MAX_NEW_TOKENS, True),
+        sample=sample, **sampling,
         causal_norm=CAUSAL_NORMS[_choice(body.get("causal_norm", "none"), CAUSAL_NORMS, "normalisation")],
         **_common(body))
 
