@@ -6,7 +6,8 @@
         print(app.url)                                 # ... drive it with a browser ...
     # stopped here (by its process id), even when the block raised
 
-The child's stderr (load times, warnings, tracebacks of internal errors) goes to ``app.log``.
+The child's stderr (load times, warnings, tracebacks of internal errors) goes to the file ``app.log``,
+removed when the ``with`` block ends normally (kept when it raised).
 """
 
 from __future__ import annotations
@@ -75,5 +76,7 @@ class AppProcess:
     def __enter__(self) -> AppProcess:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: Any, *exc: Any) -> None:
         self.stop()
+        if kind is None:  # kept after a failure, for its traceback
+            os.unlink(self.log)
