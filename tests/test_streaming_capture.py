@@ -150,3 +150,17 @@ def test_encoder_decoder_models_are_refused_with_a_sentence(tokenizer):
     assert owners == {"encoder", "decoder"}
     with pytest.raises(AttnflowError, match="2 self-attention stacks"):
         attnflow.capture(model, tokenizer, "hello there")
+
+
+def test_threads_sharing_a_model_get_their_own_maps(minilm):
+    """The app runs jobs in parallel threads on one loaded model: each capture must see only the
+    layers of its own forward pass."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, tokenizer = minilm
+    texts = ["the keys to the cabinet are on the table", "a short one", "every river ran toward the hills"] * 4
+    alone = [attnflow.capture(model, tokenizer, t, head_fusion="mean").attentions for t in texts]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        together = list(pool.map(lambda t: attnflow.capture(model, tokenizer, t, head_fusion="mean").attentions, texts))
+    for a, b in zip(alone, together):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.hooks import attention_modules
+from attnflow.capture.hooks import attention_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.core.fusion import check_head_fusion, fuse_heads
@@ -108,7 +108,8 @@ class _Steps:
     as the chosen strategy needs: ``W[l, q, :q+1]`` for the prompt block and each cached row."""
 
     def __init__(self, n_layers: int, m: int, capacity: int, head_fusion: str, strategy: str,
-                 tracker: IncrementalRollout) -> None:
+                 tracker: IncrementalRollout, from_output: bool) -> None:
+        self.from_output = from_output
         self.n_layers, self.m, self.head_fusion = n_layers, m, head_fusion
         self.strategy, self.tracker = strategy, tracker
         size = capacity if strategy == "rows" else m
@@ -144,8 +145,16 @@ class _Steps:
                                 "so far). Sliding-window attention is not supported here")
         self.row[layer, : t + 1] = fused[0]
 
-    def end_call(self) -> None:
+    def end_call(self, output: Any) -> None:
         """After each forward call: every layer must have reported; store the new row."""
+        if self.from_output:  # no declared attention modules: this call's tuple, layer by layer
+            layers = list(getattr(output, "attentions", None) or ())
+            if not layers:
+                raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
+            output["attentions"] = None
+            for i in range(len(layers)):
+                self.layer(i, layers[i])
+                layers[i] = None
         if self.layers_seen != self.n_layers:
             raise AttnflowError(f"expected {self.n_layers} attention layers per forward call; saw {self.layers_seen}")
         self.layers_seen = 0
@@ -195,19 +204,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     n_layers = len(modules) or int(model.config.num_hidden_layers)
     if strategy == "auto":
         strategy = choose_strategy(m, max_new_tokens, n_layers)
-    steps = _Steps(n_layers, m, m + max_new_tokens, head_fusion, strategy, tracker)
-
-    def after_call(module: Any, args: Any, kwargs: Any, output: Any) -> None:
-        if not modules:  # no declared attention modules: read this call's tuple, layer by layer
-            layers = list(getattr(output, "attentions", None) or ())
-            if not layers:
-                raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-            output["attentions"] = None
-            for i in range(len(layers)):
-                steps.layer(i, layers[i])
-                layers[i] = None
-        steps.end_call()
-
+    steps = _Steps(n_layers, m, m + max_new_tokens, head_fusion, strategy, tracker, from_output=not modules)
     device = next(model.parameters()).device
     kwargs = {"do_sample": False, **generate_kwargs, "max_new_tokens": max_new_tokens,
               "return_dict_in_generate": False, "use_cache": True}
@@ -215,17 +212,9 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         kwargs["output_attentions"] = True
     if kwargs.get("pad_token_id") is None and tokenizer.pad_token_id is None:
         kwargs["pad_token_id"] = tokenizer.eos_token_id  # transformers' own fallback, without its warning
-    handles = [model.register_forward_hook(after_call, with_kwargs=True)]
-    for layer, found in enumerate(modules):
-        handles.append(found.module.register_forward_hook(
-            lambda mod, args, output, layer=layer, index=found.index: steps.layer(layer, output[index])))
-    try:
-        with torch.no_grad(), _quiet_generate_warning():
-            sequences = model.generate(input_ids=enc["input_ids"].to(device),
-                                       attention_mask=enc["attention_mask"].to(device), **kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with torch.no_grad(), _quiet_generate_warning(), streaming(model, modules, steps):
+        sequences = model.generate(input_ids=enc["input_ids"].to(device),
+                                   attention_mask=enc["attention_mask"].to(device), **kwargs)
     new_ids = sequences[0, m:].tolist()
     n_new = len(new_ids)
     if steps.calls != n_new:

@@ -19,8 +19,10 @@ without one (older code such as Falcon, Bloom, DeBERTa-v2) fall back to ``output
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +109,10 @@ class Reducer:
         self.buffer: torch.Tensor | None = None
         self.calls = 0
 
-    def __call__(self, layer: int, weights: Any) -> None:
+    def end_call(self, output: Any) -> None:
+        """The whole model has run (nothing to do: every layer was kept as it came)."""
+
+    def layer(self, layer: int, weights: Any) -> None:
         self.calls += 1
         if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
             raise AttnflowError(
@@ -127,22 +132,47 @@ class Reducer:
         target[:, 0] = fuse_heads(w.to(device="cpu", dtype=torch.float32), self.head_fusion)  # no copy for float32
 
 
-@contextmanager
-def streaming(modules: list[AttentionModule], reduce: Reducer) -> Iterator[Reducer]:
-    """Hooks that hand layer ``i``'s attention (``output[index]`` of ``modules[i]``) to ``reduce``
-    for the duration of the block."""
-    handles = []
+_ACTIVE: ContextVar[Any] = ContextVar("attnflow_streaming", default=None)
+_INSTALL = threading.Lock()
 
-    def hook_for(layer: int, index: int) -> Any:
-        def hook(module: Any, args: Any, output: Any) -> None:
-            weights = output[index] if isinstance(output, (tuple, list)) else output
-            reduce(layer, weights)
-        return hook
 
-    try:
+def _install(model: Any, modules: list[AttentionModule]) -> None:
+    """Hooks that hand each forward call's attention to the receiver active in the calling thread
+    (:func:`streaming`), installed once per model and left in place, as transformers does for its
+    own recorder: hooks added and removed per call would race when several threads share a model
+    (the app runs jobs in parallel on one), and a hook that finds no receiver returns at once."""
+    with _INSTALL:
+        if getattr(model, "_attnflow_streaming_layers", None) == len(modules):
+            return
         for layer, found in enumerate(modules):
-            handles.append(found.module.register_forward_hook(hook_for(layer, found.index)))
-        yield reduce
+            found.module.register_forward_hook(_layer_hook(layer, found.index))
+        model.register_forward_hook(_end_hook)
+        model._attnflow_streaming_layers = len(modules)
+
+
+def _layer_hook(layer: int, index: int) -> Any:
+    def hook(module: Any, args: Any, output: Any) -> None:
+        receiver = _ACTIVE.get()
+        if receiver is not None:
+            receiver.layer(layer, output[index] if isinstance(output, (tuple, list)) else output)
+    return hook
+
+
+def _end_hook(module: Any, args: Any, output: Any) -> None:
+    receiver = _ACTIVE.get()
+    if receiver is not None and module is receiver.model:
+        receiver.end_call(output)
+
+
+@contextmanager
+def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iterator[Any]:
+    """For the duration of the block, every forward call of ``model`` in this thread hands layer
+    ``i``'s attention (``output[index]`` of ``modules[i]``) to ``receiver.layer(i, weights)`` and,
+    once the whole model has run, its output to ``receiver.end_call(output)``."""
+    _install(model, modules)
+    receiver.model = model
+    token = _ACTIVE.set(receiver)
+    try:
+        yield receiver
     finally:
-        for handle in handles:
-            handle.remove()
+        _ACTIVE.reset(token)

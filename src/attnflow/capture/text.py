@@ -86,7 +86,7 @@ def run_streaming(model: Any, inputs: dict, head_fusion: str | None, **forward: 
     with torch.no_grad():
         if modules:
             reducer = Reducer(len(modules), head_fusion)
-            with streaming(modules, reducer):
+            with streaming(model, modules, reducer):
                 out = model(**inputs, **forward)  # no output_attentions: transformers keeps no tuple
             if reducer.calls != len(modules) or reducer.buffer is None:
                 raise AttnflowError(f"expected {len(modules)} attention layers to run once each; they ran "
@@ -101,7 +101,7 @@ def run_streaming(model: Any, inputs: dict, head_fusion: str | None, **forward: 
         out["attentions"] = None
         reducer = Reducer(len(layers), head_fusion)
         for i in range(len(layers)):
-            reducer(i, layers[i])
+            reducer.layer(i, layers[i])
             layers[i] = None
         return reducer.buffer, out
 

@@ -137,15 +137,18 @@ def run_in_child(work: Callable[..., None], args: tuple, outputs: tuple[int, ...
         proc.stdin.flush()
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-        error = None
+        error, ticked = None, False
         while True:
             try:
                 line = lines.get(timeout=0.2)  # a short wait: KeyboardInterrupt lands here at once
             except queue.Empty:
+                if ticked:  # lets a progress callback that stops the work (the app's cancel) act at once
+                    tick(0)
                 continue
             if line is None:
                 break
             if line.startswith(PROGRESS):
+                ticked = True
                 tick(int(line[len(PROGRESS):]))
             elif line.startswith(FAILED):
                 error = line[len(FAILED):].decode("utf-8", "replace").strip()
