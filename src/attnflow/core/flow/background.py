@@ -60,6 +60,8 @@ class ByLayer:
 
 def first_graph(a: np.ndarray, mask: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """Graph 0 of ``a`` ``(batch, heads, L, n, n)`` without its padding, and ``positions`` in it."""
+    if mask[0].all():  # no copy of a graph that may be gigabytes
+        return a[0, 0], [int(p) for p in positions]
     real = np.flatnonzero(mask[0])
     index = -np.ones(mask.shape[1], dtype=np.int64)
     index[real] = np.arange(len(real))
