@@ -187,3 +187,28 @@ def test_oracle_contract_is_what_the_estimate_times():
     a = np.stack([0.5 * np.eye(5) + 0.5 / 5] * 3)
     found = estimates.calibrate(oracle.solve, a, [2], 0, 1)
     assert found.rows == 1 and found.tokens == 5 and found.how.endswith("rows timed")
+
+
+def test_seconds_for_follows_the_solving_order():
+    """Rows are solved graph by graph, layer by layer; the costlier top layer comes last."""
+    found = FlowEstimate(rows=2 * 3 * 2, tokens=10, max_flows=120, seconds=2 * (1 + 2 + 3) * 2, longest_row=3,
+                         how="", layer_seconds=(1.0, 2.0, 3.0), positions=2)
+    assert [found.seconds_for(k) for k in (0, 1, 2, 4, 6, 12)] == [0, 1, 2, 6, 12, 24]
+    assert found.seconds_for(12) == found.seconds
+
+
+def test_cli_eta_weights_rows_by_the_estimate():
+    """The bar's ETA before any row (the estimate counted down) and after (the estimate of what is
+    left, scaled by how the done rows compared with theirs)."""
+    from types import SimpleNamespace
+
+    from attnflow.cli.progress import _Eta
+
+    found = FlowEstimate(rows=3, tokens=10, max_flows=30, seconds=60.0, longest_row=30, how="",
+                         layer_seconds=(10.0, 20.0, 30.0), positions=1)
+    task = SimpleNamespace(completed=0, elapsed=5.0, total=3, fields={"estimate": found})
+    assert _Eta().render(task).plain == "ETA ~0:00:55 (estimated)"
+    task.completed, task.elapsed = 1, 20.0  # the first row took twice its estimate: 50 s left -> 100 s
+    assert _Eta().render(task).plain == "ETA 0:01:40"
+    task.fields = {}
+    assert _Eta().render(task).plain == "ETA 0:00:40"  # no estimate: the plain rate

@@ -38,12 +38,18 @@ class _Eta(ProgressColumn):
     """Remaining time: the measured rate once something is done, else the estimate counted down."""
 
     def render(self, task: Any) -> Text:
-        estimate = task.fields.get("estimate")
+        found = task.fields.get("estimate")
         if task.completed and task.elapsed and task.total:
-            left = (task.total - task.completed) * task.elapsed / task.completed
+            if found is not None and found.rows == task.total and found.seconds_for(task.completed) > 0:
+                # rows of higher layers cost more: scale the estimate of what is left by how the
+                # estimate of what is done compares with the time it took
+                expected = found.seconds_for(task.completed)
+                left = (found.seconds - expected) * task.elapsed / expected
+            else:
+                left = (task.total - task.completed) * task.elapsed / task.completed
             return Text(f"ETA {_clock(left)}", style="progress.remaining")
-        if estimate is not None:
-            left = max(0.0, estimate - (task.elapsed or 0.0))
+        if found is not None:
+            left = max(0.0, found.seconds - (task.elapsed or 0.0))
             return Text(f"ETA ~{_clock(left)} (estimated)", style="progress.remaining")
         return Text("ETA --", style="progress.remaining")
 
@@ -56,15 +62,15 @@ class ProgressBar:
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(), _Eta(),
                             console=console, transient=True)
         self.task: Any = None
-        self.expected: float | None = None
+        self.found: Any = None
 
     def _start(self, total: int) -> None:
         self.bar.start()
-        self.task = self.bar.add_task(self.description, total=total, unit=self.unit, estimate=self.expected)
+        self.task = self.bar.add_task(self.description, total=total, unit=self.unit, estimate=self.found)
 
     def estimate(self, found: Any) -> None:
-        self.expected = float(found.seconds)
-        if self.expected >= PRINT_ESTIMATE_SECONDS:
+        self.found = found
+        if found.seconds >= PRINT_ESTIMATE_SECONDS:
             self.console.print(f"{found}. Ctrl-C stops it.", highlight=False)
             if self.task is None and found.rows >= self.min_total:
                 self._start(found.rows)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,6 +51,24 @@ class FlowEstimate:
     seconds: float
     longest_row: float
     how: str
+    layer_seconds: tuple[float, ...] = ()  # one row at each requested layer, in solving order
+    positions: int = 1  # rows per layer and graph
+
+    def seconds_for(self, done: int) -> float:
+        """Expected time of the first ``done`` rows in the order flow solves them (graph by graph,
+        layer by layer, every position): rows of higher layers cost more, so a plain rate would
+        promise the end too early."""
+        per_graph = len(self.layer_seconds) * self.positions
+        if not per_graph:
+            return self.seconds * done / max(self.rows, 1)
+        graphs, rest = divmod(int(done), per_graph)
+        layers, partial = divmod(rest, self.positions)
+        one_graph = sum(self.layer_seconds) * self.positions
+        spent = graphs * one_graph + sum(self.layer_seconds[:layers]) * self.positions
+        if layers < len(self.layer_seconds):
+            spent += self.layer_seconds[layers] * partial
+        # the worker's start-up, if any, is in ``seconds`` but in no row
+        return spent * self.seconds / max(one_graph * self.rows / per_graph, 1e-12)
 
     def __str__(self) -> str:
         return (f"attention flow: {self.rows:,} rows x {self.tokens:,} tokens = {self.max_flows:,} max-flows, "
@@ -113,25 +131,27 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
     sampled = _spread(layers, 3)
     solve(subgraph(a, min(n, 4), position)[0], np.array(sampled[-1:]), np.array([0]))  # compile / load caches
     sizes = [s for s in (16, 32, 64) if s < n] + [min(n, CALIBRATION_TOKENS)]
-    measured: list[tuple[int, float, float]] = []  # (size, seconds of all rows, seconds of the top row)
+    measured: list[tuple] = []  # (size, seconds of all rows, of the top row, of one row per layer)
     for size in sizes:
         sub, q = (a, position) if size == n else subgraph(a, size, position)
         times = _time_rows(solve, sub, sampled, q)
         per_layer = np.interp(layers, sampled, times)  # row time grows with the layer (graph depth)
-        measured.append((size, float(per_layer.sum()) * per_layer_rows, max(times)))
+        measured.append((size, float(per_layer.sum()) * per_layer_rows, max(times), tuple(per_layer)))
         if len(measured) >= 2 and sum(times) >= CALIBRATION_SECONDS:
             break
     rows = len(layers) * per_layer_rows
-    size, seconds, longest = measured[-1]
+    size, seconds, longest, per_layer = measured[-1]
+    scale = 1.0
     if size == n:
         how = f"{len(sampled)} rows timed"
     else:
-        (s0, t0, _), (s1, t1, _) = measured[-2], measured[-1]
+        (s0, t0, *_), (s1, t1, *_) = measured[-2], measured[-1]
         alpha = float(np.clip(math.log(max(t1, 1e-9) / max(t0, 1e-9)) / math.log(s1 / s0), 2.0, 4.0))
         scale = (n / s1) ** alpha
-        seconds, longest = seconds * scale, longest * scale
         how = f"{len(sampled)} rows timed on {s0} and {s1} of the {n:,} tokens; time grows as n^{alpha:.1f}"
-    return FlowEstimate(rows=rows, tokens=n, max_flows=rows * n, seconds=seconds, longest_row=longest, how=how)
+    return FlowEstimate(rows=rows, tokens=n, max_flows=rows * n, seconds=seconds * scale,
+                        longest_row=longest * scale, how=how, layer_seconds=tuple(t * scale for t in per_layer),
+                        positions=per_layer_rows)  # one graph's positions: estimate() says how many
 
 
 def estimate(solve: Callable, a: np.ndarray, layers: Sequence[int], positions: Sequence[int],
@@ -144,6 +164,8 @@ def estimate(solve: Callable, a: np.ndarray, layers: Sequence[int], positions: S
     if guess <= CALIBRATE_ABOVE:
         rows = len(layers) * per_layer_rows
         return FlowEstimate(rows=rows, tokens=n, max_flows=rows * n, seconds=guess,
-                            longest_row=guess_seconds(n, [max(layers)], 1), how="upper guess, not timed")
+                            longest_row=guess_seconds(n, [max(layers)], 1), how="upper guess, not timed",
+                            layer_seconds=tuple(guess_seconds(n, [layer], 1) for layer in layers),
+                            positions=len(positions))
     middle = sorted(int(p) for p in positions)[len(positions) // 2]
-    return calibrate(solve, a, layers, middle, per_layer_rows)
+    return replace(calibrate(solve, a, layers, middle, per_layer_rows), positions=len(positions))
