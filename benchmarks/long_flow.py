@@ -72,7 +72,9 @@ def interrupt_latency(repeats: int) -> None:
         folder = tempfile.mkdtemp(prefix="attnflow-ctrlc-")
         out = os.path.join(folder, "flow.json")
         command = [sys.executable, "-m", "attnflow", "explain", text, "--model", model, "--method", "flow", "--json", out]
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # SIGINT as a terminal's Ctrl-C meets it (a shell's background job would leave it ignored)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         os.set_blocking(proc.stderr.fileno(), False)
         seen = b""
         while b"Ctrl-C stops it" not in seen and proc.poll() is None:

@@ -124,7 +124,10 @@ def test_long_run_warns_with_the_estimate(monkeypatch):
 
 def _interrupt(cmd: list[str], ready: bytes, env: dict) -> tuple[int, str]:
     """Start ``cmd``, wait until its stderr shows ``ready``, send SIGINT, return (status, stderr)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    # A shell starting pytest in the background leaves SIGINT ignored, and children inherit that:
+    # give the command the default disposition a terminal's Ctrl-C meets.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = b""
     os.set_blocking(proc.stderr.fileno(), False)
     deadline = time.monotonic() + 240

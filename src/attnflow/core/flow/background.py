@@ -21,6 +21,7 @@ Nothing here changes the numbers: the same solver fills the same output array.
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import pickle
 import queue
@@ -100,8 +101,21 @@ class _Array:
 
 def _scratch() -> str:
     shm = "/dev/shm"
-    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    _sweep(base)
     return tempfile.mkdtemp(prefix=f"attnflow-flow-{os.getpid()}-", dir=base)
+
+
+def _sweep(base: str) -> None:
+    """Remove the scratch folders of processes that no longer exist (a caller killed by a signal
+    Python does not handle, such as SIGTERM, runs no ``finally``; its worker died with it)."""
+    for path in glob.glob(os.path.join(base, "attnflow-flow-*-*")):
+        try:
+            os.kill(int(os.path.basename(path).split("-")[2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (ValueError, PermissionError, IndexError):
+            pass
 
 
 def _pump(stream: Any, lines: queue.Queue) -> None:

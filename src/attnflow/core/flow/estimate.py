@@ -5,13 +5,13 @@ one graph (per example, per head when heads are not fused): ``rows x n`` max-flo
 of up to ``layer x n^2`` arcs. No formula predicts a max-flow solver's time on real attention well
 (it depends on how peaky the attention is and how much each warm start saves), so the estimate is
 measured: three rows (the lowest, a middle and the highest requested layer) are timed with the
-same solver on the same attention cut down to 16, 32, 64 and at most ``CALIBRATION_TOKENS`` tokens
-(evenly spaced tokens, rows re-normalised; a causal map stays causal), stopping once timings are
-long enough to be steady; the growth exponent ``alpha`` is fitted from the last two sizes (clipped
-to [2, 4]) and the time extrapolated as ``t(n) = t(s) (n / s)^alpha``, the other layers' rows
-interpolated between the timed ones. Inputs up to 128 tokens are timed at their own size.
-Calibration takes about a second at most with the default solver; it runs only when a cheap upper
-guess (``UNIT_SECONDS * layer * n^3`` per row) says the work may be long.
+same solver on the same attention cut down to 16, 32, 64, ... tokens (evenly spaced tokens, rows
+re-normalised; a causal map stays causal), doubling while the next size fits a time budget (5 % of
+a cheap upper guess of the run, between 0.25 and 2 s per size); the growth exponent ``alpha`` is
+fitted from the last two sizes (clipped to [1, 4]) and the time extrapolated as
+``t(n) = t(s) (n / s)^alpha``, the other layers' rows interpolated between the timed ones. Inputs up
+to 128 tokens are timed at their own size. The cheap guess (``UNIT_SECONDS * layer * n^3`` per row)
+also decides whether to measure at all.
 
 Measured on the 2-core machine this was written on, the extrapolation was within a factor of about
 two of the real time (see docs/long-inputs.md); treat the figure as an order of magnitude.
@@ -31,7 +31,9 @@ CALIBRATION_TOKENS = 128
 # benchmark cases of docs/performance.md; the larger end, so that a job is calibrated rather than
 # guessed whenever it might be long.
 UNIT_SECONDS = 3e-9
-CALIBRATION_SECONDS = 0.25  # enough timing for a steady figure
+CALIBRATION_SECONDS = 0.25  # the least time one calibration size may take
+CALIBRATION_SHARE = 0.05  # calibration may take this share of the (guessed) run
+CALIBRATION_MAX = 2.0  # and at most this long for one size
 CALIBRATE_ABOVE = 0.5  # seconds (cheap guess) above which the estimate is measured
 WARN_SECONDS = 10.0  # Python flow() warns when a run is estimated to take longer than this
 
@@ -119,25 +121,32 @@ def _time_rows(solve: Callable, a: np.ndarray, layers: list[int], position: int)
 
 
 def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: int,
-              per_layer_rows: int) -> FlowEstimate:
+              per_layer_rows: int, budget: float = CALIBRATION_SECONDS) -> FlowEstimate:
     """Measure the time of ``per_layer_rows`` rows at each of ``layers`` of graph ``a`` ``(L, n, n)``
     (float64, padding removed) with ``solve`` (the contract of :func:`attnflow.core.flow.oracle.solve`).
 
-    Sizes 16, 32, 64, 128 tokens are tried in turn (the input's own size when it is no larger) and
-    timing stops once two sizes are measured and the last took ``CALIBRATION_SECONDS``, so slow
-    solvers (networkx) are calibrated on small graphs and fast ones on larger, steadier ones."""
+    Sizes 16, 32, 64, ... tokens are tried in turn (the input's own size when it is at most
+    ``CALIBRATION_TOKENS``, else up to half of it) while the next size is expected to take at most
+    ``budget`` seconds, so that slow solvers (networkx) are calibrated on small graphs and fast ones
+    on larger ones, closer to the input (the growth exponent often falls as graphs grow)."""
     n = a.shape[-1]
     layers = [int(x) for x in layers]
     sampled = _spread(layers, 3)
     solve(subgraph(a, min(n, 4), position)[0], np.array(sampled[-1:]), np.array([0]))  # compile / load caches
-    sizes = [s for s in (16, 32, 64) if s < n] + [min(n, CALIBRATION_TOKENS)]
+    if n <= CALIBRATION_TOKENS:
+        sizes = [s for s in (16, 32, 64) if s < n] + [n]
+    else:  # never the input itself: doubling up to half its size at most
+        sizes = [s for s in (16, 32, 64, 128, 256, 512, 1024) if s <= n // 2]
     measured: list[tuple] = []  # (size, seconds of all rows, of the top row, of one row per layer)
+    timed: list[float] = []  # seconds of the sampled rows at each size
     for size in sizes:
         sub, q = (a, position) if size == n else subgraph(a, size, position)
         times = _time_rows(solve, sub, sampled, q)
         per_layer = np.interp(layers, sampled, times)  # row time grows with the layer (graph depth)
         measured.append((size, float(per_layer.sum()) * per_layer_rows, max(times), tuple(per_layer)))
-        if len(measured) >= 2 and sum(times) >= CALIBRATION_SECONDS:
+        timed.append(sum(times))
+        growth = timed[-1] / max(timed[-2], 1e-9) if len(timed) >= 2 else 8.0
+        if len(timed) >= 2 and timed[-1] * max(growth, 2.0) > budget:  # the next size would not fit
             break
     rows = len(layers) * per_layer_rows
     size, seconds, longest, per_layer = measured[-1]
@@ -146,7 +155,7 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
         how = f"{len(sampled)} rows timed"
     else:
         (s0, t0, *_), (s1, t1, *_) = measured[-2], measured[-1]
-        alpha = float(np.clip(math.log(max(t1, 1e-9) / max(t0, 1e-9)) / math.log(s1 / s0), 2.0, 4.0))
+        alpha = float(np.clip(math.log(max(t1, 1e-9) / max(t0, 1e-9)) / math.log(s1 / s0), 1.0, 4.0))
         scale = (n / s1) ** alpha
         how = f"{len(sampled)} rows timed on {s0} and {s1} of the {n:,} tokens; time grows as n^{alpha:.1f}"
     return FlowEstimate(rows=rows, tokens=n, max_flows=rows * n, seconds=seconds * scale,
@@ -168,4 +177,5 @@ def estimate(solve: Callable, a: np.ndarray, layers: Sequence[int], positions: S
                             layer_seconds=tuple(guess_seconds(n, [layer], 1) for layer in layers),
                             positions=len(positions))
     middle = sorted(int(p) for p in positions)[len(positions) // 2]
-    return replace(calibrate(solve, a, layers, middle, per_layer_rows), positions=len(positions))
+    budget = float(np.clip(CALIBRATION_SHARE * guess, CALIBRATION_SECONDS, CALIBRATION_MAX))
+    return replace(calibrate(solve, a, layers, middle, per_layer_rows, budget), positions=len(positions))
