@@ -6,8 +6,8 @@ of up to ``layer x n^2`` arcs. No formula predicts a max-flow solver's time on r
 (it depends on how peaky the attention is and how much each warm start saves), so the estimate is
 measured: three rows (the lowest, a middle and the highest requested layer) are timed with the
 same solver on the same attention cut down to 16, 32, 64, ... tokens (evenly spaced tokens, rows
-re-normalised; a causal map stays causal), doubling while the next size fits a time budget (5 % of
-a cheap upper guess of the run, between 0.25 and 2 s per size); the growth exponent ``alpha`` is
+re-normalised; a causal map stays causal), doubling while the next size fits a time budget (10 % of
+a cheap upper guess of the run, between 0.25 and 3 s per size); the growth exponent ``alpha`` is
 fitted from the last two sizes (clipped to [1, 4]) and the time extrapolated as
 ``t(n) = t(s) (n / s)^alpha``, the other layers' rows interpolated between the timed ones. Inputs up
 to 128 tokens are timed at their own size. The cheap guess (``UNIT_SECONDS * layer * n^3`` per row)
@@ -32,8 +32,8 @@ CALIBRATION_TOKENS = 128
 # guessed whenever it might be long.
 UNIT_SECONDS = 3e-9
 CALIBRATION_SECONDS = 0.25  # the least time one calibration size may take
-CALIBRATION_SHARE = 0.05  # calibration may take this share of the (guessed) run
-CALIBRATION_MAX = 2.0  # and at most this long for one size
+CALIBRATION_SHARE = 0.1  # calibration may take this share of the (guessed) run
+CALIBRATION_MAX = 3.0  # and at most this long for one size
 CALIBRATE_ABOVE = 0.5  # seconds (cheap guess) above which the estimate is measured
 WARN_SECONDS = 10.0  # Python flow() warns when a run is estimated to take longer than this
 
