@@ -151,10 +151,11 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=SRC, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
 
 
-def test_cancelling_a_long_cli_flow_leaves_no_file(tmp_path, minilm_path):
-    text = " ".join(["the quick brown fox jumps over the lazy dog near the river bank"] * 38)  # ~500 tokens
+def test_cancelling_a_long_cli_flow_leaves_no_file(tmp_path, smollm2_dir):
+    # ~300 tokens through SmolLM2's 30 layers: minutes here, surely long on a much faster machine
+    text = " ".join(["the quick brown fox jumps over the lazy dog near the river bank"] * 23)
     out = tmp_path / "flow.json"
-    status, err = _interrupt([sys.executable, "-m", "attnflow", "explain", text, "--model", minilm_path,
+    status, err = _interrupt([sys.executable, "-m", "attnflow", "explain", text, "--model", smollm2_dir,
                               "--method", "flow", "--json", str(out)], b"Ctrl-C stops it", _env())
     assert status == 130, err
     assert "estimated" in err and "attnflow: interrupted; no output file was written" in err

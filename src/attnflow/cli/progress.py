@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
 from rich.text import Text
 
-PRINT_ESTIMATE_SECONDS = 5.0  # runs expected to take longer say so before they start
+PRINT_ESTIMATE_SECONDS = 2.0  # runs expected to take longer say so before they start
 
 
 def _clock(seconds: float) -> str:
