@@ -7,8 +7,9 @@ of up to ``layer x n^2`` arcs. No formula predicts a max-flow solver's time on r
 measured: three rows (the lowest, a middle and the highest requested layer) are timed with the
 same solver on the same attention cut down to 16, 32, 64, ... tokens (evenly spaced tokens, rows
 re-normalised; a causal map stays causal), doubling while the next size fits a time budget (10 % of
-a rough guess of the run, between 0.25 and 3 s per size); the growth exponent ``alpha`` is
-fitted from the last two sizes (clipped to [1, 4]) and the time extrapolated as
+a rough guess of the run, between 0.5 and 3 s per size); the growth exponent ``alpha`` is
+fitted from the CPU times of the last two sizes (clipped to [1, 4]; CPU time barely moves when other
+processes share the machine, wall time does) and the wall time extrapolated as
 ``t(n) = t(s) (n / s)^alpha``, the other layers' rows interpolated between the timed ones. Inputs up
 to 128 tokens are timed at their own size when the budget allows. The rough guess
 (``UNIT_SECONDS * layer * n^3`` per row) also decides whether to measure at all.
@@ -32,7 +33,7 @@ CALIBRATION_TOKENS = 128
 # benchmark cases of docs/performance.md; the larger end, so that a job is calibrated rather than
 # guessed whenever it might be long.
 UNIT_SECONDS = 3e-9
-CALIBRATION_SECONDS = 0.25  # the least time one calibration size may take
+CALIBRATION_SECONDS = 0.5  # the least time one calibration size may take
 CALIBRATION_SHARE = 0.1  # calibration may take this share of the (guessed) run
 CALIBRATION_MAX = 3.0  # and at most this long for one size
 CALIBRATE_ABOVE = 0.5  # seconds (cheap guess) above which the estimate is measured
@@ -113,13 +114,16 @@ def _spread(layers: Sequence[int], k: int) -> list[int]:
     return [ordered[i] for i in sorted(set(picks.tolist()))]
 
 
-def _time_rows(solve: Callable, a: np.ndarray, layers: list[int], position: int) -> list[float]:
+def _time_rows(solve: Callable, a: np.ndarray, layers: list[int], position: int) -> tuple[list[float], float]:
+    """Wall time of one row per layer, and the process CPU time of them all (other processes on a
+    shared machine inflate the first, barely the second)."""
     times = []
+    cpu = time.process_time()
     for layer in layers:
         start = time.perf_counter()
         solve(a, np.array([layer]), np.array([position]))
         times.append(time.perf_counter() - start)
-    return times
+    return times, time.process_time() - cpu
 
 
 def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: int,
@@ -127,7 +131,7 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
     """Measure the time of ``per_layer_rows`` rows at each of ``layers`` of graph ``a`` ``(L, n, n)``
     (float64, padding removed) with ``solve`` (the contract of :func:`attnflow.core.flow.oracle.solve`).
 
-    Sizes 16, 32, 64, ... tokens are tried in turn (the input's own size when it is at most
+    Sizes 32, 64, 128, ... tokens are tried in turn (the input's own size when it is at most
     ``CALIBRATION_TOKENS``, else up to half of it) while the next size is expected to take at most
     ``budget`` seconds, so that slow solvers (networkx) are calibrated on small graphs and fast ones
     on larger ones, closer to the input (the growth exponent often falls as graphs grow)."""
@@ -137,18 +141,18 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
     solve(subgraph(a, min(n, 4), position)[0], np.array(sampled[-1:]), np.array([0]))  # compile / load caches
     if n <= CALIBRATION_TOKENS:
         sizes = [s for s in (16, 32, 64) if s < n] + [n]
-    else:  # never the input itself: doubling up to half its size at most
-        sizes = [s for s in (16, 32, 64, 128, 256, 512, 1024) if s <= n // 2]
+    else:  # never the input itself: doubling up to half its size at most (16 is all overheads)
+        sizes = [s for s in (32, 64, 128, 256, 512, 1024) if s <= n // 2]
     measured: list[tuple] = []  # (size, seconds of all rows, of the top row, of one row per layer)
-    timed: list[float] = []  # seconds of the sampled rows at each size
+    cpu: list[float] = []  # CPU seconds of the sampled rows at each size
     for size in sizes:
         sub, q = (a, position) if size == n else subgraph(a, size, position)
-        times = _time_rows(solve, sub, sampled, q)
+        times, spent = _time_rows(solve, sub, sampled, q)
         per_layer = np.interp(layers, sampled, times)  # row time grows with the layer (graph depth)
         measured.append((size, float(per_layer.sum()) * per_layer_rows, max(times), tuple(per_layer)))
-        timed.append(sum(times))
-        growth = timed[-1] / max(timed[-2], 1e-9) if len(timed) >= 2 else 8.0
-        if len(timed) >= 2 and timed[-1] * max(growth, 2.0) > budget:  # the next size would not fit
+        cpu.append(spent)
+        growth = cpu[-1] / max(cpu[-2], 1e-9) if len(cpu) >= 2 else 8.0
+        if len(cpu) >= 2 and sum(times) * max(growth, 2.0) > budget:  # the next size would not fit
             break
     rows = len(layers) * per_layer_rows
     size, seconds, longest, per_layer = measured[-1]
@@ -156,8 +160,9 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
     if size == n:
         how = f"{len(sampled)} rows timed"
     else:
-        (s0, t0, *_), (s1, t1, *_) = measured[-2], measured[-1]
-        alpha = float(np.clip(math.log(max(t1, 1e-9) / max(t0, 1e-9)) / math.log(s1 / s0), 1.0, 4.0))
+        (s0, *_), (s1, *_) = measured[-2], measured[-1]
+        # the growth from CPU time (steady on a shared machine), the level from wall time
+        alpha = float(np.clip(math.log(max(cpu[-1], 1e-9) / max(cpu[-2], 1e-9)) / math.log(s1 / s0), 1.0, 4.0))
         scale = (n / s1) ** alpha
         how = f"{len(sampled)} rows timed on {s0} and {s1} of the {n:,} tokens; time grows as n^{alpha:.1f}"
     return FlowEstimate(rows=rows, tokens=n, max_flows=rows * n, seconds=seconds * scale,
