@@ -114,3 +114,15 @@ def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[An
         raise load_failure("model", name, exc) from exc
     model.eval()
     return ensure_eager(model), tokenizer
+
+
+def load_tokenizer(path_or_id: str) -> Any:
+    """The tokenizer of a model folder or hub id alone (no weights): ``attnflow batch`` measures the
+    texts' lengths with it before any worker loads the model, and so refuses a bad model up front."""
+    import transformers
+
+    check_model_path(path_or_id)
+    try:
+        return transformers.AutoTokenizer.from_pretrained(path_or_id)
+    except (OSError, ValueError) as exc:
+        raise load_failure("the tokenizer of", path_or_id, exc) from exc

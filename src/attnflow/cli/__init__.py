@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from attnflow.cli import batch as _batch  # noqa: F401
 from attnflow.cli import explain as _explain  # noqa: F401  (command modules register themselves)
 from attnflow.cli import explain_image as _explain_image  # noqa: F401
 from attnflow.cli import generate as _generate  # noqa: F401
@@ -40,6 +41,6 @@ def main() -> None:
         sys.exit(2)
     except SystemExit as exc:
         # typer turns Ctrl-C into exit status 130 itself; say what that left behind
-        if exc.code == 130:
+        if exc.code == 130 and not getattr(exc, "reported", False):
             print("attnflow: interrupted; no output file was written", file=sys.stderr)
         raise
