@@ -49,23 +49,24 @@ def read_inputs(data: Any, *, column: str | None = None, id_column: str | None =
         path = Path(data)
         records, columns, source = _read_file(path, column or default)
         base = str(path.resolve().parent)
+        shown = repr(source)
     else:
         records, columns, source = _from_python(data, column or default)
-        base = None
+        base, shown = None, source
     if not records:
-        raise AttnflowError(f"{source} holds no rows")
+        raise AttnflowError(f"{shown} holds no rows")
     named = column or default
     if named not in columns:
-        shown = ", ".join(map(repr, columns)) or "none"
+        names = ", ".join(map(repr, columns)) or "none"
         hint = "--text-column" if column is None else "the column name"
-        raise AttnflowError(f"{source} has no column {named!r} (its columns: {shown}); pick one with {hint}")
+        raise AttnflowError(f"{shown} has no column {named!r} (its columns: {names}); pick one with {hint}")
     for what, name in (("id", id_column), ("label", label_column)):
         if name is not None and name not in columns:
-            raise AttnflowError(f"{source} has no {what} column {name!r} (its columns: {', '.join(map(repr, columns))})")
+            raise AttnflowError(f"{shown} has no {what} column {name!r} (its columns: {', '.join(map(repr, columns))})")
     id_name = id_column or ("id" if "id" in columns else None)
     label_name = label_column or ("label" if "label" in columns else None)
     values = [_text_value(r.get(named)) for r in records]
-    ids, id_type = _ids(records, id_name, source)
+    ids, id_type = _ids(records, id_name, shown)
     labels, label_type = _labels(records, label_name)
     return Inputs(ids=ids, values=values, labels=labels, id_type=id_type, label_type=label_type, source=source,
                   base=base)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.api.batching.shard import ShardOutput
+from attnflow.capture.load import read_config
 from attnflow.errors import AttnflowError
 from attnflow.results.files import write_text, write_with
 from attnflow.results.rows import ERRORS, MANIFEST, MAPS, ROWS, SCHEMA, VERSION
@@ -135,11 +136,8 @@ class Store:
 
 
 def _read_manifest(path: Path) -> dict:
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise AttnflowError(f"{str(path)!r} is not a readable batch manifest: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+    manifest = read_config(path)
+    if manifest.get("schema") != SCHEMA:
         raise AttnflowError(f"{str(path)!r} is not an attnflow batch manifest")
     if not isinstance(manifest.get("version"), int) or manifest["version"] > VERSION:
         raise AttnflowError(f"{str(path)!r} has batch schema version {manifest.get('version')!r}; this attnflow "
