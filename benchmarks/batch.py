@@ -98,7 +98,7 @@ def main() -> None:
                     "Dask LocalCluster, cold": batch(texts, method, scratch / "cold", engine="dask")}
             if cluster is None:
                 cluster = LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
-                                       dashboard_address=None, silence_logs=logging.ERROR)
+                                       dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
                 client = Client(cluster)
                 batch(texts[:64], "flow", scratch / "warm-up", scheduler=client, shard_size=8)  # load the model
             runs["Dask LocalCluster, warm"] = batch(texts, method, scratch / "warm", scheduler=client)

@@ -54,8 +54,10 @@ def connect(scheduler: Any, workers: int | None = None) -> tuple[Any, Any, str]:
         return scheduler, None, f"dask ({scheduler.scheduler.address})"
     if scheduler is None:
         n = workers or default_workers()
+        # The scheduler's HTTP server (health checks; the dashboard where bokeh is installed) runs even
+        # without a dashboard: a free loopback port, so that two local runs never fight over 8787.
         cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                           dashboard_address=None, silence_logs=logging.ERROR)
+                                           dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
         try:
             return distributed.Client(cluster), cluster, f"dask LocalCluster, {n} worker process{'es' * (n > 1)}"
         except BaseException:
