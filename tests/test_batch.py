@@ -193,7 +193,10 @@ def test_ctrl_c_keeps_finished_shards_and_a_rerun_completes(tmp_path):
     out = tmp_path / "out"
     args = cli("batch", str(data), "--out", str(out), "--methods", "rollout,flow", "--engine", "local",
                "--shard-size", "2", "--batch-size", "1")
-    process = subprocess.Popen(args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell that starts the tests in the background ignores SIGINT, and children inherit that: give
+    # the batch process the default disposition, as in a terminal.
+    process = subprocess.Popen(args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 120
         while not list((out / "rows").glob("part-*.parquet")) and time.time() < deadline:
