@@ -8,8 +8,11 @@ For each method (CLS rows), in one run:
   target="cls")`` with the model loaded once beforehand (the load is not timed). Timed with 1 and with 2
   torch threads; the faster one is the baseline.
 - local engine: ``attnflow.batch(..., engine="local")``: one process, batched forward passes, no Dask.
-- Dask, cold: ``attnflow.batch(..., engine="dask")`` as a user runs it: a LocalCluster of one worker
-  process per core is started, each worker imports torch and loads the model, then the shards run.
+- default (``engine="auto"``), cold: what ``attnflow batch`` does with no options: shards run in the
+  calling process while that looks quicker than starting a LocalCluster, which otherwise takes over
+  (the engine column says which happened).
+- Dask, cold: ``engine="dask"``: a LocalCluster of one worker process per core is started at once,
+  each worker imports torch and loads the model, then every shard runs on the workers.
 - Dask, warm: the same on a LocalCluster already running with the model loaded in its workers (what
   ``--scheduler`` gives on a long-lived cluster).
 
@@ -86,7 +89,7 @@ def main() -> None:
           f"{os.cpu_count()} cores, Dask workers: {workers} x 1 thread; torch {torch.__version__}")
     print(f"load average before (1/5/15 min; other jobs share these cores): {load()}")
     scratch = Path(tempfile.mkdtemp(prefix="attnflow-bench-batch-"))
-    lines = []
+    lines, engines = [], []
     try:
         cluster = None
         for method in args.methods:
@@ -95,6 +98,7 @@ def main() -> None:
             base, reference = loops[best]
             torch.set_num_threads(1)
             runs = {"local engine (1 process)": batch(texts, method, scratch / "local", engine="local"),
+                    "default engine (auto), cold": batch(texts, method, scratch / "auto"),
                     "Dask LocalCluster, cold": batch(texts, method, scratch / "cold", engine="dask")}
             if cluster is None:
                 cluster = LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
@@ -105,9 +109,10 @@ def main() -> None:
             for threads, (seconds, _) in loops.items():
                 lines.append((method, f"loop over explain, {threads} torch thread{'s' * (threads > 1)}"
                               + (" (baseline)" if threads == best else ""), seconds, base / seconds, None))
-            for name, (seconds, table, _) in runs.items():
+            for name, (seconds, table, engine) in runs.items():
                 diff = max(float(np.abs(np.asarray(r["scores"]) - reference[r["row"]]).max()) for r in table)
                 lines.append((method, name, seconds, base / seconds, diff))
+                engines.append(f"{method}, {name}: {engine}")
             print(f"  {method}: done (load average now {load()})", flush=True)
         client.close()
         cluster.close()
@@ -117,6 +122,7 @@ def main() -> None:
     for method, name, seconds, ratio, diff in lines:
         shown = "-" if diff is None else f"{diff:.1e}"
         print(f"{method:<8} {name:<44} {seconds:7.2f} {len(texts) / seconds:8.1f} {ratio:6.2f}x  {shown}")
+    print("engines: " + "; ".join(engines))
     print(f"load average after: {load()}")
 
 

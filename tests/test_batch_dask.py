@@ -20,6 +20,7 @@ from batch_support import check_against_explain, cli, exactly_once, rows_of, sen
 import attnflow
 
 distributed = pytest.importorskip("distributed")  # the scale extra; `make test` installs it
+pq = pytest.importorskip("pyarrow.parquet")
 DASK = str(Path(sys.executable).with_name("dask"))
 
 
@@ -39,9 +40,28 @@ def test_local_cluster_rows_equal_explain(tmp_path, agreement):
     ids = [i for i in range(16) if i != 5]
     exactly_once(rows, ids, ["rollout", "flow"])
     check_against_explain(rows, dict(enumerate(texts)), *agreement)
-    where = {json.loads(__import__("pyarrow.parquet").parquet.read_schema(p).metadata[b"attnflow.shard"])["where"]
-             for p in (run.out / "rows").glob("*.parquet")}
-    assert all(w.split(":")[1] != str(os.getpid()) for w in where)  # computed in the worker processes
+    where = [json.loads(pq.read_schema(p).metadata[b"attnflow.shard"])["where"].split(":")[1]
+             for p in (run.out / "rows").glob("*.parquet")]
+    assert str(os.getpid()) not in where  # engine="dask": every shard in a worker process
+
+
+def test_auto_stays_here_for_a_short_job_and_hands_a_long_one_to_a_local_cluster(tmp_path, agreement, monkeypatch):
+    from attnflow.api.batching import engine
+
+    texts = sentences(24, seed=25)
+    short = attnflow.batch(texts, out=tmp_path / "short", methods="rollout", shard_size=4)
+    assert short.engine == "local (this process; quicker than starting a cluster)" and short.written == 6
+    # As if a worker started instantly: after one shard here, the cluster is worth starting.
+    monkeypatch.setattr(engine, "WORKER_START_S", 0.0)
+    long = attnflow.batch(texts, out=tmp_path / "long", methods="rollout,flow", shard_size=4, workers=2)
+    assert long.engine.startswith("dask LocalCluster, 2 worker processes") and "1 shard in this process before" \
+        in long.engine, long.engine
+    rows = rows_of(long.out)
+    exactly_once(rows, range(24), ["rollout", "flow"])
+    check_against_explain(rows, dict(enumerate(texts)), *agreement)
+    where = [json.loads(pq.read_schema(p).metadata[b"attnflow.shard"])["where"].split(":")[1]
+             for p in (long.out / "rows").glob("*.parquet")]
+    assert 1 <= where.count(str(os.getpid())) <= 4 and len(set(where)) >= 2
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnflow.api.batching.engine import run_dask, run_local
+from attnflow.api.batching.engine import run_auto, run_dask, run_local
 from attnflow.api.batching.inputs import Inputs, read_inputs
 from attnflow.api.batching.plan import fingerprint, plan, token_lengths
 from attnflow.api.batching.shard import Settings, ShardOutput, ShardTask
@@ -131,9 +131,11 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     methods: "rollout", "flow", "raw", "grad-rollout", "all", "rollout,flow" or a list.
     target: as in :func:`attnflow.explain` ("cls", "last", a position; None: each model's default).
     maps: also keep every target's scores (``out/maps/``; flow then costs one max-flow per target).
-    engine: "auto" (Dask when ``scheduler`` is given or there is more than one shard to do, else this
-        process), "dask" or "local". scheduler: ``tcp://HOST:PORT``, a scheduler file, or a
-        ``distributed.Client``; None starts a LocalCluster of ``workers`` processes (default: one per core).
+    engine: "auto" (with ``scheduler``: that Dask cluster; else this process while that is quicker than
+        starting a LocalCluster, which then takes over, see :func:`attnflow.api.batching.engine.run_auto`),
+        "dask" (a LocalCluster of ``workers`` processes, default one per core, or ``scheduler``) or
+        "local" (this process, no Dask). scheduler: ``tcp://HOST:PORT``, a scheduler file, or a
+        ``distributed.Client``.
     shard_size: rows per shard (the unit of work, of writing and of what an interruption can lose);
         batch_size: texts per forward pass. device: "auto" (a GPU where the worker has one), "cpu", "cuda".
     progress: ``progress(rows_done, rows_total)`` after each shard.
@@ -212,9 +214,7 @@ def _run(store: Store, inputs: Inputs, shards: list, settings: Settings, started
         if progress is not None:
             progress(count["rows"], total)
 
-    use_dask = engine == "dask" or (engine == "auto" and (scheduler is not None or len(tasks) > 1))
-    description = "nothing to do" if not tasks else "local (this process)" if not use_dask or model is not None \
-        else "dask"
+    description = "nothing to do"
 
     def result(interrupted: bool) -> BatchRun:
         seconds = time.perf_counter() - started
@@ -225,10 +225,16 @@ def _run(store: Store, inputs: Inputs, shards: list, settings: Settings, started
                         seconds=seconds, engine=description, rows_this_run=count["rows"] - done)
 
     try:
-        if description == "dask":
-            description = run_dask(tasks, settings, on_done, scheduler=scheduler, workers=workers)
-        elif tasks:
+        if not tasks:
+            pass
+        elif scheduler is not None:
+            description = run_dask(tasks, settings, on_done, scheduler=scheduler)
+        elif engine == "local" or model is not None or len(tasks) == 1:
             description = run_local(tasks, settings, on_done, model, tokenizer)
+        elif engine == "dask":
+            description = run_dask(tasks, settings, on_done, workers=workers)
+        else:
+            description = run_auto(tasks, settings, on_done, workers=workers)
     except KeyboardInterrupt as exc:
         raise BatchInterrupted(result(interrupted=True)) from exc
     return result(interrupted=False)

@@ -41,7 +41,7 @@ def batch(
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of listing them as failed."),
     residual: float = typer.Option(0.5, help="Weight of the residual connection: A = (1-r)W + rI."),
     head_fusion: str = typer.Option("mean", help="How heads are combined: mean, max or min."),
-    engine: str = typer.Option("auto", help="auto (Dask when --scheduler is given or there are several shards), dask, or local (this process, no Dask)."),
+    engine: str = typer.Option("auto", help="auto (with --scheduler: that cluster; else this process while that is quicker than starting a local Dask cluster, which then takes over), dask (a local cluster at once), or local (this process, no Dask)."),
     scheduler: Optional[str] = typer.Option(None, help="A running Dask scheduler: tcp://HOST:PORT or a scheduler file. Default: start a local cluster."),
     workers: Optional[int] = typer.Option(None, help="Worker processes of the local cluster (default: one per core)."),
     shard_size: int = typer.Option(64, "--shard-size", help="Rows per shard: the unit of work and of writing (an interruption loses at most the shards in flight)."),
