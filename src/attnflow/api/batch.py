@@ -76,9 +76,12 @@ class BatchRun:
 
     def summary(self) -> str:
         earlier = f" ({self.skipped} finished by an earlier run)" if self.skipped else ""
-        return (f"rows: {self.explained} of {self.rows} explained, {self.failed} failed; {self.shards} shards, "
-                f"{self.written} written now{earlier}\nthroughput: {self.rows_per_second:.1f} rows/s "
-                f"({self.rows_this_run} rows in {self.seconds:.1f} s; engine: {self.engine})")
+        head = (f"rows: {self.explained} of {self.rows} explained, {self.failed} failed; {self.shards} shards, "
+                f"{self.written} written now{earlier}")
+        if not self.rows_this_run:
+            return head + "\nnothing to do: every shard was written by an earlier run"
+        return (f"{head}\nthroughput: {self.rows_per_second:.1f} rows/s ({self.rows_this_run} rows in "
+                f"{self.seconds:.1f} s, start-up included; engine: {self.engine})")
 
 
 def _check(options: dict, images: bool) -> list[str]:

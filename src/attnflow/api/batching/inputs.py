@@ -77,7 +77,8 @@ def read_inputs(data: Any, *, column: str | None = None, id_column: str | None =
 def _read_file(path: Path, column: str) -> tuple[list[dict], list[str], str]:
     source = str(path)
     if not path.is_file():
-        raise AttnflowError(f"no such input file: {source!r}")
+        hint = "" if path.suffix.lower() in FORMATS else " (from Python, pass texts as a list)"
+        raise AttnflowError(f"no such input file: {source!r}{hint}")
     kind = FORMATS.get(path.suffix.lower())
     if kind is None:
         raise AttnflowError(f"{source!r}: the input must be a .jsonl, .csv or .parquet file")
