@@ -159,6 +159,10 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
         raise AttnflowError("pass the tokenizer together with a loaded model")
     inputs = read_inputs(data, column=text_column, id_column=id_column, label_column=label_column, images=images)
     model_name = None if model is None or loaded_model else str(model)
+    if images and model_name is not None:  # text models are checked by loading their tokenizer below
+        from attnflow.capture.load import check_model_path
+
+        check_model_path(model_name)
     lengths = [0] * len(inputs) if images else token_lengths(inputs.values, tokenizer if loaded_model
                                                              else _tokenizer(model_name))
     shards = plan(lengths, shard_size)
