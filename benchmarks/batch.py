@@ -71,6 +71,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--methods", nargs="+", default=["rollout", "flow"])
+    parser.add_argument("--loop-threads", nargs="+", type=int, default=[1, 2],
+                        help="torch thread counts to time the loop with; the fastest is the baseline")
     args = parser.parse_args()
 
     import torch
@@ -93,7 +95,7 @@ def main() -> None:
     try:
         cluster = None
         for method in args.methods:
-            loops = {threads: loop(texts, method, threads) for threads in (1, 2)}
+            loops = {threads: loop(texts, method, threads) for threads in args.loop_threads}
             best = min(loops, key=lambda k: loops[k][0])
             base, reference = loops[best]
             torch.set_num_threads(1)
