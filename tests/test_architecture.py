@@ -1,6 +1,6 @@
 """The shape of the house, checked from the source: layers, one-way imports, no cycles.
 
-    core <- capture <- results <- views / evaluation <- api <- cli
+    core <- capture <- results <- views / evaluation <- api <- cli / app
 
 Every ``import`` statement counts, including those made inside functions (they run too). The
 package root (``attnflow/__init__.py``, the public facade) may import anything; nothing imports it.
@@ -26,6 +26,7 @@ LAYERS = {
     "attnflow.views": 4, "attnflow.evaluation": 4,
     "attnflow.api": 5, "attnflow.reproduction": 5, "attnflow.models.train_": 5,  # entry points, training scripts
     "attnflow.cli": 6,
+    "attnflow.app": 6,  # the live explorer: as thin as the CLI, over the api
 }
 CORE_ALLOWED = {"numpy", "torch", "scipy", "numba", "networkx"}
 

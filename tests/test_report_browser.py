@@ -37,14 +37,20 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
-def context():
+def browser_api():
+    """playwright's sync API once Chromium is there (else skip locally, fail in CI)."""
     try:
         import playwright.sync_api as playwright_api
     except ImportError:
         _unavailable("playwright (python) is not installed")
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         _unavailable(f"no Chromium at {CHROMIUM}")
+    return playwright_api
+
+
+@pytest.fixture(scope="module")
+def context():
+    playwright_api = browser_api()
     profile = tempfile.mkdtemp(prefix="attnflow-chromium-")
     with playwright_api.sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS,
@@ -57,6 +63,8 @@ def context():
 class Page:
     """A page with the network cut off: every non-file request is aborted and remembered."""
 
+    allowed = "file:"  # what the page may load: URLs starting so
+
     def __init__(self, context, url: str):
         self.fetched: list[str] = []
         self.errors: list[str] = []
@@ -68,7 +76,7 @@ class Page:
         self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
 
     def _route(self, route):
-        if route.request.url.startswith("file:"):
+        if route.request.url.startswith(self.allowed):
             route.continue_()
         else:
             self.fetched.append(route.request.url)

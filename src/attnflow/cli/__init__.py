@@ -18,6 +18,7 @@ from attnflow.cli import generate as _generate  # noqa: F401
 from attnflow.cli import perturbation as _perturbation  # noqa: F401
 from attnflow.cli import reproduce as _reproduce  # noqa: F401
 from attnflow.cli import view as _view  # noqa: F401
+from attnflow.cli import app_command as _app_command  # noqa: F401
 from attnflow.cli.app import app
 from attnflow.errors import AttnflowError
 
