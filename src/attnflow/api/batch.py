@@ -76,7 +76,7 @@ class BatchRun:
 
     def summary(self) -> str:
         earlier = f" ({self.skipped} finished by an earlier run)" if self.skipped else ""
-        head = (f"rows: {self.explained} of {self.rows} explained, {self.failed} failed; {self.shards} shards, "
+        head = (f"rows: {self.explained} of {self.rows} explained, {self.failed} failed; {self.shards} shard{'s' * (self.shards != 1)}, "
                 f"{self.written} written now{earlier}")
         if not self.rows_this_run:
             return head + "\nnothing to do: every shard was written by an earlier run"
