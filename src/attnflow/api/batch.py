@@ -76,7 +76,8 @@ class BatchRun:
 
     def summary(self) -> str:
         earlier = f" ({self.skipped} finished by an earlier run)" if self.skipped else ""
-        head = (f"rows: {self.explained} of {self.rows} explained, {self.failed} failed; {self.shards} shard{'s' * (self.shards != 1)}, "
+        shards = f"{self.shards} shard{'s' * (self.shards != 1)}"
+        head = (f"rows: {self.explained} of {self.rows} explained, {self.failed} failed; {shards}, "
                 f"{self.written} written now{earlier}")
         if not self.rows_this_run:
             return head + "\nnothing to do: every shard was written by an earlier run"

@@ -157,7 +157,8 @@ def from_rows(rows: Sequence[dict], header: dict, maps: Sequence[dict] = ()) -> 
         targets, positions, grid = tokens, list(range(len(tokens))), None
     return Attribution(kind=kind, sources=tokens, targets=targets, target_positions=positions, blocks=blocks,
                        n_layers=int(first["n_layers"]), target=target, method=order[0], input=first["text"],
-                       prediction=first["prediction"], model=header.get("model"), params=dict(header.get("params") or {}),
+                       prediction=first["prediction"], model=header.get("model"),
+                       params=dict(header.get("params") or {}),
                        grid=tuple(grid) if grid else None, meta={**meta, "id": first["id"], "row": first["row"],
                                                                  "label": first["label"]})
 

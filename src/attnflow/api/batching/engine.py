@@ -80,7 +80,8 @@ def connect(scheduler: Any, workers: int | None = None) -> tuple[Any, Any, str]:
     except AttnflowError:
         raise
     except (OSError, TimeoutError, ValueError) as exc:
-        raise AttnflowError(f"cannot reach the Dask scheduler at {text!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise AttnflowError(f"cannot reach the Dask scheduler at {text!r}: {reason}") from exc
     return client, None, f"dask ({client.scheduler.address})"
 
 

@@ -142,7 +142,8 @@ def _from_python(data: Any, column: str) -> tuple[list[dict], list[str], str]:
     try:
         items = list(data)
     except TypeError as exc:
-        raise AttnflowError(f"batch takes a file path, a table or an iterable of texts; got {type(data).__name__}") from exc
+        raise AttnflowError(f"batch takes a file path, a table or an iterable of texts; "
+                            f"got {type(data).__name__}") from exc
     if items and all(isinstance(v, dict) for v in items):
         columns = list(dict.fromkeys(k for v in items for k in v))
         return items, columns, f"the list of {len(items)} records"
