@@ -65,6 +65,14 @@ def test_one_text_per_pass_is_bit_identical_to_explain(tmp_path, agreement):
         assert np.array_equal(np.asarray(row["scores"]), alone.row(row["method"]))
 
 
+def test_grad_rollout_rows_equal_explain(tmp_path, agreement):
+    texts = sentences(4, seed=4)
+    run = attnflow.batch(texts, out=tmp_path / "out", methods="grad-rollout", engine="local", batch_size=4)
+    rows = rows_of(run.out)
+    exactly_once(rows, range(4), ["grad-rollout"])
+    check_against_explain(rows, dict(enumerate(texts)), *agreement)
+
+
 def test_a_decoder_with_padding_targets_each_texts_last_token(tmp_path, minilm_path):
     """Right padding in a batch must leave a decoder's rows as they are alone, and 'last' must be each
     text's own last token (a tiny random Llama with MiniLM's tokenizer)."""
