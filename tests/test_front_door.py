@@ -543,6 +543,16 @@ def test_view_draws_an_image_result(monkeypatch, capsys, tmp_path, photo):
                            str(tmp_path / "i.html"))
     assert code == 0 and err == "", err
     assert (tmp_path / "i.png").read_bytes()[:4] == b"\x89PNG"
+    import base64
+    import io
+
+    from PIL import Image
+
+    from attnflow.views.report import payload
+
+    uri = payload(attnflow.load(saved))["image"]  # the report shows the picture as given, too
+    with Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))) as shown:
+        assert shown.size == (218, 256) and shown.mode == "RGB"
 
 
 # --------------------------------------------------------------------------- 7. pathlib.Path wherever a path is

@@ -77,8 +77,7 @@ def one_line_warnings() -> Iterator[None]:
             seen.add(key)
             print(f"{PREFIX}: warning: {text}", file=sys.stderr, flush=True)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")  # repeats are dropped above, by message rather than by source line
+    with warnings.catch_warnings():  # Python's own filters stay: deprecation notices are for developers
         for module in ("torch", "transformers", "huggingface_hub", "accelerate"):
             # Developer notices about the libraries' own internals (deprecations inside them) say
             # nothing about the user's input.

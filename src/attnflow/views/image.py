@@ -28,7 +28,7 @@ def _file_name(result: Any) -> str:
     return Path(str(result.input)).name if result.input else "image"
 
 
-def _picture(result: Any) -> np.ndarray:
+def picture(result: Any) -> np.ndarray:
     """What the scores are drawn on: the picture as given when the result keeps it, else as the model saw it."""
     return result.original if getattr(result, "original", None) is not None else result.image
 
@@ -57,12 +57,11 @@ def overlay_figure(results: list[Any], methods: Any = None, columns: int = 4, al
     if inputs:
         for r in range(rows):
             first = panels[r * cols][0]
-            picture = _picture(first)
-            _show_image(axes[r, 0], picture)
+            _show_image(axes[r, 0], picture(first))
             axes[r, 0].set_title(plain(f"{_file_name(first)}\ninput"), fontsize=9)
     for i, (result, method) in enumerate(panels):
         ax = axes[i // cols, i % cols + inputs]
-        extent = _show_image(ax, _picture(result))
+        extent = _show_image(ax, picture(result))
         s = np.asarray(result.grid_scores(method, layer), dtype=float)
         low, high = float(s.min()), float(s.max())
         shown = ax.imshow(s, cmap=cmap, alpha=alpha, extent=extent, interpolation="nearest", vmin=low,
