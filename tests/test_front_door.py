@@ -73,6 +73,21 @@ def test_a_head_the_checkpoint_never_had_is_refused_even_without_architectures(t
         attnflow.load_model(folder, task="causal-lm")
 
 
+def test_a_masked_lm_checkpoint_loads_as_an_encoder_without_its_pooler(tmp_path):
+    # Masked-LM checkpoints have no pooler; a bare encoder's pooler never touches the attention.
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64)
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(config).save_pretrained(tmp_path)
+    from attnflow.capture.load import _load_weights
+
+    assert type(_load_weights(str(tmp_path), "encoder")).__name__ == "BertModel"
+    with pytest.raises(AttnflowError, match="pooler"):  # a classifier reads its prediction through it
+        _load_weights(str(tmp_path), "classification")
+
+
 @pytest.mark.parametrize("config, message", [
     (None, "BertModel, without a classification head"),
     ({"architectures": ["BertForSequenceClassification"], "id2label": {"0": "negative", "1": "positive"}},

@@ -166,26 +166,28 @@ def check_model_path(name: str) -> None:
         raise AttnflowError(f"{name!r} is not a Hugging Face model folder: it has no config.json")
 
 
-def check_loaded(name: str, info: dict) -> None:
+def check_loaded(name: str, info: dict, unused: tuple[str, ...] = ()) -> None:
     """Refuse a model some of whose weights are not in the checkpoint: transformers fills them with
-    random numbers (a head the checkpoint never had, or a checkpoint of another architecture)."""
-    missing = list(info.get("missing_keys") or [])
+    random numbers (a head the checkpoint never had, or a checkpoint of another architecture).
+    Weights whose names contain one of ``unused`` do not touch what is explained and may be missing."""
+    missing = [k for k in info.get("missing_keys") or [] if not any(u in k for u in unused)]
     if missing:
         shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
         raise AttnflowError(f"{len(missing)} weights of the model are not in the checkpoint {name!r} and would be "
                             f"random ({shown}); load it as what it was saved as")
 
 
-def load_pretrained(loader: Any, name: str, what: str, **options: Any) -> Any:
-    """``loader.from_pretrained(name)`` with eager attention, refusing random (missing) weights, with
-    every library error (corrupt weights, unsupported configs) turned into one sentence."""
+def load_pretrained(loader: Any, name: str, what: str, unused: tuple[str, ...] = (), **options: Any) -> Any:
+    """``loader.from_pretrained(name)`` with eager attention, refusing random (missing) weights other
+    than ``unused`` ones, with every library error (corrupt weights, unsupported configs) turned into
+    one sentence."""
     try:
         model, info = loader.from_pretrained(name, attn_implementation="eager", output_loading_info=True, **options)
     except AttnflowError:
         raise
     except Exception as exc:  # a damaged folder fails in many libraries' own exception types
         raise load_failure(what, name, exc) from exc
-    check_loaded(name, info)
+    check_loaded(name, info, unused)
     model.eval()
     return ensure_eager(model)
 
@@ -218,7 +220,9 @@ def _load_weights(name: str, task: str) -> Any:
         "classification": transformers.AutoModelForSequenceClassification,
         "causal-lm": transformers.AutoModelForCausalLM,
     }
-    return load_pretrained(classes[task], name, "model")
+    # A bare encoder's pooler (missing from masked-LM checkpoints) never touches the attention; a
+    # classifier reads its prediction through it, so there it must be trained.
+    return load_pretrained(classes[task], name, "model", unused=("pooler",) if task == "encoder" else ())
 
 
 def load_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]:
