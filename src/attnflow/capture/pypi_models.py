@@ -164,7 +164,8 @@ def _cache_name(gguf: Path) -> str:
 def _check_gguf_support() -> None:
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
-        raise AttnflowError(f"loading a .gguf file needs {' and '.join(missing)}: run `pip install {' '.join(missing)}`")
+        raise AttnflowError(f"loading a .gguf file needs {' and '.join(missing)}: run `pip install 'attnflow[gguf]'` "
+                            f"(or `pip install {' '.join(missing)}`)")
 
 
 def _check_gguf_header(source: Path) -> None:

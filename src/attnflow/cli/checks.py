@@ -37,15 +37,16 @@ def check_agreement_model(model: Any) -> None:
     wanted = {str(k): v for k, v in LABELS.items()}
     known = pypi_models.find(str(model)) if not folder.exists() else None
     if known is not None:  # refused by name: building a GGUF copy only to refuse it would take a minute
-        arch, labels = known.title, {}
+        arch, labels, what = known.title, {}, known.title
     elif (folder / "config.json").is_file():
         config = read_config(folder / "config.json")
-        arch = (config.get("architectures") or ["a model of unknown architecture"])[0]
+        arch = (config.get("architectures") or ["model of unknown architecture"])[0]
         labels = {str(k): str(v) for k, v in (config.get("id2label") or {}).items()}
+        what = f"a {arch}"
     else:
         return
     if "ForSequenceClassification" not in str(arch):
-        found = f"a {arch}, without a classification head"
+        found = f"{what}, without a classification head"
     elif labels != wanted:
         found = f"a classifier with the labels {labels}"
     else:
