@@ -16,7 +16,7 @@ from typing import Any
 
 from attnflow import capture as _capture_package  # light: its names load on first use
 from attnflow import views as _views  # noqa: F401  (registers how results draw themselves)
-from attnflow.errors import AttnflowError
+from attnflow.errors import AttnflowError, AttnflowWarning
 
 __version__ = "0.2.0"
 
@@ -31,7 +31,7 @@ _LAZY = {
     "explain_maps": "attnflow.api", "generate": "attnflow.api",
 }
 
-__all__ = ["AttnflowError", "capture", *_LAZY]
+__all__ = ["AttnflowError", "AttnflowWarning", "capture", *_LAZY]
 
 
 def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False) -> Any:

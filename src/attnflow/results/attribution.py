@@ -75,6 +75,8 @@ class Attribution:
     params: every setting that produced the scores (residual, head_fusion, causal_norm, solver, ...).
     grid: image patch grid (rows, cols); image: the image as the model saw it, ``(H, W[, 3])`` in [0, 1].
     meta: kind-specific extras (a generation's completion and token ids, special-token positions).
+    original: images: the image as given (colours kept, at most 256 pixels on its longer side), for
+        figures that show the scores over the user's own picture.
     """
 
     kind: str
@@ -93,6 +95,7 @@ class Attribution:
     grid: tuple[int, int] | None = None
     image: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    original: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -131,6 +134,8 @@ class Attribution:
                                     f"sources; got {s}")
         if self.image is not None:
             self.image = np.asarray(self.image)
+        if self.original is not None:
+            self.original = np.asarray(self.original)
 
     def _check_block(self, name: str, block: Block) -> None:
         values = block.values
