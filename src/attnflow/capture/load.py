@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path
 from attnflow.errors import AttnflowError
 
 
@@ -69,6 +70,13 @@ def _architecture(path_or_id: str) -> str:
     return ""
 
 
+def is_encoder_decoder_path(path_or_id: str) -> bool:
+    """True for a model folder whose config says encoder-decoder (T5Model, BartModel, MarianMTModel,
+    ... all load as a seq2seq LM)."""
+    config_file = Path(path_or_id) / "config.json"
+    return config_file.is_file() and bool(read_config(config_file).get("is_encoder_decoder"))
+
+
 def load_failure(what: str, name: str, exc: BaseException) -> AttnflowError:
     """transformers' loading errors run to many lines; keep the first as the reason."""
     text = str(exc).strip()
@@ -89,14 +97,21 @@ def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[An
     """Load ``(model, tokenizer)`` from a local directory or hub id, with eager attention, in eval mode.
 
     task: ``"auto"`` (from the config's architecture: sequence classifiers keep their head, causal
-    LMs load as ``AutoModelForCausalLM``, anything else as ``AutoModel``), ``"encoder"``,
-    ``"classification"`` or ``"causal-lm"``.
+    LMs load as ``AutoModelForCausalLM``, encoder-decoder models as ``AutoModelForSeq2SeqLM``, anything
+    else as ``AutoModel``), ``"encoder"``, ``"classification"``, ``"causal-lm"``, ``"seq2seq"`` or
+    ``"generation"`` (seq2seq for encoder-decoder configs, else causal-lm). Model families that cannot
+    be explained (``attnflow.capture.architectures``) are refused before their weights are loaded.
     """
     import transformers
 
     name = path_or_id or default_model_path()
     check_model_path(name)
+    refuse_unsupported_path(name)
     arch = _architecture(name)
+    if task in ("auto", "generation") and is_encoder_decoder_path(name):
+        task = "seq2seq"
+    elif task == "generation":
+        task = "causal-lm"
     if task == "auto":
         task = ("classification" if "SequenceClassification" in arch
                 else "causal-lm" if "CausalLM" in arch or "LMHeadModel" in arch else "encoder")
@@ -104,6 +119,7 @@ def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[An
         "encoder": transformers.AutoModel,
         "classification": transformers.AutoModelForSequenceClassification,
         "causal-lm": transformers.AutoModelForCausalLM,
+        "seq2seq": transformers.AutoModelForSeq2SeqLM,
     }
     if task not in classes:
         raise AttnflowError(f"task must be one of 'auto', {', '.join(map(repr, classes))}; got {task!r}")
@@ -113,4 +129,5 @@ def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[An
     except (OSError, ValueError) as exc:
         raise load_failure("model", name, exc) from exc
     model.eval()
+    refuse_unsupported(model)
     return ensure_eager(model), tokenizer

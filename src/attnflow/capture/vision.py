@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path, stack_attentions
 from attnflow.capture.gradients import capture_gradients, resolve_classes
 from attnflow.capture.load import check_model_path, ensure_eager, load_failure, read_config
 from attnflow.errors import AttnflowError
@@ -162,6 +163,7 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
     ``gradients=True``, the gradient of ``target``'s logit, default the predicted class)."""
     if not isinstance(images, (list, tuple)) or not images:
         raise AttnflowError("images must be a non-empty list of paths, PIL images or arrays")
+    refuse_unsupported(model)
     ensure_eager(model)
     pixel_values, shown = preprocess(list(images), image_settings(model))
     pixel_values = pixel_values.to(next(model.parameters()).device)
@@ -174,7 +176,7 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
             out = model(pixel_values=pixel_values, output_attentions=True)
         if not getattr(out, "attentions", None):
             raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-        attentions = torch.stack([a.float().cpu() for a in out.attentions], dim=1)
+        attentions = stack_attentions(out.attentions, model)
         logits = out.logits.detach().float().cpu()
         if target is not None:
             classes = resolve_classes(target, logits, getattr(model.config, "id2label", None))
@@ -191,9 +193,11 @@ def load_vision_model(path: str | None = None) -> Any:
 
     name = str(path) if path is not None else str(bundled_model_path("digits_vit"))
     check_model_path(name)
+    refuse_unsupported_path(name)
     try:
         model = transformers.AutoModelForImageClassification.from_pretrained(name, attn_implementation="eager")
     except (OSError, ValueError, KeyError) as exc:
         raise load_failure("image classifier", name, exc) from exc
     model.eval()
+    refuse_unsupported(model)
     return ensure_eager(model)
