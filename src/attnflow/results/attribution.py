@@ -40,7 +40,7 @@ from attnflow.results.presenter import presenter
 from attnflow.results.ranking import ranked
 from attnflow.results.words import is_content
 
-KINDS = ("text", "generation", "image")
+KINDS = ("text", "generation", "image", "seq2seq")
 
 
 class _DenseScores(Mapping):
