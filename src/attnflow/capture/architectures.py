@@ -53,16 +53,18 @@ class Architecture:
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder", "vision", "unsupported")
 
-_WINDOWED_VISION = ("windowed or hierarchical vision attention: each layer attends within local windows of a "
-                    "changing patch grid, so the layers' attention maps do not chain over one set of tokens")
+_WINDOWED_VISION = ("windowed or hierarchical vision attention: layers attend within local windows or over a "
+                    "downsampled, changing patch grid, so the layers' attention maps do not chain over one set of tokens")
 _STATE_SPACE = "a state-space / recurrent model: it has no attention weights to roll out"
 _HYBRID_SSM = ("a hybrid of state-space (Mamba) and attention layers: the state-space layers mix tokens "
                "without attention weights, so rollout through them is undefined")
-_LINEAR = ("linear or kernelised attention: no row-stochastic token-to-token attention map is formed, so "
-           "there is nothing to roll out")
+_LINEAR = ("linear, kernelised or hashed attention: no full row-stochastic token-to-token attention map is "
+           "formed, so there is nothing to roll out")
 _SPARSE = ("sparse local/global attention: its attention outputs are not one square token-to-token map per "
            "layer")
 _POOLED = "its layers pool or resample the sequence, so the layers' attention maps are over different tokens"
+_STREAMS = ("two-stream attention (XLNet's content/query streams, ProphetNet's n-gram streams): a layer's "
+            "attention is split over streams, not one map over the tokens")
 _NO_ATTENTION = "it has no attention layers (convolution, pooling or Fourier mixing)"
 
 _SEQ2SEQ_BART = dict(family="encoder-decoder", self_attention="self_attn", cross_attention="encoder_attn",
@@ -71,18 +73,19 @@ _SEQ2SEQ_T5 = dict(family="encoder-decoder", self_attention="SelfAttention", cro
                    value="v", output="o")
 
 ARCHITECTURES: dict[str, Architecture] = {
+    # Every supported row has a case in tests/test_architectures_matrix.py (a test enforces it), which
+    # also generates the supported-architectures table of docs/architectures.md.
     # ------------------------------------------------------------------ encoders (generic rules)
     **{t: Architecture("encoder") for t in (
-        "bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "deberta", "mpnet", "modernbert",
-        "xlm-roberta", "camembert", "megatron-bert", "roformer", "ernie")},
+        "bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "mpnet", "modernbert", "xlm-roberta")},
     # ------------------------------------------------------------------ decoders
     **{t: Architecture("decoder") for t in (
-        "gpt2", "llama", "gemma", "qwen3", "phi", "gpt_neox", "opt", "bloom", "gptj", "stablelm", "olmo", "olmo2",
-        "granite", "smollm3", "codegen", "gpt_bigcode", "cohere", "persimmon", "helium")},
+        "gpt2", "llama", "gemma", "qwen3", "phi", "gpt_neox", "opt", "bloom", "gptj", "gpt_bigcode", "stablelm", "olmo",
+        "granite", "smollm3")},
     # sliding window on every layer (config.sliding_window, no layer_types)
-    **{t: Architecture("decoder") for t in ("mistral", "mixtral", "starcoder2", "phi3", "qwen2_moe")},
+    **{t: Architecture("decoder") for t in ("mistral", "mixtral", "starcoder2", "phi3")},
     # hybrid local/global: config.layer_types says which layers slide
-    **{t: Architecture("decoder") for t in ("gemma2", "gemma3_text", "qwen2", "cohere2", "olmo3", "gpt_oss")},
+    **{t: Architecture("decoder") for t in ("gemma2", "gemma3_text", "qwen2", "qwen2_moe", "cohere2", "olmo3")},
     # GPT-Neo's local layers keep a full KV cache and mask outside the window
     "gpt_neo": Architecture("decoder", window="window_size", layer_types="attention_layers", windowed_type="local"),
     # Falcon's eager attention (rotary variant) adds the boolean causal mask to the scores instead of masking:
@@ -91,10 +94,9 @@ ARCHITECTURES: dict[str, Architecture] = {
     # ------------------------------------------------------------------ encoder-decoders
     **{t: Architecture(**_SEQ2SEQ_BART) for t in (
         "bart", "marian", "mbart", "pegasus", "m2m_100", "blenderbot", "blenderbot-small", "plbart")},
-    **{t: Architecture(**_SEQ2SEQ_T5) for t in ("t5", "mt5", "umt5", "switch_transformers")},
+    **{t: Architecture(**_SEQ2SEQ_T5) for t in ("t5", "mt5", "umt5")},
     # ------------------------------------------------------------------ vision transformers
-    **{t: Architecture("vision") for t in ("vit", "deit", "beit", "dinov2", "dinov2_with_registers", "siglip",
-                                           "siglip_vision_model", "data2vec-vision", "vit_msn")},
+    **{t: Architecture("vision") for t in ("vit", "deit", "beit", "dinov2")},
     # ------------------------------------------------------------------ refused, with the reason
     **{t: Architecture("unsupported", _WINDOWED_VISION) for t in (
         "swin", "swinv2", "donut-swin", "maskformer-swin", "swin2sr", "dinat", "hiera", "pvt", "pvt_v2",
@@ -106,7 +108,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     **{t: Architecture("unsupported", _LINEAR) for t in (
         "qwen3_next", "kimi_linear", "minimax", "nystromformer", "yoso", "mra", "reformer")},
     **{t: Architecture("unsupported", _SPARSE) for t in (
-        "longformer", "led", "big_bird", "bigbird_pegasus", "longt5", "xlnet", "prophetnet")},
+        "longformer", "led", "big_bird", "bigbird_pegasus", "longt5")},
+    **{t: Architecture("unsupported", _STREAMS) for t in ("xlnet", "prophetnet")},
     **{t: Architecture("unsupported", _POOLED) for t in ("funnel", "canine", "perceiver")},
     **{t: Architecture("unsupported", _NO_ATTENTION) for t in (
         "fnet", "convnext", "convnextv2", "resnet", "regnet", "poolformer", "focalnet", "efficientnet",
