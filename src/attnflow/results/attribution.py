@@ -9,12 +9,15 @@ image) is one labelled tensor per method::
 - ``target``: what is explained. Text: a token position (targets are the tokens themselves).
   Generation: a generated token, explained by the position that predicted it
   (``target_positions[i] = m - 1 + i`` for an ``m``-token prompt). Image: the classifier's read-out
-  (the CLS token, or the mean of the patch rows for mean-pooled models).
+  (the CLS token, or the mean of the patch rows for mean-pooled models). Seq2seq (encoder-decoder):
+  a target token, explained by the decoder position that predicted it (``target_positions[i] = S + i``
+  for ``S`` source tokens).
 - ``layer``: 0-based; layer ``l`` is the output of the ``(l+1)``-th Transformer layer (rollout's
   ``R_{l+1}``).
 - ``source``: what the target draws on. Text: the input tokens. Generation: the prompt tokens
   followed by the generated tokens (``sources[:input_length]`` is the prompt). Image: the patches in
-  row-major order of ``grid``.
+  row-major order of ``grid``. Seq2seq: the source tokens, the decoder's start token, then the target
+  tokens (``sources[:input_length]`` is the source); layers are the decoder's.
 
 Methods differ in cost (flow needs one max-flow per target, source and layer), so a method may be
 computed for some targets and layers only: those cells are NaN in ``scores[method]``, and
@@ -63,7 +66,7 @@ class _DenseScores(Mapping):
 class Attribution:
     """Scores of one or more methods for one input; see the module docstring for the axes.
 
-    kind: "text", "generation" or "image".
+    kind: "text", "generation", "image" or "seq2seq".
     sources, targets: labels of the source and target axes; ``target_positions[i]`` is the position
         in the model's sequence whose rows explain target ``i`` (None for a mean-pooled read-out).
     blocks: method -> :class:`Block` (use ``scores``, ``row()``, ``top()`` to read them).
