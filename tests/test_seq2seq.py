@@ -91,7 +91,7 @@ def test_bad_requests_are_one_sentence(bart, bart_dir, smollm2):
         attnflow.explain(SOURCE, model, tokenizer=tokenizer, target_text=TARGET, method="grad-rollout")
     with pytest.raises(AttnflowError, match="causal_norm is for decoder-only models"):
         attnflow.explain(SOURCE, model, tokenizer=tokenizer, target_text=TARGET, causal_norm="sink")
-    with pytest.raises(AttnflowError, match="no target token 'zebra'"):
+    with pytest.raises(AttnflowError, match="no target 'zebra'"):
         attnflow.explain(SOURCE, model, tokenizer=tokenizer, target_text=TARGET, target="zebra")
     lm, lm_tokenizer = smollm2
     with pytest.raises(AttnflowError, match="is not an encoder-decoder model"):

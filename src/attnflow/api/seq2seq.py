@@ -23,6 +23,7 @@ from attnflow.core.joint import joint_flow, joint_raw, joint_rollout
 from attnflow.core.methods import FLOW_ALL_MAX, METHODS, resolve_methods
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution, Block
+from attnflow.results.attribution import label_index
 
 Progress = Callable[[int, int], None]
 
@@ -37,24 +38,6 @@ def _loaded(model: Any, tokenizer: Any) -> tuple[Any, Any, str]:
     if tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
     return model, tokenizer, str(getattr(model, "name_or_path", "") or type(model).__name__)
-
-
-def _target_index(target: Any, tokens: list[str]) -> int:
-    n = len(tokens)
-    if target is None:
-        return 0
-    if isinstance(target, str) and target.strip().lstrip("-").isdigit():
-        target = int(target.strip())
-    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
-        if not -n <= target < n:
-            raise AttnflowError(f"target {target} is outside the {n} target tokens")
-        return int(target) % n
-    if isinstance(target, str):
-        for i, token in enumerate(tokens):
-            if token.strip() == target.strip():
-                return i
-        raise AttnflowError(f"no target token {target!r}; the target tokens are {', '.join(map(repr, tokens[:20]))}")
-    raise AttnflowError(f"target must be a target token's index or text; got {target!r}")
 
 
 def _as_block(values: np.ndarray, targets: list[int]) -> Block:
@@ -89,7 +72,7 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
     model, tokenizer, name = _loaded(model, tokenizer)
     maps = capture_seq2seq(model, tokenizer, source, target_text, truncate=truncate)
     s, t = len(maps.source_tokens), len(maps.target_tokens)
-    chosen = _target_index(target, maps.target_tokens)
+    chosen = label_index(maps.target_tokens, target, 0)
     attn = (maps.encoder.double().numpy(), maps.decoder.double().numpy(), maps.cross.double().numpy())
     every = list(range(t))
     blocks = {}

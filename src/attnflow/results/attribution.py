@@ -46,6 +46,27 @@ from attnflow.results.words import is_content
 KINDS = ("text", "generation", "image", "seq2seq")
 
 
+def label_index(labels: Sequence[str], target: Any, default: int) -> int:
+    """``target`` as an index into ``labels``: an index (negative counts from the end; digits as text
+    allowed), a label (first match, surrounding spaces ignored), or None for ``default``."""
+    n = len(labels)
+    if target is None:
+        return default
+    if isinstance(target, str) and target.strip().lstrip("-").isdigit():
+        target = int(target.strip())
+    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+        if not -n <= target < n:
+            raise AttnflowError(f"target {target} is outside the {n} targets")
+        return int(target) % n
+    if isinstance(target, str):
+        for i, label in enumerate(labels):
+            if label.strip() == target.strip():
+                return i
+        shown = ", ".join(repr(t) for t in labels[:20])
+        raise AttnflowError(f"no target {target!r}; the targets are {shown}")
+    raise AttnflowError(f"target must be an index or a target's label; got {target!r}")
+
+
 class _DenseScores(Mapping):
     """``attribution.scores[method]``: the full ``(targets, layers, sources)`` array, NaN where not computed."""
 
@@ -187,22 +208,7 @@ class Attribution:
     def target_index(self, target: Any = None) -> int:
         """A target by index (negative counts from the end; digits as text allowed) or by its label
         (first match, surrounding spaces ignored); None is the default target."""
-        n = self.n_targets
-        if target is None:
-            return self.target
-        if isinstance(target, str) and target.strip().lstrip("-").isdigit():
-            target = int(target.strip())
-        if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
-            if not -n <= target < n:
-                raise AttnflowError(f"target {target} is outside the {n} targets")
-            return int(target) % n
-        if isinstance(target, str):
-            for i, label in enumerate(self.targets):
-                if label.strip() == target.strip():
-                    return i
-            shown = ", ".join(repr(t) for t in self.targets[:20])
-            raise AttnflowError(f"no target {target!r}; the targets are {shown}")
-        raise AttnflowError(f"target must be an index or a target's label; got {target!r}")
+        return label_index(self.targets, target, self.target)
 
     def row(self, method: str | None = None, target: Any = None) -> np.ndarray:
         """``(layers, sources)``: how ``target`` draws on every source at every layer."""
