@@ -140,9 +140,10 @@ def test_figure_and_table(bart, tmp_path):
     with pytest.raises(AttnflowError, match="layer must be an integer"):
         result.plot(tmp_path / "bad.png", layer=7)
     text = str(result)
-    assert "top decoder layer" in text and "source share" in text and "'die'" in text
-    assert "target token 0" in str(attnflow.explain(SOURCE, model, tokenizer=tokenizer, target_text=TARGET,
-                                                    method="all"))
+    assert "top decoder layer" in text and "source share" not in text and "'die'" in text
+    every = attnflow.explain(SOURCE, model, tokenizer=tokenizer, target_text=TARGET, method="all")
+    assert "target token 0" in str(every)  # several methods: one line per method for the default target
+    assert "source share" in str(every.select(methods=["flow"]))  # flow's split varies; rollout's does not
 
 
 def test_report_clicks_a_target_token(context, bart, tmp_path):  # noqa: F811

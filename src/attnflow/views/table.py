@@ -58,19 +58,22 @@ def generation_table(result: Any, k: int = 3, content_only: bool = False, method
     mean over layers for a generation, the top decoder layer for an encoder-decoder result."""
     method = method or result.method
     seq2seq = result.kind == "seq2seq"
+    # Rollout's source share is 1 - r^layers for every target by construction and raw's is 1; only
+    # flow's says something (docs/architectures.md), so only flow gets the column.
+    share_column = seq2seq and method == "flow"
     layer = -1 if seq2seq else "mean"
     where = "top decoder layer" if seq2seq else "mean over layers"
     table = Table(title=f"{method}, {where}", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("token")
     table.add_column(f"top {k} {'source' if seq2seq else 'prompt'} tokens")
-    if seq2seq:
+    if share_column:
         table.add_column("source share", justify="right")
     for i, piece in enumerate(result.targets):
         if i not in result.computed[method].targets:
             continue
         entries = result.top(k, method=method, target=i, layer=layer, content_only=content_only)
-        if seq2seq:
+        if share_column:
             share = float(result.layer_scores(method, i, layer)[: result.input_length].sum())
             table.add_row(str(i), escape(repr(piece)), _cell(entries, quoted=True), f"{share:.2f}")
             continue
