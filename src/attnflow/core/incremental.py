@@ -61,15 +61,26 @@ def rollout_row(rows: torch.Tensor, attention: torch.Tensor, *, residual: float 
     return out
 
 
+def window_columns(keys: int, width: int, window: int | None = None, layer: int = 0) -> slice:
+    """Where a cached step's ``keys`` attention columns sit among the ``width`` positions ``0..t``: the
+    most recent ones, ``width-keys .. width-1``. ``window``: the layer's declared sliding window (None:
+    full attention); ``keys`` must be ``width`` or ``min(width, window)``, anything else is refused (a
+    cache whose keys are not the most recent ones would be placed wrongly)."""
+    allowed = {width} if window is None else {width, min(width, window)}
+    if keys not in allowed:
+        what = "full attention" if window is None else f"a sliding window of {window}"
+        raise AttnflowError(f"layer {layer} ({what}) returned attention over {keys} keys at position {width - 1}; "
+                            f"expected {' or '.join(str(a) for a in sorted(allowed))}")
+    return slice(width - keys, width)
+
+
 def place_window(attention: Any, width: int, windows: Sequence[int | None] | None = None) -> torch.Tensor:
     """Per-layer attention rows of the newest query over possibly fewer keys -> ``(layers, heads, width)``.
 
     attention: a ``(layers, heads, width)`` tensor, or one ``(heads, k_l)`` row block per layer with
         ``k_l <= width``: the ``k_l`` most recent keys, placed at absolute columns ``width-k_l .. width-1``
-        (the columns before get 0, positions outside the layer's window).
-    windows: per layer, the window size (None: full attention) the model declares; a layer's ``k_l``
-        must then be ``width`` or ``min(width, window)``, anything else is refused (a cache whose keys
-        are not the most recent ones would be placed wrongly).
+        (the columns before get 0, positions outside the layer's window); see :func:`window_columns`.
+    windows: per layer, the window size (None: full attention) the model declares.
     """
     if isinstance(attention, torch.Tensor) or not isinstance(attention, (list, tuple)):
         return torch.as_tensor(attention)
@@ -78,14 +89,8 @@ def place_window(attention: Any, width: int, windows: Sequence[int | None] | Non
         raise AttnflowError(f"expected one (heads, keys) attention row per layer; got shapes {[tuple(r.shape) for r in rows]}")
     out = torch.zeros(len(rows), rows[0].shape[0], width, dtype=rows[0].dtype)
     for layer, row in enumerate(rows):
-        k = row.shape[-1]
         window = windows[layer] if windows is not None and layer < len(windows) else None
-        allowed = {width} if window is None else {width, min(width, window)}
-        if k not in allowed:
-            what = "full attention" if window is None else f"a sliding window of {window}"
-            raise AttnflowError(f"layer {layer} ({what}) returned attention over {k} keys at position {width - 1}; "
-                                f"expected {' or '.join(str(a) for a in sorted(allowed))}")
-        out[layer, :, width - k:] = row
+        out[layer, :, window_columns(row.shape[-1], width, window, layer)] = row
     return out
 
 
