@@ -47,7 +47,8 @@
   const shown = data.sources.slice(0, m); // the input sources that get coloured
   // Sources the decoder reads before the first target (the start token of a seq2seq result; none for a
   // generation): target k's own column is m + lead + k.
-  const lead = decoded ? data.sources.length - data.targets.length - m : 0;
+  // (A generation saved with its prompt columns only has fewer sources than that: no lead then.)
+  const lead = decoded ? Math.max(0, data.sources.length - data.targets.length - m) : 0;
 
   const display = (t) => (t === "" ? "\u2205" : t.replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5"));
   const entryOf = (name) => data.methods.find((e) => e.name === name);
