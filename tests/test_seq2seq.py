@@ -49,11 +49,12 @@ def test_load_model_picks_the_seq2seq_head(bart):
 
 def test_explain_with_a_target_text(bart_dir, bart):
     result = attnflow.explain(SOURCE, bart_dir, target_text=TARGET, method="all", target="sc")
-    model, tokenizer = bart
-    s = len(encode(tokenizer, [SOURCE])["input_ids"][0])
+    tokenizer = bart[1]
+    source = tokenizer.convert_ids_to_tokens(encode(tokenizer, [SOURCE])["input_ids"][0])
+    s = len(source)
     labels = tokenizer.convert_ids_to_tokens(tokenizer(text_target=TARGET)["input_ids"])
     assert result.kind == "seq2seq" and result.model == bart_dir and result.n_layers == 3
-    assert result.sources == result.sources[:s] + ["[CLS]"] + labels and result.targets == labels
+    assert result.sources == source + ["[CLS]"] + labels and result.targets == labels
     assert result.input_length == s and result.target_positions == [s + i for i in range(len(labels))]
     assert result.targets[result.target] == "sc" and result.meta["encoder_layers"] == 2
     assert result.meta["target_text"] == TARGET and len(result.meta["predicted_tokens"]) == len(labels)
@@ -191,5 +192,6 @@ def test_cli_explain_and_generate(bart_dir, tmp_path, monkeypatch, capsys):
 def test_cli_without_a_target_text_is_one_line_and_exit_2(bart_dir, tmp_path, monkeypatch, capsys):
     code, stdout, err = run_cli(monkeypatch, capsys, "explain", SOURCE, "--model", bart_dir, "--json",
                                 str(tmp_path / "x.json"))
+    assert stdout == ""
     assert code == 2 and err.count("\n") == 1 and err.startswith("attnflow: error: ") and "--target-text" in err
     assert not (tmp_path / "x.json").exists()

@@ -53,7 +53,6 @@ import torch
 from attnflow.core.flow import flow as layered_flow
 from attnflow.core.flow import resolve_indices
 from attnflow.core.fusion import augmented, check_head_fusion, check_residual, fuse_heads
-from attnflow.core.inputs import as_stack
 from attnflow.core.rollout import rollout as layered_rollout
 from attnflow.core.rollout import rollout_matrices
 from attnflow.errors import AttnflowError
@@ -104,9 +103,9 @@ class JointGraph:
             raise AttnflowError(f"expected cross-attention of shape ({dec.shape[0]}, heads, {t}, {s}) (decoder layers, "
                                 f"heads, decoder positions, source positions); got {tuple(crs.shape)}")
         self.residual, self.n_source, self.n_decoder = float(residual), s, t
-        ones = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
-        self.encoder = augmented(enc[None], ones(s), residual=residual, head_fusion=head_fusion)[0]
-        self.self_attention = augmented(dec[None], ones(t), residual=residual, head_fusion=head_fusion)[0]
+        real = torch.ones(1, max(s, t), dtype=torch.bool)  # one unpadded example
+        self.encoder = augmented(enc[None], real[:, :s], residual=residual, head_fusion=head_fusion)[0]
+        self.self_attention = augmented(dec[None], real[:, :t], residual=residual, head_fusion=head_fusion)[0]
         self.cross = normalized_rows(fuse_heads(crs, head_fusion))
         self.joint = torch.cat([(1.0 - self.residual) * self.cross, self.residual * self.self_attention], dim=-1)
 
