@@ -24,6 +24,7 @@ __version__ = "0.2.0"
 _LAZY = {
     "AttentionMaps": "attnflow.core", "flow": "attnflow.core", "grad_rollout": "attnflow.core",
     "raw": "attnflow.core", "rollout": "attnflow.core",
+    "joint_flow": "attnflow.core.joint", "joint_rollout": "attnflow.core.joint",
     "capture_gradients": "attnflow.capture", "capture_images": "attnflow.capture",
     "load_model": "attnflow.capture", "load_vision_model": "attnflow.capture",
     "Attribution": "attnflow.results", "load": "attnflow.results",

@@ -26,35 +26,20 @@ from attnflow.capture.vocabulary import warn_unknown_words
 from attnflow.core.causal import check_causal_norm
 from attnflow.core.fusion import check_residual
 from attnflow.core.maps import AttentionMaps
-from attnflow.core.methods import METHODS, method_rows
+from attnflow.core.methods import FLOW_ALL_MAX, METHODS, method_rows
+from attnflow.core.methods import resolve_methods as _resolve_methods
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution, Block
 
 # Methods explain() offers for text: the paper's three plus gradient-weighted rollout (classifiers).
 TEXT_METHODS = (*METHODS, "grad-rollout")
 
-# Above this many tokens, flow for every target costs tens of seconds on a laptop core (about n^3
-# max-flow work per layer), so flow_targets="auto" computes it for the explained target only.
-FLOW_ALL_MAX = 32
-
 Progress = Callable[[int, int], None]
 
 
 def resolve_methods(method: Any, allowed: Sequence[str] = TEXT_METHODS) -> tuple[list[str], str]:
-    """``"all"`` -> the paper's three (shown first: rollout); a name -> itself; a sequence of names ->
-    those (shown first: the first). Returns (methods in computing order, the default one)."""
-    if isinstance(method, str):
-        if method == "all":
-            return list(METHODS), "rollout"
-        names = [method]
-    elif isinstance(method, (list, tuple)) and method and all(isinstance(m, str) for m in method):
-        names = list(dict.fromkeys(method))
-    else:
-        names = [repr(method)]
-    unknown = [m for m in names if m not in allowed]
-    if unknown:
-        raise AttnflowError(f"method must be one of {', '.join(allowed)}, 'all' or a list of them; got {unknown[0]}")
-    return names, names[0]
+    """:func:`attnflow.core.methods.resolve_methods` with the text methods allowed by default."""
+    return _resolve_methods(method, allowed)
 
 
 def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> int:
@@ -255,7 +240,8 @@ def _explain(text: str, model: Any, tokenizer: Any, *, methods: list[str], shown
 
 def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = None,
             residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto", truncate: bool = False,
-            progress: Progress | None = None, causal_norm: str | None = None) -> Attribution:
+            progress: Progress | None = None, causal_norm: str | None = None,
+            target_text: str | None = None) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
@@ -268,13 +254,36 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
         :mod:`attnflow.core.causal`. Other arguments as in :func:`attnflow.rollout` / :func:`attnflow.flow`.
 
+    target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
+        forced; ``text`` is then the source and the result is of kind "seq2seq" (see
+        :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
+
     Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only.
     """
+    if target_text is not None or _encoder_decoder(model):
+        from attnflow.api.seq2seq import explain_seq2seq
+
+        if causal_norm is not None:
+            raise AttnflowError("causal_norm is for decoder-only models; encoder-decoder rollout has no such option")
+        return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, target=target,
+                               residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate,
+                               progress=progress)
     methods, shown = resolve_methods(method)
     return _explain(text, model, tokenizer, methods=methods, shown=shown, target=target, targets="target",
                     flow_targets="target",
                     residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
                     causal_norm=causal_norm)
+
+
+def _encoder_decoder(model: Any) -> bool:
+    """Whether ``model`` (a loaded model or a model folder) is an encoder-decoder model."""
+    if model is None:
+        return False
+    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        from attnflow.capture.load import is_encoder_decoder_path
+
+        return is_encoder_decoder_path(str(model))
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
 
 
 def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,

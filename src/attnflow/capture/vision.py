@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path, stack_attentions
 from attnflow.capture.gradients import capture_gradients, resolve_classes
 from attnflow.capture.load import cached, check_model_path, ensure_eager, load_pretrained, read_config, resolve_model
 from attnflow.errors import AttnflowError
@@ -222,6 +223,7 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
     ``gradients=True``, the gradient of ``target``'s logit, default the predicted class)."""
     if not isinstance(images, (list, tuple)) or not images:
         raise AttnflowError("images must be a non-empty list of paths, PIL images or arrays")
+    refuse_unsupported(model)
     ensure_eager(model)
     settings, originals = image_settings(model), []
     pixel_values, shown = preprocess(list(images), settings, originals)
@@ -235,7 +237,7 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
             out = model(pixel_values=pixel_values, output_attentions=True)
         if not getattr(out, "attentions", None):
             raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-        attentions = torch.stack([a.float().cpu() for a in out.attentions], dim=1)
+        attentions = stack_attentions(out.attentions, model)
         logits = out.logits.detach().float().cpu()
         if target is not None:
             classes = resolve_classes(target, logits, getattr(model.config, "id2label", None))
@@ -250,6 +252,7 @@ def _vision_name(path: Any) -> str:
 
     name = resolve_model(path) if path is not None else str(bundled_model_path("digits_vit"))
     check_model_path(name)
+    refuse_unsupported_path(name)
     return name
 
 
@@ -258,7 +261,9 @@ def load_vision_model(path: Any = None) -> Any:
     digits ViT), eager attention, eval mode."""
     import transformers
 
-    return load_pretrained(transformers.AutoModelForImageClassification, _vision_name(path), "image classifier")
+    model = load_pretrained(transformers.AutoModelForImageClassification, _vision_name(path), "image classifier")
+    refuse_unsupported(model)
+    return model
 
 
 def cached_vision_model(path: Any = None) -> Any:

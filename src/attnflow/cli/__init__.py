@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import sys
 
+from attnflow.cli import app_command as _app_command  # noqa: F401
 from attnflow.cli import explain as _explain  # noqa: F401  (command modules register themselves)
 from attnflow.cli import explain_image as _explain_image  # noqa: F401
 from attnflow.cli import generate as _generate  # noqa: F401
 from attnflow.cli import perturbation as _perturbation  # noqa: F401
 from attnflow.cli import reproduce as _reproduce  # noqa: F401
 from attnflow.cli import view as _view  # noqa: F401
-from attnflow.cli import app_command as _app_command  # noqa: F401
 from attnflow.cli.app import app
 from attnflow.cli.messages import run
 

@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
+from attnflow.cli.checks import check_target_option, check_text
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
-from attnflow.cli.checks import check_target_option, check_text
 
 
 class Method(str, Enum):
@@ -51,6 +51,7 @@ def explain(
     html_out: Optional[Path] = typer.Option(
         None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
     causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
+    target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
 
@@ -58,6 +59,7 @@ def explain(
     edge capacities and computes max-flows (exact, slower). Example:
 
         attnflow explain "the key to the cabinets" --method all --png out.png --html report.html
+        attnflow explain "the keys to the cabinet" --target-text "die Schlüssel zum Schrank" --model MT_MODEL
     """
     # Everything that can be refused without a model is refused before torch is even imported.
     check_text(text)
@@ -71,7 +73,14 @@ def explain(
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None)
     with progress_bar("attention flow") as bar:
-        if html_out is None:
+        if target_text is not None:
+            # Encoder-decoder: one result holds every target token (flow: while cheap), so it is the report.
+            extra = [m for m in ("raw", "rollout") if html_out is not None and m not in chosen]
+            wanted = [shown, *[m for m in chosen if m != shown], *extra]  # the first is the one shown
+            report = explain_text(text, model, method=wanted, progress=bar, target_text=target_text, **options)
+            result = report.select(methods=chosen)
+            report = report if html_out is not None else None
+        elif html_out is None:
             result = explain_text(text, model, method=method.value, progress=bar, **options)
             report = None
         else:

@@ -2,7 +2,7 @@
 
 JSON (version 2), what ``--json`` and :meth:`Attribution.to_json` write::
 
-    {"schema": "attnflow.attribution", "version": 2, "kind": "text" | "generation" | "image",
+    {"schema": "attnflow.attribution", "version": 2, "kind": "text" | "generation" | "image" | "seq2seq",
      "model": ..., "input": ..., "prediction": ..., "params": {...},
      "sources": [labels], "input_length": m, "targets": [labels], "target_positions": [int | null],
      "target": default target index, "method": default method, "n_layers": L,

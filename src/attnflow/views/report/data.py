@@ -1,5 +1,5 @@
 """What the HTML report embeds: one :class:`~attnflow.results.Attribution` checked and turned into one
-JSON payload for the page (text, generation and image results alike).
+JSON payload for the page (text, generation, encoder-decoder and image results alike).
 
 Payload: ``kind``, ``title``, ``model``, ``prediction``, ``params``, ``sources``, ``input_length``,
 ``targets``, ``target_positions``, ``targets_are_sources`` (text: clicking a token makes it the
