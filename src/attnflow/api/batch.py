@@ -173,7 +173,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
                 "methods": names, "target": target_value, "images": images, "maps": maps, "residual": residual,
                 "head_fusion": head_fusion, "solver": solver, "causal_norm": causal_norm, "truncate": truncate,
                 "id_type": inputs.id_type, "label_type": inputs.label_type}
-    shown_model = recorded["model"] or _default_model(images)
+    shown_model = recorded["model"] if loaded_model else _model_label(model_name, images)
     header = {"schema": SCHEMA, "version": VERSION, "model": shown_model, "methods": names,
               "params": {k: recorded[k] for k in ("residual", "head_fusion", "causal_norm", "solver", "truncate",
                                                     "target")}}
@@ -190,17 +190,20 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
         store.close()
 
 
-def _default_model(images: bool) -> str:
-    from attnflow.capture.load import default_model_path
+def _model_label(name: str | None, images: bool) -> str:
+    """The model as the rows' header names it: a folder or hub id (aliases resolved)."""
+    from attnflow.capture.load import resolve_model
     from attnflow.models import bundled_model_path
 
-    return str(bundled_model_path("digits_vit")) if images else default_model_path()
+    if images:
+        return name or str(bundled_model_path("digits_vit"))
+    return resolve_model(name)
 
 
 def _tokenizer(name: str | None) -> Any:
-    from attnflow.capture.load import default_model_path, load_tokenizer
+    from attnflow.capture.load import load_tokenizer
 
-    return load_tokenizer(name or default_model_path())
+    return load_tokenizer(name)  # None: the default model
 
 
 def _run(store: Store, inputs: Inputs, shards: list, settings: Settings, started: float, *, progress: Progress | None,

@@ -8,8 +8,10 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
+from attnflow.cli.checks import check_agreement_model
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
+from attnflow.results.files import check_writable
 
 
 @app.command()
@@ -33,10 +35,12 @@ def reproduce(
 
     if examples < 1:
         raise AttnflowError(f"--examples must be at least 1; got {examples}")
+    check_agreement_model(model)
     try:  # before the run, so a bad --out fails in a second, not after minutes of work
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
+    check_writable(out, f"cannot write into --out {str(out)!r}")
     # Matrices of at most 25 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     with progress_bar("examples") as bar:

@@ -6,6 +6,7 @@ thing: for some target positions, how each layer's node draws on the input token
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from attnflow.core.flow import flow, resolve_indices
@@ -14,6 +15,27 @@ from attnflow.core.rollout import rollout
 from attnflow.errors import AttnflowError
 
 METHODS = ("raw", "rollout", "flow")
+
+# Above this many tokens, flow for every target costs tens of seconds on a laptop core (about n^3
+# max-flow work per layer), so flow_targets="auto" computes it for the explained target only.
+FLOW_ALL_MAX = 32
+
+
+def resolve_methods(method: Any, allowed: Sequence[str] = METHODS) -> tuple[list[str], str]:
+    """``"all"`` -> the paper's three (shown first: rollout); a name -> itself; a sequence of names ->
+    those (shown first: the first). Returns (methods in computing order, the default one)."""
+    if isinstance(method, str):
+        if method == "all":
+            return list(METHODS), "rollout"
+        names = [method]
+    elif isinstance(method, (list, tuple)) and method and all(isinstance(m, str) for m in method):
+        names = list(dict.fromkeys(method))
+    else:
+        names = [repr(method)]
+    unknown = [m for m in names if m not in allowed]
+    if unknown:
+        raise AttnflowError(f"method must be one of {', '.join(allowed)}, 'all' or a list of them; got {unknown[0]}")
+    return names, names[0]
 
 
 def method_rows(attentions: Any, method: str, positions: Any = None, *, layers: Any = None,
