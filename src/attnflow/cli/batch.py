@@ -86,9 +86,7 @@ def batch(
         if task is not None:
             bar.stop()
         print_interrupted(stop.run)
-        exit_ = SystemExit(130)
-        exit_.reported = True  # the message above replaces the CLI's generic one
-        raise exit_ from None
+        raise SystemExit(130) from None  # not KeyboardInterrupt: the CLI's generic line would follow
     finally:
         if task is not None:  # stopping a bar that never started prints an empty line
             bar.stop()
