@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow
-from attnflow.core.flow import _solver, engine, oracle
+from attnflow.core.flow import _solver, auto, certified, engine, oracle
 from attnflow.errors import AttnflowError
 
 torch.set_num_threads(1)
@@ -140,9 +140,10 @@ def test_normalised_flow_is_a_distribution_and_layer_one_is_rollout(case) -> Non
     np.testing.assert_allclose(values[:, 0], roll[:, 0], rtol=0, atol=TOL)
 
 
-def test_auto_uses_the_engine_and_bad_names_fail() -> None:
-    assert _solver("auto") is engine.solve
+def test_solver_names_and_bad_names_fail() -> None:
+    assert _solver("auto") is auto.solve
     assert _solver("engine") is engine.solve
+    assert _solver("certified") is certified.solve
     with pytest.raises(AttnflowError, match="solver must be one of"):
         attnflow.flow(np.ones((1, 1, 2, 2)) / 2, solver="engin")
 

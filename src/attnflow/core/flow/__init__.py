@@ -10,8 +10,10 @@ Solvers (all return the same unnormalised values; see each module for its algori
 
 - ``"networkx"``: :mod:`.oracle`, the paper's semantics, one Edmonds-Karp per pair; the test oracle.
 - ``"scipy"``: :mod:`.scipy_pairs`, one integer-scaled scipy max-flow per pair (the peer baseline).
-- ``"engine"``: :mod:`.engine`, warm-started push-relabel compiled with numba; exact, the default.
-- ``"auto"``: the fastest exact solver available (``"engine"``).
+- ``"engine"``: :mod:`.engine`, warm-started push-relabel on the dense graph, compiled with numba.
+- ``"certified"``: :mod:`.certified`, max-flow on a sparse sub-network certified by a cut of the
+  full graph (:mod:`.cuts` gives the cut bounds and the layer-1/layer-2 closed forms).
+- ``"auto"``: :mod:`.auto`, the faster of the two exact solvers per layer; the default.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from attnflow.core.flow import engine, oracle, scipy_pairs
+from attnflow.core.flow import auto, certified, engine, oracle, scipy_pairs
 from attnflow.core.fusion import augmented
 from attnflow.core.inputs import as_stack
 from attnflow.errors import AttnflowError
@@ -30,14 +32,14 @@ SOLVERS: dict[str, Callable[..., np.ndarray]] = {
     "networkx": oracle.solve,
     "scipy": scipy_pairs.solve,
     "engine": engine.solve,
+    "certified": certified.solve,
+    "auto": auto.solve,
 }
 
 
 def _solver(name: str) -> Callable[..., np.ndarray]:
-    if name == "auto":
-        return SOLVERS.get("engine", SOLVERS["scipy"])
     if name not in SOLVERS:
-        raise AttnflowError(f"solver must be one of {['auto', *SOLVERS]}; got {name!r}")
+        raise AttnflowError(f"solver must be one of {sorted(SOLVERS)}; got {name!r}")
     return SOLVERS[name]
 
 
@@ -71,7 +73,8 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     positions: query positions (sources); all when None. Negative indices count from the end.
     layers: 0-based layer indices (``-1`` = top layer); all when None.
     normalize: divide each row by its sum (the paper's code does); False returns raw max-flow values.
-    solver: ``"auto"`` | ``"engine"`` | ``"networkx"`` | ``"scipy"`` (see module docstring).
+    solver: ``"auto"`` | ``"certified"`` | ``"engine"`` | ``"networkx"`` | ``"scipy"`` (see module
+        docstring); every one but ``"scipy"`` is exact.
     mask: optional padding mask, True for real tokens; padded tokens are left out of the graph and
         their rows/columns in the result are 0.
     progress: optional ``progress(done_rows, total_rows)`` callback.
