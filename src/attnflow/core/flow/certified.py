@@ -512,7 +512,7 @@ def _grow(a, hub, mark_t, reach, top, q, j, n, d, nv, tlist, tcnt, tl, hd, cp, r
 
 
 @njit(cache=True)
-def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out, stats):
+def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out, stats, rounds):
     """Flow from ``(top, q)`` to each token in ``sinks`` (one warm chain) into ``out``; -1 marks a
     sink left to the dense engine. ``stats``: pushes, relabels, global relabels, cut checks,
     sinks left, learned arcs."""
@@ -576,7 +576,7 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
                 used, True)
         old = j
         value = -1.0
-        for rounds in range(ROUNDS):
+        for _ in range(rounds):
             target = ub * (1.0 - TOL)
             value = _push_relabel(nv, beg, end, adj, to, res, cp, s, j, target, ex, d, cur, anext, ahead, lnext,
                                   lprev, lhead, queue, ne, stats)
@@ -606,21 +606,21 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
 
 
 @njit(cache=True, parallel=True)
-def _tasks(a, rows, cols, total, hub, hubl, nhub, hub1, tops, qs, lo, hi, row, out, stats):
+def _tasks(a, rows, cols, total, hub, hubl, nhub, hub1, tops, qs, lo, hi, row, out, stats, rounds):
     """Task ``t``: sinks ``lo[t]..hi[t]-1`` of row ``row[t]`` (one warm chain each), in parallel."""
     for t in prange(len(lo)):
         r = row[t]
         _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, tops[r], qs[r], np.arange(lo[t], hi[t]), out[r],
-                    stats[t])
+                    stats[t], rounds)
 
 
 @njit(cache=True)
-def _tasks_serial(a, rows, cols, total, hub, hubl, nhub, hub1, tops, qs, lo, hi, row, out, stats):
+def _tasks_serial(a, rows, cols, total, hub, hubl, nhub, hub1, tops, qs, lo, hi, row, out, stats, rounds):
     """:func:`_tasks` on one thread, for chunks too small to pay for waking the thread pool."""
     for t in range(len(lo)):
         r = row[t]
         _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, tops[r], qs[r], np.arange(lo[t], hi[t]), out[r],
-                    stats[t])
+                    stats[t], rounds)
 
 
 def split(rows: int, n: int, threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -633,10 +633,11 @@ def split(rows: int, n: int, threads: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
-          progress: Callable[[int], None] | None = None, stats: np.ndarray | None = None) -> np.ndarray:
+          progress: Callable[[int], None] | None = None, stats: np.ndarray | None = None,
+          rounds: int = ROUNDS) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`. ``stats`` (optional, ``(6,)``
     int64) accumulates pushes, relabels, global relabels, cut checks, sinks left to the engine
-    and learned arcs."""
+    and learned arcs; ``rounds``: cut-generation rounds per sink before it goes to the engine."""
     a = np.ascontiguousarray(a, dtype=np.float64)
     n = a.shape[-1]
     row_sums, col_sums, total = sums(a)
@@ -654,7 +655,7 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
         lo, hi, row = split(stop - start, n, threads)
         task_stats = np.zeros((len(lo), 6), np.int64)
         args = (a, row_sums, col_sums, total, hub, hubl, nhub, hub1, tops[start:stop], qs[start:stop], lo, hi, row,
-                out[start:stop], task_stats)
+                out[start:stop], task_stats, rounds)
         if threads == 1 or int(tops[start:stop].sum()) * n * n < engine.SERIAL_WORK:
             _tasks_serial(*args)
         else:
@@ -676,7 +677,7 @@ def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarra
     hub, hubl, nhub = hubs(a)
     out = np.zeros(a.shape[-1])
     _source_row(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1), top, q,
-                np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64))
+                np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS)
     left = np.flatnonzero(out < 0)
     if len(left):
         engine._source_sinks(a, top, q, left, out)
