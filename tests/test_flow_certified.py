@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from test_flow_engine import KINDS, TOL, attention_inputs, capacities, seeded
 
 import attnflow
-from attnflow.core.flow import auto, certified, cuts, engine, oracle
+from attnflow.core.flow import auto, batched, certified, cuts, engine, oracle
 
 torch.set_num_threads(1)
 
@@ -163,3 +163,20 @@ def test_real_attention_full_map_equals_the_engine(minilm_attention) -> None:
     want = attnflow.flow(w, normalize=False, solver="engine")
     for solver in ("certified", "auto"):
         np.testing.assert_allclose(attnflow.flow(w, normalize=False, solver=solver), want, rtol=0, atol=1e-12)
+
+
+def test_torch_batched_solver_matches_oracle_on_seeded_graphs() -> None:
+    # The GPU path, run here on the CPU: every kind of capacity, causal and tiny ones included.
+    for seed in range(0, 240, 6):
+        a, layer_idx, pos_idx, want = seeded(seed)
+        np.testing.assert_allclose(batched.solve(a, layer_idx, pos_idx, device="cpu"), want, rtol=0, atol=TOL,
+                                   err_msg=f"seed {seed}")
+
+
+def test_torch_batched_solver_on_real_attention_and_small_batches(minilm_attention, monkeypatch) -> None:
+    # Batches smaller than a row (the memory cap) split the pairs; the values do not change.
+    monkeypatch.setattr(batched, "MEMORY", 3 * 6 * 16 * 16)
+    w = minilm_attention[0]
+    rows = dict(layers=[-1, 1], positions=[0, 3], normalize=False)
+    np.testing.assert_allclose(attnflow.flow(w, solver="torch", **rows), attnflow.flow(w, solver="engine", **rows),
+                               rtol=0, atol=TOL)
