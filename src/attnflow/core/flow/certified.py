@@ -197,11 +197,14 @@ def _layout(nv, n, top, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, d
 
 @njit(cache=True)
 def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, res, to, adj, beg, end, slot,
-            used, fresh):
+            used, fresh, back, ex):
     """Put sink ``j``'s column into the sub-network: arc ``stable + (m - 1) n + u`` is
     ``(m, u) -> (m - 1, j)`` when that arc is not already in it; each column node gets a region
     holding its own list followed by the reverses of its new in-arcs. ``col[m - 1, u] = A_m[u, j]``.
-    ``fresh``: the arcs start empty; otherwise they keep their flow (after a re-layout)."""
+    ``fresh``: the arcs start empty, except that the flow ``back[u]`` a tail got back from the old
+    sink's column is sent straight into the new one as far as the arc takes it (a push that keeps
+    the preflow valid; labels are recomputed afterwards); otherwise they keep their flow (after a
+    re-layout)."""
     width = 3 * n + 8
     for m in range(1, top):
         if m > 1 and hub[m - 1, j]:  # all its in-arcs are hub arcs already
@@ -225,6 +228,16 @@ def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, 
             tl[i], hd[i], cp[i] = tail, c, cap
             if fresh:
                 res[2 * i], res[2 * i + 1] = cap, 0.0
+                x = min(back[tail], ex[tail])
+                back[tail] = 0.0
+                if x >= cap:  # saturated: exact assignment
+                    res[2 * i], res[2 * i + 1] = 0.0, cap
+                    ex[tail] -= cap
+                    ex[c] += cap
+                elif x > 0.0:
+                    res[2 * i], res[2 * i + 1] = cap - x, x
+                    ex[tail] -= x
+                    ex[c] += x
             to[2 * i], to[2 * i + 1] = c, tail
             adj[slot[tail]] = 2 * i
             end[tail] = slot[tail] + 1
@@ -247,7 +260,7 @@ def _detach(n, top, j, beg, end, beg0, deg, used):
 
 
 @njit(cache=True)
-def _cancel(n, top, j, stable, beg, end, adj, to, res, cp, used, ex):
+def _cancel(n, top, j, stable, beg, end, adj, to, res, cp, used, ex, back):
     """Take sink ``j``'s column arcs out of the preflow: their flow returns to their tails as excess,
     and each deficit left at a head is cancelled along arcs that carry flow, layer by layer
     downwards (a node's outflow covers what it lost; the layer-1 nodes hold the old sink's
@@ -259,6 +272,7 @@ def _cancel(n, top, j, stable, beg, end, adj, to, res, cp, used, ex):
             if not used[v]:
                 continue
             f = res[2 * i + 1]
+            back[v] = f
             if f > 0.0:
                 ex[v] += f
                 if m > 1:
@@ -344,15 +358,42 @@ def _global_relabel(nv, beg, end, adj, to, res, s, t, ex, d, cur, anext, ahead, 
 
 
 @njit(cache=True)
-def _push_relabel(nv, beg, end, adj, to, res, cp, s, t, target, ex, d, cur, anext, ahead, lnext, lprev, lhead,
+def _layer_labels(nv, n, beg, s, t, ex, d, cur, anext, ahead, lnext, lprev, lhead):
+    """``label = layer``: valid for any residual graph of a layered network (every arc joins adjacent
+    layers). Returns (highest active label, highest label)."""
+    ahead[:] = -1
+    lhead[:] = -1
+    highest = -1
+    for v in range(nv):
+        dv = v // n
+        d[v] = dv
+        cur[v] = beg[v]
+        if v == s:
+            d[v] = nv
+            continue
+        lnext[v] = lhead[dv]
+        lprev[v] = -1
+        if lhead[dv] >= 0:
+            lprev[lhead[dv]] = v
+        lhead[dv] = v
+        if ex[v] > 0.0 and v != t and dv > 0:
+            anext[v] = ahead[dv]
+            ahead[dv] = v
+            highest = max(highest, dv)
+    return highest, (nv - 1) // n
+
+
+@njit(cache=True)
+def _push_relabel(nv, n, beg, end, adj, to, res, cp, s, t, target, ex, d, cur, anext, ahead, lnext, lprev, lhead,
                   queue, arcs, stats):
     """Highest-label push-relabel (phase one) from the current preflow, until no node that can
     reach ``t`` holds excess or ``ex[t] >= target``. Every arc joins adjacent layers, so labels
     keep their layer's parity and a relabel stops at the first residual neighbour one label up
     (see :mod:`.engine`)."""
     big = nv
-    highest, top_label = _global_relabel(nv, beg, end, adj, to, res, s, t, ex, d, cur, anext, ahead, lnext, lprev,
-                                         lhead, queue)
+    # ``label = layer`` costs O(V) where a breadth-first search costs O(E) per sink (measured: a
+    # quarter of a row's time on random 12 x 512); exact labels follow once relabels pile up.
+    highest, top_label = _layer_labels(nv, n, beg, s, t, ex, d, cur, anext, ahead, lnext, lprev, lhead)
     work = 0
     budget = 2 * nv + 4 * arcs
     while highest >= 0:
@@ -535,7 +576,7 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
     adj = np.empty(2 * cap + nv + top * (3 * n + 8), np.int64)
     beg, end, beg0 = np.empty(nv, np.int64), np.empty(nv, np.int64), np.empty(nv, np.int64)
     deg, slot, used = np.empty(nv, np.int64), np.empty(nv, np.int64), np.zeros(nv, np.bool_)
-    ex, d, cur = np.zeros(nv), np.empty(nv, np.int64), np.empty(nv, np.int64)
+    ex, d, cur, back = np.zeros(nv), np.empty(nv, np.int64), np.empty(nv, np.int64), np.zeros(nv)
     anext, ahead = np.empty(nv, np.int64), np.empty(nv + 2, np.int64)
     lnext, lprev, lhead = np.empty(nv, np.int64), np.empty(nv, np.int64), np.empty(nv + 2, np.int64)
     queue = np.empty(nv, np.int64)
@@ -570,15 +611,15 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
                         block[m, b, u] = a[m, u, 8 * blocked + b]
         col[:, :] = block[:, j % 8, :]
         if old >= 0:
-            _cancel(n, top, old, stable, beg, end, adj, to, res, cp, used, ex)
+            _cancel(n, top, old, stable, beg, end, adj, to, res, cp, used, ex, back)
             _detach(n, top, old, beg, end, beg0, deg, used)
         _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, res, to, adj, beg, end, slot,
-                used, True)
+                used, True, back, ex)
         old = j
         value = -1.0
         for _ in range(rounds):
             target = ub * (1.0 - TOL)
-            value = _push_relabel(nv, beg, end, adj, to, res, cp, s, j, target, ex, d, cur, anext, ahead, lnext,
+            value = _push_relabel(nv, n, beg, end, adj, to, res, cp, s, j, target, ex, d, cur, anext, ahead, lnext,
                                   lprev, lhead, queue, ne, stats)
             if value >= target:
                 break
@@ -596,7 +637,7 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
             regions = _layout(nv, n, top, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot)
             used[:] = False
             _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, res, to, adj, beg, end, slot,
-                    used, False)
+                    used, False, back, ex)
         else:
             value = -1.0
         if value < 0.0:
