@@ -2,58 +2,58 @@
 
 The problem (see :mod:`attnflow.core.flow`): the maximum flow ``F`` from ``s = (top, q)`` to
 ``t = (0, j)`` in the layered attention graph, arcs ``(m, u) -> (m - 1, v)`` of capacity
-``A_m[u, v]``. A dense graph has ``top * n^2`` arcs, and a push-relabel solver on it (the engine,
-:mod:`.engine`) scans whole rows of ``n`` arcs at every relabel, so a sink costs ``~top * n^2``.
+``A_m[u, v]``. The dense graph has ``top * n^2`` arcs, and push-relabel on it (:mod:`.engine`)
+scans whole rows of ``n`` arcs at every relabel, so each sink costs about a pass over the graph.
 
-Algorithm. Attention concentrates on a few arcs: a token's own column (the residual diagonal), the
-source token's row, the sink token's column, and "hub" columns that receive much attention
-(``[CLS]``, ``[SEP]``, punctuation). For each sink, solve the max-flow on the sub-network made of
+Algorithm. Attention concentrates on few arcs: a token's own column (the residual diagonal), the
+source token's row, the sink token's column and "hub" columns that receive much attention
+(``[CLS]``, ``[SEP]``, punctuation). For each sink, max-flow runs on the sub-network of
 
-- the source's row at every layer (arcs out of ``(m, q)``) and every diagonal arc,
-- the arcs into and out of hub columns (columns whose in-capacity is at least ``HUB`` times the
-  average, at most ``HUBS`` per layer),
-- the sink's column at every layer (arcs into ``(m, j)``),
-- the arcs learned for earlier sinks of the same source (below),
+- the source's row at every layer (the arcs out of ``(m, q)``) and every diagonal arc,
+- the arcs into and out of hub columns (in-capacity at least ``HUB`` times the layer's average, at
+  most ``HUBS`` per layer),
+- the sink's column at every layer (the arcs into ``(m, j)``),
+- the arcs learned for earlier sinks of the same source (step 3),
 
-with highest-label push-relabel (current arcs, gap heuristic on per-label node lists, breadth-first
-global relabelling). Its value ``val`` is a feasible flow of the full graph (a lower bound). Then:
+with highest-label push-relabel, phase one (current arcs, the gap heuristic on per-label node
+lists, breadth-first global relabelling when relabels pile up). Its value ``val`` is the value of
+a feasible flow of the full graph, a lower bound on ``F``. Then:
 
-1. If ``val`` reaches the cheapest cut of :func:`attnflow.core.flow.cuts.cut_bound` (an upper bound),
-   the two are equal and ``F = val``. The solver stops pushing as soon as that happens.
-2. Otherwise phase one ended: the nodes that can still reach ``t`` in the residual sub-network, ``T``,
-   and the source side ``S`` (the other nodes the source reaches in the full graph) form a minimum
-   cut of the sub-network, of capacity ``val``. Its capacity in the full graph is evaluated (in
-   ``O(|S| min(|T|, n - |T|))`` per layer with row sums); equal to ``val`` certifies ``F = val``.
-3. Otherwise some full-graph arcs cross from ``S`` to ``T`` outside the sub-network (they are the only
-   way more flow can pass). The largest of them (capacity at least ``GROW`` times the largest) are
-   added, kept for later sinks of the same source, and the solve resumes from the current preflow.
-   After ``ROUNDS`` rounds, or if the sub-network outgrows its budget, the sink is left to the dense
-   engine (it is then exact by the engine's own argument).
+1. if ``val`` reaches the cheapest cut of :func:`attnflow.core.flow.cuts.cut_bound` (an upper bound),
+   ``F = val``; pushing stops as soon as that happens;
+2. otherwise phase one ended, and the nodes that can still reach ``t`` in the residual sub-network
+   (``T``) and the other nodes the source reaches in the full graph (``S``) form a minimum cut of
+   the sub-network, of capacity ``val``. Its capacity in the full graph is evaluated, per
+   source-side node the cheaper of a sum over ``T`` or its row sum minus a sum over the rest; equal
+   to ``val`` certifies ``F = val``;
+3. otherwise some full-graph arcs cross from ``S`` to ``T`` outside the sub-network, the only way
+   more flow can pass: those of at least ``GROW`` times the largest are added (and kept for later
+   sinks of the same source) and the solve resumes from the current preflow. After ``ROUNDS``
+   rounds, or once the sub-network outgrows its budget, the sink goes to the dense engine, exact by
+   its own argument (rare: a few sinks in a thousand on MiniLM, none on random attention).
 
-Warm starts. The sub-networks of successive sinks differ only in the sink's column. When the sink
-moves from ``j`` to ``j'``, the flow on the arcs of ``j``'s column that leave the sub-network is
-cancelled: each such arc's flow goes back to its tail as excess, and the resulting deficit at its
-head is pushed down along arcs that carry flow (a node's outflow always covers the flow it lost,
-and the layer-1 nodes hold the returned inflow of the old sink, which covers what reaches them), so
-what remains is a valid preflow of the new sub-network, with exact labels from a breadth-first
-search from ``j'``. Layer-1 sources use the edge capacity and layer-2 sources the closed form of
-:mod:`.cuts`; sinks whose cut bound is 0 are 0.
+Warm starts. Successive sinks' sub-networks differ only in the sink's column. When the sink moves
+from ``j`` to ``j'``, the flow on ``j``'s column arcs goes back to their tails as excess; the deficit
+left at each head is cancelled along arcs that carry flow, layer by layer downwards (a node's
+outflow covers the inflow it lost, and the layer-1 nodes hold the old sink's returned inflow); then
+each tail sends what it got back straight into ``j'``'s column as far as the new arc takes it. What
+remains is a valid preflow of the new sub-network; labels restart at ``label = layer``, valid in
+any layered graph and free, where a breadth-first search would cost ``O(E)`` per sink. Layer-1
+sources are the edge capacity, layer-2 sources the closed form of :mod:`.cuts`, and a sink whose
+cut bound is 0 is 0.
 
 Why it is exact. A feasible flow of value ``val`` and a cut of capacity ``cap`` prove
-``val <= F <= cap``. A sink is certified when ``val >= cap * (1 - TOL)`` with ``TOL = 1e-12``, so
-the returned ``val`` is within ``1e-12 * F`` (plus float64 rounding of the sums, ``~1e-15``
-relative) of the maximum flow; everything else goes to the exact engine. No epsilon enters the
-flow itself: pushes saturate arcs by assignment as in the engine. Zero capacities are never arcs,
-so causal masks and padding cost nothing and never enlarge a cut; nodes the source cannot reach
-are left out of ``S``.
+``val <= F <= cap``. A sink is certified when ``val >= cap * (1 - TOL)``, ``TOL = 1e-12``, so the
+returned ``val`` is within ``1e-12 * F`` (plus float64 rounding of the sums, ``~1e-15`` relative) of
+the maximum flow; every other sink goes to the exact engine. No epsilon enters the flow: pushes
+saturate arcs by assignment, as in the engine. Zero capacities are never arcs, so causal masks and
+padding cost nothing, and nodes the source cannot reach stay out of ``S``.
 
-Complexity. Per sink, push-relabel on ``E = O(top * n * (3 + 2 * hubs) + learned)`` arcs,
-``O(V^2 sqrt(E))`` in the worst case, plus ``O(E)`` to rebuild the adjacency and relabel globally,
-and ``O(top * n^2)`` for a cut check when the bound is not reached. On random attention no hubs
-and no cut checks are needed; on MiniLM a few hubs and a few learned arcs per token are.
-Sinks of one source form one warm chain; sources and chunks of sinks are independent and run in
-parallel (``prange``). Reference for push-relabel: Goldberg and Tarjan (1988), with the
-highest-label rule and heuristics of Cherkassky and Goldberg (1997).
+Complexity. Per sink, push-relabel on ``E = O(top * n * (3 + 2 * HUBS)) + learned`` arcs
+(``O(V^2 sqrt(E))`` in the worst case) plus ``O(V)`` to move the sink, and ``O(top * n^2)`` per cut
+check when the bound is not reached. Sinks of one source form a warm chain; sources, and blocks of
+sinks of a lone source, run in parallel (``prange``). References: Goldberg and Tarjan (1988),
+push-relabel; Cherkassky and Goldberg (1997), highest-label with gap and global relabelling.
 """
 
 from __future__ import annotations

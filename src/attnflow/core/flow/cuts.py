@@ -12,16 +12,26 @@ Closed forms (exact, used instead of a max-flow):
 
 Upper bounds. Every set ``S`` of nodes with ``s`` in ``S`` and ``t`` outside is a cut, and its capacity
 (the arcs leaving ``S``) bounds ``F`` (max-flow min-cut, Ford and Fulkerson 1956). :func:`cut_bound`
-minimises over a family of ``2^(3 top)`` cuts in ``O(top)``: split every layer into three groups,
-``{q}``, ``{j}`` and the rest, and put each group on either side independently. The capacity between
-two groups of adjacent layers needs only entries of rows ``q`` and ``j``, columns ``q`` and ``j``,
-and the row, column and total sums of each matrix (computed once per graph by :func:`sums`), so a
-dynamic programme over layers (8 states per layer, 64 transitions) finds the best cut of the
-family. The family contains the two obvious cuts, ``{s}`` (the source's out-capacity) and
-"everything but ``t``" (the sink's in-capacity, ``sum_k A_1[k, j]``), and the source's own column
-``{(m, q)}``, the usual minimum on native attention where a token keeps most of its attention on
-itself. The bound is exact whenever some minimum cut lies in the family, which on real attention
-is most pairs near the top layer and few near the bottom; a flow of the same value certifies it.
+minimises over a family of cuts in ``O(256 top + 16 n)``:
+
+- layers ``top .. 2`` are split into four groups, ``{q}``, ``{j}``, the layer's largest hub column
+  (if it has one, see :func:`attnflow.core.flow.certified.hubs`) and the rest, each group on either
+  side; a dynamic programme over layers (16 states, 256 transitions per layer) finds the cheapest
+  choice. The capacity between two groups of adjacent layers needs only the entries of the
+  special rows and columns and the row, column and total sums of each matrix (:func:`sums`, once
+  per graph).
+- layer 1 is free: given which groups of layer 2 are on the source side, each layer-1 node ``p`` is
+  put on its cheaper side, ``S`` (cutting its arc to the sink, ``A_1[p, j]``) or ``T`` (cutting the
+  arcs into it from the source side of layer 2).
+
+The family contains the two obvious cuts, ``{s}`` (the source's out-capacity) and "everything but
+``t``" (the sink's in-capacity ``sum_k A_1[k, j]``), the source's own column ``{(m, q)}`` (the usual
+minimum on native attention, where a token keeps much of its attention on itself), and the cuts
+that put a hub column on the source side. On MiniLM at 128 tokens (every fourth source, every sink)
+the bound equals the maximum flow for 72%, 66%, 95% and 100% of the pairs whose source is at layer
+3, 4, 5 and 6 (the three-group family without the free layer: 1%, 10%, 43%, 99.9%); on random
+attention for every pair tried.
+A flow of the same value certifies it (:mod:`.certified`).
 
 Rounding: the group sums are differences of row/column sums, so the bound is a cut capacity up to a
 few ulps of those sums (``~1e-16`` relative); certificates allow for this (see :mod:`.certified`).
