@@ -25,7 +25,8 @@ def cut_bound(a: np.ndarray, top: int, q: int, j: int) -> float:
 def test_certified_matches_oracle_on_seeded_graphs(block: int) -> None:
     for seed in range(block * 50, block * 50 + 50):  # the engine's 400 graphs: every kind of capacity
         a, layer_idx, pos_idx, want = seeded(seed)
-        np.testing.assert_allclose(certified.solve(a, layer_idx, pos_idx), want, rtol=0, atol=TOL, err_msg=f"seed {seed}")
+        got = certified.solve(a, layer_idx, pos_idx)
+        np.testing.assert_allclose(got, want, rtol=0, atol=TOL, err_msg=f"seed {seed}")
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -52,17 +52,19 @@ padding cost nothing, and nodes the source cannot reach stay out of ``S``.
 Complexity. Per sink, push-relabel on ``E = O(top * n * (3 + 2 * HUBS)) + learned`` arcs
 (``O(V^2 sqrt(E))`` in the worst case) plus ``O(V)`` to move the sink, and ``O(top * n^2)`` per cut
 check when the bound is not reached. Sinks of one source form a warm chain; sources, and blocks of
-sinks of a lone source, run in parallel (``prange``). References: Goldberg and Tarjan (1988),
-push-relabel; Cherkassky and Goldberg (1997), highest-label with gap and global relabelling.
+sinks of a lone source, run in parallel (Python threads; the solver releases the GIL).
+References: Goldberg and Tarjan (1988), push-relabel; Cherkassky and Goldberg (1997), the
+highest-label rule with the gap heuristic and global relabelling.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from attnflow.core.flow import engine
 from attnflow.core.flow.cuts import cut_bound, layer_two, sums
@@ -646,18 +648,10 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
     stats[5] += ne - learned0
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True)
 def _tasks(a, rows, cols, total, hub, hubl, nhub, hub1, tops, qs, lo, hi, row, out, stats, rounds):
-    """Task ``t``: sinks ``lo[t]..hi[t]-1`` of row ``row[t]`` (one warm chain each), in parallel."""
-    for t in prange(len(lo)):
-        r = row[t]
-        _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, tops[r], qs[r], np.arange(lo[t], hi[t]), out[r],
-                    stats[t], rounds)
-
-
-@njit(cache=True)
-def _tasks_serial(a, rows, cols, total, hub, hubl, nhub, hub1, tops, qs, lo, hi, row, out, stats, rounds):
-    """:func:`_tasks` on one thread, for chunks too small to pay for waking the thread pool."""
+    """Task ``t``: sinks ``lo[t]..hi[t]-1`` of row ``row[t]``, one warm chain each. It releases the
+    GIL, so Python threads run tasks side by side (:func:`solve`)."""
     for t in range(len(lo)):
         r = row[t]
         _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, tops[r], qs[r], np.arange(lo[t], hi[t]), out[r],
@@ -688,27 +682,37 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     qs = np.tile(np.asarray(positions, dtype=np.int64), len(layers))
     out = np.zeros((len(tops), n))
     threads = numba.get_num_threads()
-    # Numba cannot be interrupted inside a call: hand it a few rows per core at a time, so Ctrl-C
-    # (raised between calls) leaves nothing half-done and progress ticks as rows finish.
-    chunk = 4 * threads
-    for start in range(0, len(tops), chunk):
-        stop = min(start + chunk, len(tops))
-        lo, hi, row = split(stop - start, n, threads)
-        task_stats = np.zeros((len(lo), 6), np.int64)
-        args = (a, row_sums, col_sums, total, hub, hubl, nhub, hub1, tops[start:stop], qs[start:stop], lo, hi, row,
-                out[start:stop], task_stats, rounds)
-        if threads == 1 or int(tops[start:stop].sum()) * n * n < engine.SERIAL_WORK:
-            _tasks_serial(*args)
-        else:
-            _tasks(*args)
-        for r in range(start, stop):  # sinks no cut certified (rare): the dense engine
-            left = np.flatnonzero(out[r] < 0)
-            if len(left):
-                engine._source_sinks(a, tops[r], qs[r], left, out[r])
-        if stats is not None:
-            stats += task_stats.sum(axis=0)
-        if progress is not None:
-            progress(stop - start)
+    # Python threads, not prange: _tasks releases the GIL, and threads neither spin when idle nor
+    # cost a second (parallel) compilation of the solver.
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    try:
+        # Numba cannot be interrupted inside a call: hand it a few rows per thread at a time, so
+        # Ctrl-C (raised between calls) leaves nothing half-done and progress ticks as rows finish.
+        chunk = 4 * threads
+        for start in range(0, len(tops), chunk):
+            stop = min(start + chunk, len(tops))
+            lo, hi, row = split(stop - start, n, threads)
+            task_stats = np.zeros((len(lo), 6), np.int64)
+            fixed = (a, row_sums, col_sums, total, hub, hubl, nhub, hub1, tops[start:stop], qs[start:stop])
+
+            def task(t: int) -> None:
+                _tasks(*fixed, lo[t:t + 1], hi[t:t + 1], row[t:t + 1], out[start:stop], task_stats[t:t + 1], rounds)
+
+            if pool is None or int(tops[start:stop].sum()) * n * n < engine.SERIAL_WORK:
+                _tasks(*fixed, lo, hi, row, out[start:stop], task_stats, rounds)
+            else:  # one task at a time per thread: rows differ in cost, so no fixed split
+                list(pool.map(task, range(len(lo))))
+            for r in range(start, stop):  # sinks no cut certified (rare): the dense engine
+                left = np.flatnonzero(out[r] < 0)
+                if len(left):
+                    engine._source_sinks(a, tops[r], qs[r], left, out[r])
+            if stats is not None:
+                stats += task_stats.sum(axis=0)
+            if progress is not None:
+                progress(stop - start)
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return out.reshape(len(layers), len(positions), n)
 
 
