@@ -56,17 +56,6 @@ def test_cut_generation_and_engine_fallback_paths_are_taken_and_exact() -> None:
     assert left[4] > 0
 
 
-def test_thread_pool_path_matches_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A lone row is split into blocks of sinks (one warm chain each); many rows go one per task.
-    monkeypatch.setattr(engine, "SERIAL_WORK", 0)
-    rng = np.random.default_rng(9)
-    for kind in KINDS:
-        a = capacities(rng, 5, 9, kind)
-        for layer_idx, pos_idx in [(np.array([4]), np.array([8])), (np.array([2, 4]), np.arange(9))]:
-            np.testing.assert_allclose(certified.solve(a, layer_idx, pos_idx), oracle.solve(a, layer_idx, pos_idx),
-                                       rtol=0, atol=TOL)
-
-
 def test_certified_is_scale_exact_on_tiny_capacities() -> None:
     for seed in range(10):
         a = capacities(np.random.default_rng(2000 + seed), 4, 6, "sparse" if seed % 2 else "dense")

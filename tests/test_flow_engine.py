@@ -79,15 +79,16 @@ def test_engine_is_scale_exact_on_tiny_capacities() -> None:
         np.testing.assert_allclose(got, oracle.solve(a, *everything), rtol=0, atol=TOL)
 
 
-def test_thread_pool_path_matches_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Small graphs normally take the one-thread path; force the pool, where a lone row is split
-    # into per-thread sink sets and many rows are spread over threads.
+@pytest.mark.parametrize("solve", [engine.solve, certified.solve], ids=["engine", "certified"])
+def test_thread_pool_path_matches_oracle(solve, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small graphs normally take the one-thread path; force the threads, where a lone row is split
+    # into per-thread blocks of sinks (one warm chain each) and many rows are spread over threads.
     monkeypatch.setattr(engine, "SERIAL_WORK", 0)
     rng = np.random.default_rng(7)
     for kind in KINDS:
         a = capacities(rng, 5, 9, kind)
         for layer_idx, pos_idx in [(np.array([4]), np.array([8])), (np.array([1, 4]), np.arange(9))]:
-            np.testing.assert_allclose(engine.solve(a, layer_idx, pos_idx), oracle.solve(a, layer_idx, pos_idx),
+            np.testing.assert_allclose(solve(a, layer_idx, pos_idx), oracle.solve(a, layer_idx, pos_idx),
                                        rtol=0, atol=TOL)
 
 
