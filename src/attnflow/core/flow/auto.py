@@ -6,9 +6,9 @@ Both exact solvers are fast in different places (``benchmarks/flow.py`` measures
   :mod:`.cuts` is usually reached on a sparse sub-network: the top layers of real models and every
   layer of diffuse attention, by up to 10x, more as ``n`` grows; layer-1 and layer-2 sources are
   closed forms there.
-- :mod:`.engine` (dense warm-started push-relabel) wins by up to 1.6x for sources two or three
-  layers above the input on peaky real attention at ``n <= 256``, where minimum cuts are irregular
-  and the certificate has to grow towards the dense graph.
+- :mod:`.engine` (dense warm-started push-relabel) wins by up to 1.6x for sources at layers 3 and
+  4 of peaky real attention (MiniLM), where minimum cuts are irregular and the certificate has to
+  grow towards the dense graph.
 
 A request with at least ``RACE_ROWS`` sources in one layer (a full map) races the two on the first
 ``PROBE`` tokens of that layer's first source, in process CPU time, and gives the layer to the

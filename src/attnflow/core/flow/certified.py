@@ -76,7 +76,7 @@ GROW = 0.1  # add crossing arcs of at least this fraction of the largest one
 ROUNDS = 12  # cut-generation rounds before a sink goes to the dense engine
 
 
-def hubs(a: np.ndarray, layers: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def hubs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hub columns per node layer ``m`` (``1..L-1``): the columns of ``a[m]`` (arcs from layer
     ``m + 1`` into layer ``m``) with the largest in-capacity, if at least ``HUB`` times the average.
     Returns ``hub`` ``(L + 1, n)`` flags, ``hubl`` ``(L + 1, HUBS)`` lists and ``nhub`` ``(L + 1,)``."""
@@ -166,7 +166,7 @@ def _add_stable(a, hub, hubl, nhub, reach, top, q, tl, hd, cp):
 
 
 @njit(cache=True)
-def _layout(nv, n, top, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot):
+def _layout(nv, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot):
     """Adjacency lists (arc ids: ``2i`` = arc ``i`` forward, ``2i + 1`` its reverse) of the arcs
     that stay in the sub-network (``0..stable-1`` and the learned ``learned0..ne-1``), with one free
     slot after every node's list for its arc into the sink's column. Returns where the column
@@ -597,7 +597,7 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
             res[2 * i], res[2 * i + 1] = cp[i], 0.0
     learned0 = stable + (top - 1) * n
     ne = learned0
-    regions = _layout(nv, n, top, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot)
+    regions = _layout(nv, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot)
     old = -1
     for j in sinks:
         ub = cut_bound(a, rows, cols, total, hub1, top, q, j)
@@ -636,7 +636,7 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
                 value = -1.0
                 break
             ne = grown
-            regions = _layout(nv, n, top, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot)
+            regions = _layout(nv, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot)
             used[:] = False
             _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, res, to, adj, beg, end, slot,
                     used, False, back, ex)

@@ -73,7 +73,7 @@ def layer_two(a, q, j):
 
 
 @njit(cache=True)
-def _groups(n, q, j, h):
+def _groups(q, j, h):
     """The group representatives of one layer: ``{q}``, ``{j}``, ``{h}`` (a hub), each dropped when
     it repeats an earlier one or is absent (``-1``); group 3 is every other position."""
     g = np.full(3, -1, np.int64)
@@ -119,9 +119,9 @@ def cut_bound(a, rows, cols, total, hub, top, q, j):
     best = np.full(16, np.inf)  # best[s]: cheapest cut of the layers above, s = groups in S
     best[1] = 0.0  # the source alone on the source side of the top layer
     new = np.empty(16)
-    upper = _groups(n, q, j, -1)
+    upper = _groups(q, j, -1)
     for m in range(top, 2, -1):  # grouped layers down to layer 2
-        lower = _groups(n, q, j, hub[m - 1])
+        lower = _groups(q, j, hub[m - 1])
         _group_caps(a[m - 1], rows[m - 1], cols[m - 1], total[m - 1], upper, lower, c)
         for s in range(16):
             for y in range(4):
