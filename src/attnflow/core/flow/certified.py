@@ -218,6 +218,9 @@ def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, 
             adj[p] = adj[x]
             p += 1
         for u in range(n):
+            tail = m * n + u
+            returned = back[tail]
+            back[tail] = 0.0
             if not reach[m, u]:
                 continue
             if m > 1 and (u == q or u == j or hub[m, u] or mark_t[m - 1, j, u]):
@@ -226,12 +229,10 @@ def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, 
             if cap <= 0.0:
                 continue
             i = stable + (m - 1) * n + u
-            tail = m * n + u
             tl[i], hd[i], cp[i] = tail, c, cap
             if fresh:
                 res[2 * i], res[2 * i + 1] = cap, 0.0
-                x = min(back[tail], ex[tail])
-                back[tail] = 0.0
+                x = min(returned, ex[tail])
                 if x >= cap:  # saturated: exact assignment
                     res[2 * i], res[2 * i + 1] = 0.0, cap
                     ex[tail] -= cap
