@@ -20,7 +20,7 @@ def reproduce(
     model: Path | None = typer.Option(None, "--model", "-m",
                                          help="A model written by attnflow.models.train_agreement. Default: the bundled one."),
     out: Path = typer.Option(Path("out/reproduction"), help="Folder for reproduction.csv and reproduction.png."),
-    solver: str = typer.Option("auto", help="Flow solver: auto (the fastest exact one), engine, scipy or networkx."),
+    solver: str = typer.Option("auto", help="Flow solver: auto (the fastest exact one), certified, engine, torch, scipy or networkx."),
     include_cls: bool = typer.Option(False, help="Rank the CLS token too (by default only the words are ranked)."),
 ) -> None:
     """Correlate raw attention, rollout and flow (CLS row, per layer) with blank-out and input-gradient
