@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 
@@ -14,8 +13,8 @@ from test_results import generation, image
 
 import attnflow
 from attnflow import AttnflowError
-from attnflow.views.report import payload, report_html
 from attnflow.views.report import data as report_data
+from attnflow.views.report import payload, report_html
 
 
 def _embedded(html: str) -> dict:

@@ -33,11 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.capture.architectures import architecture_fixes, layer_windows, refuse_unsupported
 from attnflow.capture.hooks import attention_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.core.fusion import check_head_fusion, fuse_heads
-from attnflow.core.incremental import IncrementalRollout
+from attnflow.core.incremental import IncrementalRollout, window_columns
 from attnflow.core.rollout import rollout_rows
 from attnflow.errors import AttnflowError
 
@@ -108,8 +109,9 @@ class _Steps:
     as the chosen strategy needs: ``W[l, q, :q+1]`` for the prompt block and each cached row."""
 
     def __init__(self, n_layers: int, m: int, capacity: int, head_fusion: str, strategy: str,
-                 tracker: IncrementalRollout, from_output: bool) -> None:
+                 tracker: IncrementalRollout, from_output: bool, windows: list[int | None] | None = None) -> None:
         self.from_output = from_output
+        self.windows = list(windows or [])  # per layer: the sliding window, or None (full attention)
         self.n_layers, self.m, self.head_fusion = n_layers, m, head_fusion
         self.strategy, self.tracker = strategy, tracker
         size = capacity if strategy == "rows" else m
@@ -140,10 +142,10 @@ class _Steps:
             raise AttnflowError(f"a generation step fed {queries} tokens at once; only one-token cached steps "
                                 "are supported")
         t = self.position
-        if keys != t + 1:
-            raise AttnflowError(f"step {self.calls} gave attention over {keys} keys; expected {t + 1} (all positions "
-                                "so far). Sliding-window attention is not supported here")
-        self.row[layer, : t + 1] = fused[0]
+        # a sliding-window layer's cached step returns only its window's keys: the most recent ones
+        window = self.windows[layer] if layer < len(self.windows) else None
+        self.row[layer, : t + 1] = 0
+        self.row[layer, window_columns(keys, t + 1, window, layer)] = fused[0]
 
     def end_call(self, output: Any) -> None:
         """After each forward call: every layer must have reported; store the new row."""
@@ -188,6 +190,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     _check(prompt, max_new_tokens, generate_kwargs)
     if tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
+    refuse_unsupported(model)
     if not is_causal(model):
         raise AttnflowError(f"generate needs a causal language model; {type(model).__name__} is not one")
     if strategy not in STRATEGIES:
@@ -204,7 +207,8 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     n_layers = len(modules) or int(model.config.num_hidden_layers)
     if strategy == "auto":
         strategy = choose_strategy(m, max_new_tokens, n_layers)
-    steps = _Steps(n_layers, m, m + max_new_tokens, head_fusion, strategy, tracker, from_output=not modules)
+    steps = _Steps(n_layers, m, m + max_new_tokens, head_fusion, strategy, tracker, from_output=not modules,
+                   windows=layer_windows(model))
     device = next(model.parameters()).device
     kwargs = {"do_sample": False, **generate_kwargs, "max_new_tokens": max_new_tokens,
               "return_dict_in_generate": False, "use_cache": True}
@@ -212,7 +216,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         kwargs["output_attentions"] = True
     if kwargs.get("pad_token_id") is None and tokenizer.pad_token_id is None:
         kwargs["pad_token_id"] = tokenizer.eos_token_id  # transformers' own fallback, without its warning
-    with torch.no_grad(), _quiet_generate_warning(), streaming(model, modules, steps):
+    with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model), streaming(model, modules, steps):
         sequences = model.generate(input_ids=enc["input_ids"].to(device),
                                    attention_mask=enc["attention_mask"].to(device), **kwargs)
     new_ids = sequences[0, m:].tolist()

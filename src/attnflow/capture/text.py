@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from attnflow.capture.architectures import architecture_fixes, check_text_model
 from attnflow.capture.hooks import Reducer, attention_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.core.fusion import check_head_fusion
@@ -138,6 +139,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
         raise AttnflowError("text must be a non-empty string (or a list of non-empty strings)")
+    check_text_model(model)
     check_head_fusion(head_fusion)
     ensure_eager(model)
     limit = max_length(model, tokenizer)
@@ -155,7 +157,8 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     inputs = {k: v.to(device) for k, v in enc.items()}
     causal = is_causal(model)
     forward = {"logits_to_keep": 1} if causal and _takes(model, "logits_to_keep") else {}
-    stacked, out = run_streaming(model, inputs, head_fusion, **forward)
+    with architecture_fixes(model):
+        stacked, out = run_streaming(model, inputs, head_fusion, **forward)
     mask = enc["attention_mask"].bool()
     tokens = [token_strings(tokenizer, ids) for ids in enc["input_ids"].tolist()]
     special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]

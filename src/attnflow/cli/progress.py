@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
 PRINT_ESTIMATE_SECONDS = 2.0  # runs expected to take longer say so before they start
@@ -60,7 +60,8 @@ class ProgressBar:
     def __init__(self, description: str, min_total: int, unit: str, console: Console) -> None:
         self.description, self.min_total, self.unit, self.console = description, min_total, unit, console
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(), _Eta(),
-                            console=console, transient=True)
+                            console=console, transient=True,
+                            disable=not console.is_terminal)
         self.task: Any = None
         self.found: Any = None
 
@@ -85,6 +86,14 @@ class ProgressBar:
     def stop(self) -> None:
         if self.task is not None:
             self.bar.stop()
+
+
+def new_progress() -> Progress:
+    """A transient bar with an ETA on stderr (stdout holds the answer), drawn only on a terminal: in a
+    pipe or a log a bar is noise (rich would leave an empty line behind)."""
+    console = Console(stderr=True)
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    transient=True, console=console, disable=not console.is_terminal)
 
 
 @contextmanager

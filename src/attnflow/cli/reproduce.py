@@ -8,8 +8,10 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
+from attnflow.cli.checks import check_agreement_model
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
+from attnflow.results.files import check_writable
 
 
 @app.command()
@@ -18,7 +20,7 @@ def reproduce(
     model: Path | None = typer.Option(None, "--model", "-m",
                                          help="A model written by attnflow.models.train_agreement. Default: the bundled one."),
     out: Path = typer.Option(Path("out/reproduction"), help="Folder for reproduction.csv and reproduction.png."),
-    solver: str = typer.Option("auto", help="Flow solver: auto (the fastest exact one), engine, scipy or networkx."),
+    solver: str = typer.Option("auto", help="Flow solver: auto (the fastest exact one), certified, engine, torch, scipy or networkx."),
     include_cls: bool = typer.Option(False, help="Rank the CLS token too (by default only the words are ranked)."),
 ) -> None:
     """Correlate raw attention, rollout and flow (CLS row, per layer) with blank-out and input-gradient
@@ -33,10 +35,12 @@ def reproduce(
 
     if examples < 1:
         raise AttnflowError(f"--examples must be at least 1; got {examples}")
+    check_agreement_model(model)
     try:  # before the run, so a bad --out fails in a second, not after minutes of work
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
+    check_writable(out, f"cannot write into --out {str(out)!r}")
     # Matrices of at most 25 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     with progress_bar("examples") as bar:
