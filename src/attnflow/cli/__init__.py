@@ -40,4 +40,13 @@ def main() -> None:
         from attnflow.capture.load import quiet_transformers
 
         quiet_transformers()
-    run(app)
+    try:
+        run(app)
+    except SystemExit as exc:
+        if exc.code == 130:  # Ctrl-C, already reported by run()
+            # Tearing down an interpreter that loaded torch and transformers takes seconds, and nothing
+            # is left to clean up (outputs are written atomically, a flow worker is already killed).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        raise
