@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from attnflow.capture.architectures import architecture_fixes, check_text_model
-from attnflow.capture.hooks import Reducer, attention_modules, streaming
+from attnflow.capture.hooks import Reducer, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
@@ -79,7 +79,7 @@ def run_streaming(model: Any, inputs: dict, head_fusion: str | None, **forward: 
     """One forward pass of ``model`` on ``inputs`` (already on the model's device) with the attention
     reduced layer by layer (:class:`attnflow.capture.hooks.Reducer`). Returns the buffer
     ``(batch, layers, 1 or heads, n, n)`` and the model's output (which holds no attentions)."""
-    modules = attention_modules(model)
+    modules = streamable_modules(model)
     owners = sorted({m.owner or type(model).__name__ for m in modules})
     if len(owners) > 1:
         raise AttnflowError(f"{type(model).__name__} has {len(owners)} self-attention stacks ({', '.join(owners)}), "
