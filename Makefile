@@ -50,12 +50,14 @@ test: $(STAMP) browser
 gallery: $(STAMP) browser
 	$(PY) docs/make_gallery.py
 
-# Speed benchmarks: ratios against baselines measured in the same run (docs/performance.md,
-# docs/decoders.md). Minutes each on 2 cores.
+# Speed and memory benchmarks: ratios against baselines measured in the same run (docs/performance.md,
+# docs/decoders.md, docs/long-inputs.md). Minutes each on 2 cores.
 bench: $(STAMP)
 	$(PY) benchmarks/flow.py
 	$(PY) benchmarks/generation.py
 	$(PY) benchmarks/batch.py
+	$(PY) benchmarks/memory.py
+	$(PY) benchmarks/long_flow.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

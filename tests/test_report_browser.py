@@ -86,12 +86,18 @@ class Page:
         assert self.fetched == [], f"the page tried to fetch {self.fetched}"
         assert self.errors == [], f"console errors: {self.errors}"
 
+    def settle(self) -> None:
+        """Wait until no lazily loaded chunk is being decoded (long inputs)."""
+        self.page.wait_for_selector("body:not([data-loading])", timeout=30_000)
+
     def scores(self, kind: str = "input") -> list[float | None]:
+        self.settle()
         return self.page.eval_on_selector_all(
             f"[data-kind='{kind}']",
             "els => els.map(e => e.dataset.score === undefined ? null : Number(e.dataset.score))")
 
     def alphas(self, kind: str = "input") -> list[float]:
+        self.settle()
         backgrounds = self.page.eval_on_selector_all(
             f"[data-kind='{kind}']", "els => els.map(e => getComputedStyle(e).backgroundColor)")
         out = []
@@ -267,3 +273,37 @@ def test_notebook_repr_renders_in_an_iframe(context, tmp_path):
     frame.locator("body[data-ready='1']").wait_for(timeout=30_000)
     scores = frame.locator(".tok[data-kind='input']").evaluate_all("els => els.map(e => Number(e.dataset.score))")
     np.testing.assert_allclose(scores, explanation.row()[-1], rtol=RTOL)
+
+
+@pytest.mark.parametrize("encoding", ["f16", "log8"])
+def test_long_input_loads_other_targets_lazily_from_the_same_file(context, tmp_path, monkeypatch, encoding):
+    """Above LAZY_ABOVE numbers the page opens on one target and decodes the others' chunk when a
+    token is clicked; what it then shows is the result's numbers within the encoding's precision."""
+    from attnflow.views.report import data as report_data
+
+    if encoding == "log8":
+        monkeypatch.setattr(report_data, "F16_MAX", 0)
+    n, layers = 200, 4
+    torch.manual_seed(2)
+    logits = torch.randn(layers, 1, n, n) * 2 + torch.triu(torch.full((n, n), -torch.inf), 1)
+    maps = attnflow.explain_attentions(logits.softmax(-1), [f"t{i}" for i in range(n)], target=n - 1,
+                                       methods=("raw", "rollout"))
+    path = tmp_path / "lazy.html"
+    html = maps.to_html(str(path))
+    chunks = 2 * -(-(n - 1) // report_data.CHUNK_TARGETS)  # two methods, every target but the opening one
+    assert html.count('<script type="application/octet-stream" id="attnflow-chunk-') == chunks
+    page = Page(context, path.as_uri())
+    _assert_row(page, maps.row("rollout", n - 1)[-1])  # the opening target: embedded, 4 digits
+    rtol = 5e-4 if encoding == "f16" else 0.028
+    for target, method, layer in ((37, "rollout", 3), (150, "raw", 1), (37, "raw", 0)):
+        page.page.click(f"#methods button[data-method='{method}']")
+        page.page.click(f".tok[data-kind='input'][data-index='{target}']")
+        page.set_layer(layer)
+        expected = maps.row(method, target)[layer]
+        got = np.asarray(page.scores(), dtype=float)
+        visible = expected >= expected.max() * 2.0 ** -report_data.LOG8_OCTAVES
+        np.testing.assert_allclose(got[visible], expected[visible], rtol=rtol, atol=6e-8)
+        np.testing.assert_allclose(page.alphas(), expected / expected.max(), atol=0.03)
+        note = page.page.text_content("#note") or ""
+        assert ("within 3%" in note) == (encoding == "log8")
+    page.clean()

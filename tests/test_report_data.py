@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 
@@ -14,8 +13,8 @@ from test_results import generation, image
 
 import attnflow
 from attnflow import AttnflowError
+from attnflow.views.report import data as report_data
 from attnflow.views.report import payload, report_html
-from attnflow.views.report.data import PLAIN_MAX
 
 
 def _embedded(html: str) -> dict:
@@ -75,18 +74,65 @@ def test_maps_keep_missing_flow_rows_missing():
     assert next(m for m in data["methods"] if m["name"] == "raw")["targets"] == [0, 1, 2, 3, 4]
 
 
-def test_large_maps_are_packed_as_float16_that_decodes_to_the_values():
+def _chunks(html: str) -> dict[str, str]:
+    pattern = r'<script type="application/octet-stream" id="attnflow-chunk-([\w-]+)">([^<]*)</script>'
+    return dict(re.findall(pattern, html))
+
+
+@pytest.mark.parametrize("encoding", ["f16", "log8"])
+def test_long_inputs_embed_the_opening_target_and_pack_the_rest(monkeypatch, encoding):
+    """Above LAZY_ABOVE numbers only the opening target is in the JSON (4 digits); every other
+    target is in deflated chunks that decode to the values within the encoding's precision."""
+    if encoding == "log8":
+        monkeypatch.setattr(report_data, "F16_MAX", 0)
     n = 240  # per method 240 targets x 2 layers x 240 tokens > PLAIN_MAX numbers
     torch.manual_seed(0)
-    maps = attnflow.explain_attentions(torch.rand(2, 1, n, n).softmax(-1), [f"t{i}" for i in range(n)],
-                                       methods=("raw", "rollout"))
-    assert n * 2 * n > PLAIN_MAX
-    data = _embedded(maps.to_html())
+    maps = attnflow.explain_attentions(torch.rand(2, 1, n, n).softmax(-1) ** 3, [f"t{i}" for i in range(n)],
+                                       methods=("raw", "rollout"), target=7)
+    assert 2 * n * 2 * n > report_data.LAZY_ABOVE
+    html = maps.to_html()
+    data, chunks = _embedded(html), _chunks(html)
+    assert "chunks" not in data
     for entry in data["methods"]:
-        packed = entry["rows"]
-        assert packed["dtype"] == "float16" and packed["shape"] == [n, 2, n]
-        decoded = np.frombuffer(base64.b64decode(packed["base64"]), dtype="<f2").reshape(packed["shape"])
-        np.testing.assert_allclose(decoded, maps.scores[entry["name"]], rtol=5e-4, atol=1e-7)
+        assert entry["embedded"] == [7] and entry["targets"] == list(range(n))
+        np.testing.assert_allclose(entry["rows"][0], maps.row(entry["name"], 7), rtol=5e-4)
+        lazy = entry["lazy"]
+        assert lazy["encoding"] == encoding
+        covered = sorted(t for c in lazy["chunks"] for t in c["targets"])
+        assert covered == [t for t in range(n) if t != 7]
+        for chunk in lazy["chunks"]:
+            got = report_data.decode_chunk(chunks[chunk["id"]], encoding, (len(chunk["targets"]), 2, n))
+            want = maps.scores[entry["name"]][chunk["targets"]]
+            if encoding == "f16":
+                np.testing.assert_allclose(got, want, rtol=5e-4, atol=6e-8)
+            else:
+                top = want.max(-1, keepdims=True)
+                visible = want >= top * 2.0 ** -report_data.LOG8_OCTAVES
+                np.testing.assert_allclose(got[visible], want[visible], rtol=0.028)
+                assert (got[~visible] == 0).all()
+
+
+def test_log8_keeps_exact_zeros_and_maxima():
+    values = np.array([[[0.0, 1e-9, 0.25, 0.5, 1.0]], [[0.0, 0.0, 0.0, 0.0, 0.0]]])
+    got = report_data.decode_chunk(report_data.encode_chunk(values, "log8"), "log8", values.shape)
+    assert got[0, 0, 0] == 0 and got[0, 0, 1] == 0 and (got[1] == 0).all()
+    assert got[0, 0, 4] == 1.0  # each row's maximum is stored exactly
+    np.testing.assert_allclose(got[0, 0, 2:4], [0.25, 0.5], rtol=0.028)
+
+
+def test_a_512_token_30_layer_report_stays_under_10_mb():
+    """Raw and rollout for every target of a 512-token, 30-layer decoder, from random causal
+    attention with peaky rows (benchmarks/memory.py measures the same on SmolLM2's own)."""
+    n, layers = 512, 30
+    torch.manual_seed(0)
+    logits = torch.randn(layers, 1, n, n) * 3 + torch.triu(torch.full((n, n), -torch.inf), 1)
+    maps = attnflow.explain_attentions(logits.softmax(-1), [f"t{i}" for i in range(n)], target=n - 1,
+                                       methods=("raw", "rollout"))
+    html = report_html(maps)
+    assert len(html.encode()) < 10 * 2**20
+    data = _embedded(html)
+    assert [m["lazy"]["encoding"] for m in data["methods"]] == ["log8", "log8"]
+    assert len(data["methods"][0]["rows"][0]) == layers
 
 
 def test_explain_maps_agrees_with_explain_for_every_method(minilm):
@@ -99,7 +145,9 @@ def test_explain_maps_agrees_with_explain_for_every_method(minilm):
         for target in (0, 3):
             expected = attnflow.explain(text, model, tokenizer=tokenizer, method=method, target=target)
             assert maps.sources == expected.sources
-            np.testing.assert_allclose(maps.row(method, target), expected.row(), atol=1e-9)
+            # explain's rollout rows are vector-matrix products, the maps' matrix products (float32)
+            tolerance = 1e-6 if method == "rollout" else 1e-9
+            np.testing.assert_allclose(maps.row(method, target), expected.row(), atol=tolerance)
 
 
 def test_explain_attentions_equals_the_core_methods():
@@ -113,3 +161,17 @@ def test_explain_attentions_equals_the_core_methods():
         attnflow.explain_attentions(att, targets=[9])
     with pytest.raises(AttnflowError, match="2 tokens"):
         attnflow.explain_attentions(att, ["a", "b"])
+
+
+def test_explain_maps_keeps_to_the_target_above_maps_all_max(minilm, monkeypatch):
+    from attnflow.api import text as api_text
+
+    model, tokenizer = minilm
+    monkeypatch.setattr(api_text, "MAPS_ALL_MAX", 4)
+    text = "The keys to the cabinet are here"
+    maps = attnflow.explain_maps(text, model, tokenizer=tokenizer, target="cls", methods=("raw", "rollout"))
+    assert all(c.targets == (0,) for c in maps.computed.values())
+    every = attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("raw",), targets="all")
+    assert every.computed["raw"].targets == tuple(range(every.n_sources))
+    with pytest.raises(AttnflowError, match="targets must be 'auto' or 'all'"):
+        attnflow.explain_maps(text, model, tokenizer=tokenizer, targets="target")

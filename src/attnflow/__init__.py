@@ -16,7 +16,7 @@ from typing import Any
 
 from attnflow import capture as _capture_package  # light: its names load on first use
 from attnflow import views as _views  # noqa: F401  (registers how results draw themselves)
-from attnflow.errors import AttnflowError, AttnflowWarning
+from attnflow.errors import AttnflowError, AttnflowWarning, LongFlowWarning
 
 __version__ = "0.2.0"
 
@@ -33,14 +33,15 @@ _LAZY = {
     "batch": "attnflow.api", "BatchRun": "attnflow.api",
 }
 
-__all__ = ["AttnflowError", "AttnflowWarning", "capture", *_LAZY]
+__all__ = ["AttnflowError", "AttnflowWarning", "LongFlowWarning", "capture", *_LAZY]
 
 
-def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False) -> Any:
-    """Run ``model`` on ``text`` (a string or a list of strings) and return its attention maps; see
+def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False, head_fusion: str | None = None) -> Any:
+    """Run ``model`` on ``text`` (a string or a list of strings) and return its attention maps (every
+    head, or fused per layer while the model runs with ``head_fusion="mean"``); see
     :func:`attnflow.capture.text.capture`. (Defined here because the name is also the capture
     package's, which would otherwise shadow the function once the package is loaded.)"""
-    return _capture_package.capture(model, tokenizer, text, truncate=truncate)
+    return _capture_package.capture(model, tokenizer, text, truncate=truncate, head_fusion=head_fusion)
 
 
 def __getattr__(name: str) -> Any:

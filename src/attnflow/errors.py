@@ -13,3 +13,8 @@ class AttnflowWarning(UserWarning):
     """Input attnflow can explain, but whose explanation may mislead (words the model does not know,
     an image far from what it was trained on), explained in one sentence. The CLI prints it as one
     ``attnflow: warning:`` line."""
+
+
+class LongFlowWarning(UserWarning):
+    """Issued before an attention-flow run estimated to take long, with the estimate (the CLI shows
+    the estimate itself and silences this)."""

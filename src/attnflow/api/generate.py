@@ -30,7 +30,8 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     max_new_tokens: how many tokens to generate at most (generation may stop earlier at EOS).
     residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
-        ``torch.manual_seed`` for reproducible sampling.
+        ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"`` picks how
+        the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).
 
     Sources are the prompt tokens followed by the generated tokens (``input_length`` = the prompt's
     length ``m``); target ``i`` is generated token ``i``, explained by the rollout row of the position
@@ -57,4 +58,5 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         n_layers=trace.rows.shape[1], input=prompt, input_length=m, model=name,
         params={"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm,
                 "do_sample": trace.do_sample, "max_new_tokens": max_new_tokens},
-        meta={"completion": trace.completion, "generated_ids": trace.new_ids, "prompt_ids": trace.prompt_ids})
+        meta={"completion": trace.completion, "generated_ids": trace.new_ids, "prompt_ids": trace.prompt_ids,
+              "strategy": trace.strategy})

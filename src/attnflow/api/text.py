@@ -34,6 +34,11 @@ from attnflow.results import Attribution, Block
 # Methods explain() offers for text: the paper's three plus gradient-weighted rollout (classifiers).
 TEXT_METHODS = (*METHODS, "grad-rollout")
 
+# Above this many tokens explain_maps(targets="auto") computes the explained target only: every
+# target of a 2,048-token, 30-layer input is 250 million numbers per method, more than a report can
+# usefully carry (a 512-token one is 16 million for raw and rollout, a 6.6 MiB report).
+MAPS_ALL_MAX = 1024
+
 Progress = Callable[[int, int], None]
 
 
@@ -166,7 +171,8 @@ def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: 
     if causal_norm is not None and not is_causal(model):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
                             "(its queries see the whole input)")
-    maps = capture(model, tokenizer, text, truncate=truncate)
+    # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
+    maps = capture(model, tokenizer, text, truncate=truncate, head_fusion=head_fusion)
     return prepared(maps, text, model, tokenizer, target=target)
 
 
@@ -201,9 +207,11 @@ def _rows_for(targets: Any, flow_targets: str, target: int, n: int) -> Callable[
     positions; with "all", flow follows ``flow_targets`` ("auto": all while n <= FLOW_ALL_MAX)."""
     if flow_targets not in ("auto", "all", "target"):
         raise AttnflowError(f"flow_targets must be 'auto', 'all' or 'target'; got {flow_targets!r}")
+    if isinstance(targets, str) and targets == "auto":
+        targets = "all" if n <= MAPS_ALL_MAX else "target"
     if isinstance(targets, str):
         if targets not in ("target", "all"):
-            raise AttnflowError(f"targets must be 'target', 'all' or a list of positions; got {targets!r}")
+            raise AttnflowError(f"targets must be 'auto', 'target', 'all' or a list of positions; got {targets!r}")
         chosen = [target] if targets == "target" else list(range(n))
     else:
         values = np.atleast_1d(np.asarray(targets))
@@ -307,16 +315,20 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  methods: Any = ("raw", "rollout", "flow"), method: str | None = None, target: Any = None,
                  flow_targets: str = "auto", residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto",
                  truncate: bool = False, progress: Progress | None = None,
-                 causal_norm: str | None = None) -> Attribution:
+                 causal_norm: str | None = None, targets: str = "auto") -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
     ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
     names the one a report opens on (default: rollout when computed, else the first of ``methods``).
-    One forward pass, plus one differentiable pass when ``methods`` includes "grad-rollout"
-    (sequence classifiers only)."""
+    ``targets="auto"`` computes every target up to ``MAPS_ALL_MAX`` tokens and the explained one
+    above (``"all"`` always). One forward pass, plus one differentiable pass when ``methods``
+    includes "grad-rollout" (sequence classifiers only)."""
     names, shown = _shown(methods, method, TEXT_METHODS)
+    if targets not in ("auto", "all"):
+        raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} "
+                            "(use explain for one target)")
     return _explain(text, model, tokenizer, methods=names, shown=shown, target=target,
-                    targets="all", flow_targets=flow_targets, residual=residual, head_fusion=head_fusion,
+                    targets=targets, flow_targets=flow_targets, residual=residual, head_fusion=head_fusion,
                     solver=solver, truncate=truncate, progress=progress, causal_norm=causal_norm)
 
 

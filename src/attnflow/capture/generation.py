@@ -1,12 +1,26 @@
-"""Run a decoder's own ``generate`` and track attention rollout incrementally.
+"""Run a decoder's own ``generate`` and track attention rollout for every generated token.
 
-A forward hook on the model receives each forward call's attentions while ``model.generate`` runs:
-the first call is the prompt (``(layers, heads, m, m)``, rolled out once), each later call is one
-KV-cached step whose single query row extends the rollout by one position
-(:class:`attnflow.core.incremental.IncrementalRollout`). The prefix is never run again, and the
-attentions of earlier steps are not kept. Everything ``model.generate`` takes (greedy, sampling,
-temperature, top-k/p, stopping) works; beam search and assisted decoding, whose steps are not one
-query per call, are refused.
+Streaming hooks on the attention modules (:mod:`attnflow.capture.hooks`) see each forward call of
+``model.generate`` layer by layer: the first call is the prompt (one ``(heads, m, m)`` map per layer,
+fused into ``(m, m)`` at once and dropped), each later call is one KV-cached step whose single query
+adds one row per layer. The prefix is never run again, transformers is never asked for its attention
+tuple, and earlier steps' attentions are not kept. Everything ``model.generate`` takes (greedy,
+sampling, temperature, top-k/p, stopping) works; beam search and assisted decoding, whose steps are
+not one query per call, are refused.
+
+Two ways to turn the captured rows into rollout rows give the same numbers (tested against one
+teacher-forced pass); ``strategy="auto"`` takes the cheaper:
+
+- ``"rows"``: keep the fused maps ``W`` ``(layers, N, N)`` float32 (``N = m + max_new_tokens``; the
+  prompt block plus one row per step) and, once generation ends, compute the rows of the ``k``
+  predicting positions top-down by vector-matrix products (:func:`attnflow.core.rollout.rollout_rows`):
+  ``4 L N^2`` bytes and ``k L (L + 1) / 2 N^2`` multiply-adds. At a 4,096-token prompt on
+  SmolLM2-135M (30 layers) that is 2.0 GB and a few seconds for 20 new tokens.
+- ``"incremental"``: roll out the prompt once and extend it by one row per layer and step
+  (:class:`attnflow.core.incremental.IncrementalRollout`): ``L m^3`` multiply-adds for the prompt,
+  ``L N^2`` per step, and ``L (2N)^2`` float64 numbers at most (its buffer doubles as it grows).
+  Cheaper for short prompts and long generations; chosen only while that buffer stays under
+  ``INCREMENTAL_MAX_BYTES``.
 """
 
 from __future__ import annotations
@@ -20,13 +34,18 @@ import numpy as np
 import torch
 
 from attnflow.capture.architectures import architecture_fixes, layer_windows, refuse_unsupported
+from attnflow.capture.hooks import streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
-from attnflow.core.incremental import IncrementalRollout
+from attnflow.core.fusion import check_head_fusion, fuse_heads
+from attnflow.core.incremental import IncrementalRollout, window_columns
+from attnflow.core.rollout import rollout_rows
 from attnflow.errors import AttnflowError
 
 _REFUSED = {"num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "assistant_model": None,
             "prompt_lookup_num_tokens": None}
+STRATEGIES = ("auto", "rows", "incremental")
+INCREMENTAL_MAX_BYTES = 2 * 2**30
 
 
 @dataclass
@@ -37,6 +56,7 @@ class GenerationTrace:
     rows: ``(n_new, layers, m + n_new)``: the rollout row of the position that predicted generated
         token ``i``, at every layer, over every position (zero from column ``m + i`` on, the
         positions it could not see); each row sums to 1.
+    strategy: how the rows were computed ("rows" or "incremental", see the module docstring).
     """
 
     prompt_ids: list[int]
@@ -46,13 +66,15 @@ class GenerationTrace:
     completion: str
     rows: np.ndarray
     do_sample: bool
+    strategy: str = "rows"
 
 
 @contextmanager
 def _quiet_generate_warning() -> Iterator[None]:
     """transformers warns that ``output_attentions`` "may be ignored" without
     ``return_dict_in_generate``; it is not ignored (the hook receives it), and asking for the dict
-    would make transformers keep every step's attention, which is what we avoid."""
+    would make transformers keep every step's attention, which is what we avoid. (Only models whose
+    classes declare no attention modules are run with ``output_attentions``.)"""
     import transformers
 
     before = transformers.logging.get_verbosity()
@@ -73,14 +95,95 @@ def _check(prompt: Any, max_new_tokens: Any, kwargs: dict) -> None:
             raise AttnflowError(f"generate tracks one sequence one token per step; {key}={kwargs[key]!r} is not supported")
 
 
+def choose_strategy(m: int, new: int, n_layers: int) -> str:
+    """The cheaper way for an ``m``-token prompt and ``new`` tokens (see the module docstring)."""
+    n = m + new
+    rows = new * n_layers * (n_layers + 1) / 2 * n * n
+    incremental = n_layers * float(m) ** 3 + new * n_layers * n * n
+    fits = n_layers * (2 * n) ** 2 * 8 <= INCREMENTAL_MAX_BYTES
+    return "incremental" if fits and incremental < rows else "rows"
+
+
+class _Steps:
+    """Receives each layer's fused attention of every forward call of ``generate`` and keeps it
+    as the chosen strategy needs: ``W[l, q, :q+1]`` for the prompt block and each cached row."""
+
+    def __init__(self, n_layers: int, m: int, capacity: int, head_fusion: str, strategy: str,
+                 tracker: IncrementalRollout, from_output: bool, windows: list[int | None] | None = None) -> None:
+        self.from_output = from_output
+        self.windows = list(windows or [])  # per layer: the sliding window, or None (full attention)
+        self.n_layers, self.m, self.head_fusion = n_layers, m, head_fusion
+        self.strategy, self.tracker = strategy, tracker
+        size = capacity if strategy == "rows" else m
+        self.w = torch.zeros(n_layers, size, size, dtype=torch.float32)
+        self.row = torch.zeros(n_layers, capacity, dtype=torch.float32)  # the current step's row per layer
+        self.position = 0  # the query position of the current call (prompt: 0)
+        self.calls = 0
+        self.layers_seen = 0
+
+    def layer(self, layer: int, weights: Any) -> None:
+        if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
+            raise AttnflowError("an attention module returned no attention weights; load the model with "
+                                "attn_implementation='eager'")
+        if weights.shape[0] != 1:  # e.g. beams from the model's own generation_config
+            raise AttnflowError(f"generate tracks one sequence; the model ran {weights.shape[0]} at once "
+                                "(pass num_beams=1 and num_return_sequences=1)")
+        w = weights[0].detach().to(device="cpu", dtype=torch.float32)
+        fused = fuse_heads(w, self.head_fusion)  # (queries, keys)
+        queries, keys = fused.shape
+        self.layers_seen += 1
+        if self.calls == 0:
+            if queries != self.m or keys != self.m:
+                raise AttnflowError(f"the prompt pass gave attention over {queries} x {keys} positions; expected "
+                                    f"{self.m} x {self.m}")
+            self.w[layer, : self.m, : self.m] = fused
+            return
+        if queries != 1:
+            raise AttnflowError(f"a generation step fed {queries} tokens at once; only one-token cached steps "
+                                "are supported")
+        t = self.position
+        # a sliding-window layer's cached step returns only its window's keys: the most recent ones
+        window = self.windows[layer] if layer < len(self.windows) else None
+        self.row[layer, : t + 1] = 0
+        self.row[layer, window_columns(keys, t + 1, window, layer)] = fused[0]
+
+    def end_call(self, output: Any) -> None:
+        """After each forward call: every layer must have reported; store the new row."""
+        if self.from_output:  # no declared attention modules: this call's tuple, layer by layer
+            layers = list(getattr(output, "attentions", None) or ())
+            if not layers:
+                raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
+            output["attentions"] = None
+            for i in range(len(layers)):
+                self.layer(i, layers[i])
+                layers[i] = None
+        if self.layers_seen != self.n_layers:
+            raise AttnflowError(f"expected {self.n_layers} attention layers per forward call; saw {self.layers_seen}")
+        self.layers_seen = 0
+        t = self.position
+        if self.calls == 0:
+            if self.strategy == "incremental":
+                self.tracker.start(self.w[:, None])
+                self.w = self.w[:, :0, :0]  # the tracker holds the rollout now
+            self.position = self.m
+        else:
+            if self.strategy == "incremental":
+                self.tracker.append(self.row[:, None, : t + 1])
+            else:
+                self.w[:, t, : t + 1] = self.row[:, : t + 1]
+            self.position = t + 1
+        self.calls += 1
+
+
 def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int = 20, *,
                      residual: float = 0.5, head_fusion: str = "mean", causal_norm: str | None = None,
-                     **generate_kwargs: Any) -> GenerationTrace:
+                     strategy: str = "auto", **generate_kwargs: Any) -> GenerationTrace:
     """Generate a completion of ``prompt`` with a loaded causal LM and roll out attention for every
     generated token (see :class:`GenerationTrace`).
 
     max_new_tokens: how many tokens to generate at most (generation may stop earlier at EOS).
     residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
+    strategy: "auto" (the cheaper), "rows" or "incremental"; see the module docstring. Same numbers.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling.
     """
@@ -90,51 +193,47 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     refuse_unsupported(model)
     if not is_causal(model):
         raise AttnflowError(f"generate needs a causal language model; {type(model).__name__} is not one")
+    if strategy not in STRATEGIES:
+        raise AttnflowError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
+    check_head_fusion(head_fusion)
     ensure_eager(model)
     enc = encode(tokenizer, [prompt])
     m = enc["input_ids"].shape[1]
     limit = max_length(model, tokenizer)
     if limit is not None and m + max_new_tokens > limit:
         raise AttnflowError(f"prompt ({m} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's {limit}")
-    tracker = IncrementalRollout(residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
-                                 windows=layer_windows(model))
-
-    def hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
-        attentions = getattr(output, "attentions", None)
-        if not attentions:
-            raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-        if attentions[0].shape[0] != 1:  # e.g. beams from the model's own generation_config
-            raise AttnflowError(f"generate tracks one sequence; the model ran {attentions[0].shape[0]} at once "
-                                "(pass num_beams=1 and num_return_sequences=1)")
-        queries = attentions[0].shape[-2]
-        if tracker.n == 0:
-            tracker.start(torch.stack([a[0].detach().cpu() for a in attentions]))
-        elif queries == 1:
-            # one block per layer: sliding-window layers return only their window's keys
-            tracker.append([a[0, :, -1, :].detach().cpu() for a in attentions])
-        else:
-            raise AttnflowError(f"a generation step fed {queries} tokens at once; only one-token cached steps are supported")
-
+    tracker = IncrementalRollout(residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
+    modules = streamable_modules(model)
+    n_layers = len(modules) or int(model.config.num_hidden_layers)
+    if strategy == "auto":
+        strategy = choose_strategy(m, max_new_tokens, n_layers)
+    steps = _Steps(n_layers, m, m + max_new_tokens, head_fusion, strategy, tracker, from_output=not modules,
+                   windows=layer_windows(model))
     device = next(model.parameters()).device
     kwargs = {"do_sample": False, **generate_kwargs, "max_new_tokens": max_new_tokens,
-              "output_attentions": True, "return_dict_in_generate": False, "use_cache": True}
+              "return_dict_in_generate": False, "use_cache": True}
+    if not modules:
+        kwargs["output_attentions"] = True
     if kwargs.get("pad_token_id") is None and tokenizer.pad_token_id is None:
         kwargs["pad_token_id"] = tokenizer.eos_token_id  # transformers' own fallback, without its warning
-    handle = model.register_forward_hook(hook, with_kwargs=True)
-    try:
-        with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model):
-            sequences = model.generate(input_ids=enc["input_ids"].to(device),
-                                       attention_mask=enc["attention_mask"].to(device), **kwargs)
-    finally:
-        handle.remove()
+    with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model), streaming(model, modules, steps):
+        sequences = model.generate(input_ids=enc["input_ids"].to(device),
+                                   attention_mask=enc["attention_mask"].to(device), **kwargs)
     new_ids = sequences[0, m:].tolist()
     n_new = len(new_ids)
-    if tracker.n != m + n_new - 1:
-        raise AttnflowError(f"expected {n_new} forward steps for {n_new} new tokens; saw {tracker.n - m + 1}")
-    rows = torch.zeros(n_new, tracker.rows.shape[0], m + n_new, dtype=torch.float64)
-    rows[:, :, : m + n_new - 1] = tracker.rows[:, m - 1:, :].transpose(0, 1)
+    if steps.calls != n_new:
+        raise AttnflowError(f"expected {n_new} forward steps for {n_new} new tokens; saw {steps.calls}")
+    seen = m + n_new - 1  # positions that ran as queries (the last new token never does)
+    rows = torch.zeros(n_new, n_layers, m + n_new, dtype=torch.float64)
+    if strategy == "incremental":
+        rows[:, :, :seen] = tracker.rows[:, m - 1:, :].transpose(0, 1)
+    else:
+        w = steps.w[:, None, :seen, :seen]  # (layers, 1, n, n): the heads were fused in the hooks
+        computed = rollout_rows(w, list(range(m - 1, seen)), residual=residual, head_fusion=head_fusion,
+                                causal_norm=causal_norm)
+        rows[:, :, :seen] = computed.transpose(0, 1).to(torch.float64)
     prompt_ids = enc["input_ids"][0].tolist()
     return GenerationTrace(prompt_ids=prompt_ids, new_ids=new_ids, prompt_tokens=token_strings(tokenizer, prompt_ids),
                            generated_tokens=token_strings(tokenizer, new_ids),
                            completion=tokenizer.decode(new_ids, skip_special_tokens=True), rows=rows.numpy(),
-                           do_sample=bool(kwargs["do_sample"]))
+                           do_sample=bool(kwargs["do_sample"]), strategy=strategy)

@@ -1,14 +1,22 @@
-"""Capture attention from Hugging Face text models (encoders; decoders share the same forward pass)."""
+"""Capture attention from Hugging Face text models (encoders; decoders share the same forward pass).
+
+Attention is collected by streaming hooks (:mod:`attnflow.capture.hooks`): each layer's weights are
+fused (or copied, per head) into one float32 buffer while the model runs, so no tuple of every
+layer's attention is ever held.
+"""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import architecture_fixes, check_text_model, stack_attentions
+from attnflow.capture.architectures import architecture_fixes, check_text_model
+from attnflow.capture.hooks import Reducer, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
+from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
 from attnflow.errors import AttnflowError
 
@@ -67,7 +75,47 @@ def encode(tokenizer: Any, texts: list[str], *, side: str = "right", max_length:
     return out
 
 
-def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool = False) -> AttentionMaps:
+def run_streaming(model: Any, inputs: dict, head_fusion: str | None, **forward: Any) -> tuple[torch.Tensor, Any]:
+    """One forward pass of ``model`` on ``inputs`` (already on the model's device) with the attention
+    reduced layer by layer (:class:`attnflow.capture.hooks.Reducer`). Returns the buffer
+    ``(batch, layers, 1 or heads, n, n)`` and the model's output (which holds no attentions)."""
+    modules = streamable_modules(model)
+    owners = sorted({m.owner or type(model).__name__ for m in modules})
+    if len(owners) > 1:
+        raise AttnflowError(f"{type(model).__name__} has {len(owners)} self-attention stacks ({', '.join(owners)}), "
+                            "e.g. an encoder and a decoder; this capture takes one stack (encoders or decoders)")
+    with torch.no_grad():
+        if modules:
+            reducer = Reducer(len(modules), head_fusion)
+            with streaming(model, modules, reducer):
+                out = model(**inputs, **forward)  # no output_attentions: transformers keeps no tuple
+            if reducer.calls != len(modules) or reducer.buffer is None:
+                raise AttnflowError(f"expected {len(modules)} attention layers to run once each; they ran "
+                                    f"{reducer.calls} times in total")
+            return reducer.buffer, out
+        # A model whose class declares no attention modules: take transformers' tuple, but reduce and
+        # drop each layer's entry in turn, so that the tuple and the buffer never both hold everything.
+        out = model(**inputs, output_attentions=True, **forward)
+        layers = list(getattr(out, "attentions", None) or ())
+        if not layers:
+            raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
+        out["attentions"] = None
+        reducer = Reducer(len(layers), head_fusion)
+        for i in range(len(layers)):
+            reducer.layer(i, layers[i])
+            layers[i] = None
+        return reducer.buffer, out
+
+
+def _takes(model: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool = False,
+            head_fusion: str | None = None) -> AttentionMaps:
     """Run ``model`` on ``text`` (a string or a list of strings) and return its attention maps.
 
     One string gives ``attentions`` of shape ``(layers, heads, n, n)``; a list gives a RIGHT-padded
@@ -78,11 +126,21 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     model's maximum length are refused with an error, or cut to it with a warning when
     ``truncate=True``. The model is switched to eager attention if needed (transformers returns no
     attention weights under sdpa).
+
+    head_fusion: None keeps every head; ``"mean"``, ``"max"`` or ``"min"`` fuses the heads of each
+        layer while the model runs (the heads axis then has length 1 and ``maps.head_fusion`` says
+        how), which is all that the methods need unless per-head results are wanted: ``heads`` times
+        less memory (see :mod:`attnflow.capture.hooks`).
+
+    ``logits`` are kept for models with one output per input (classifiers); language models'
+    per-position logits (``n x vocabulary`` numbers) are not computed beyond the last position and
+    not kept.
     """
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
         raise AttnflowError("text must be a non-empty string (or a list of non-empty strings)")
     check_text_model(model)
+    check_head_fusion(head_fusion)
     ensure_eager(model)
     limit = max_length(model, tokenizer)
     enc = encode(tokenizer, texts)
@@ -97,20 +155,19 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     special = enc.pop("special_tokens_mask")
     device = next(model.parameters()).device
     inputs = {k: v.to(device) for k, v in enc.items()}
-    with torch.no_grad(), architecture_fixes(model):
-        out = model(**inputs, output_attentions=True)
-    attentions = getattr(out, "attentions", None)
-    if not attentions:
-        raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-    stacked = stack_attentions(attentions, model)  # (batch, layers, heads, n, n)
+    causal = is_causal(model)
+    forward = {"logits_to_keep": 1} if causal and _takes(model, "logits_to_keep") else {}
+    with architecture_fixes(model):
+        stacked, out = run_streaming(model, inputs, head_fusion, **forward)
     mask = enc["attention_mask"].bool()
     tokens = [token_strings(tokenizer, ids) for ids in enc["input_ids"].tolist()]
     special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]
     logits = getattr(out, "logits", None)
-    logits = logits.detach().float().cpu() if logits is not None else None
-    causal = is_causal(model)
+    logits = logits.detach().float().cpu() if logits is not None and not causal else None
+    del out
     if isinstance(text, str):
         return AttentionMaps(stacked[0], tokens[0], mask=None, causal=causal, special=special_idx[0],
-                             input_ids=enc["input_ids"][0], logits=None if logits is None else logits[0])
+                             input_ids=enc["input_ids"][0], logits=None if logits is None else logits[0],
+                             head_fusion=head_fusion)
     return AttentionMaps(stacked, tokens, mask=mask, causal=causal, special=special_idx,
-                         input_ids=enc["input_ids"], logits=logits)
+                         input_ids=enc["input_ids"], logits=logits, head_fusion=head_fusion)

@@ -13,8 +13,7 @@ from attnflow.errors import AttnflowError
 
 def _bar():
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
-                               TimeRemainingColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
     from rich.text import Text
 
     class Rate(ProgressColumn):

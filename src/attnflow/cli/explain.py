@@ -72,7 +72,7 @@ def explain(
     shown = "rollout" if method == Method.all else method.value
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None)
-    with progress_bar("attention flow") as bar:
+    with progress_bar("attention flow", unit="rows") as bar:
         if target_text is not None:
             # Encoder-decoder: one result holds every target token (flow: while cheap), so it is the report.
             extra = [m for m in ("raw", "rollout") if html_out is not None and m not in chosen]

@@ -41,7 +41,7 @@ def explain_image(
     from attnflow.api.images import explain_image as explain
     from attnflow.views.image import save_overlays
 
-    with progress_bar("attention flow") as bar:
+    with progress_bar("attention flow", unit="rows") as bar:
         results = explain(list(images), model, method=method.value, target_class=target, residual=residual,
                           progress=bar)
     console = Console()

@@ -1,12 +1,91 @@
-"""A rich progress bar for long computations, as a ``progress(done, total)`` callback."""
+"""A rich progress bar for long computations, as a ``progress(done, total)`` callback.
+
+For flow the callback also takes the up-front estimate (``bar.estimate(found)``, called by
+:func:`attnflow.flow` before it solves): a long run prints the estimate first, and the bar shows
+the rate and an ETA from the start (the estimate until rows finish, the measured rate after).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.text import Text
+
+PRINT_ESTIMATE_SECONDS = 2.0  # runs expected to take longer say so before they start
+
+
+def _clock(seconds: float) -> str:
+    return str(timedelta(seconds=int(round(seconds))))
+
+
+class _Rate(ProgressColumn):
+    def render(self, task: Any) -> Text:
+        unit = task.fields.get("unit", "")
+        if not task.completed or not task.elapsed:
+            return Text(f"-- {unit}/s", style="progress.data.speed")
+        rate = task.completed / task.elapsed
+        shown = f"{rate:.2f}" if rate < 10 else f"{rate:.0f}"
+        return Text(f"{shown} {unit}/s", style="progress.data.speed")
+
+
+class _Eta(ProgressColumn):
+    """Remaining time: the measured rate once something is done, else the estimate counted down."""
+
+    def render(self, task: Any) -> Text:
+        found = task.fields.get("estimate")
+        if task.completed and task.elapsed and task.total:
+            if found is not None and found.rows == task.total and found.seconds_for(task.completed) > 0:
+                # rows of higher layers cost more: scale the estimate of what is left by how the
+                # estimate of what is done compares with the time it took
+                expected = found.seconds_for(task.completed)
+                left = (found.seconds - expected) * task.elapsed / expected
+            else:
+                left = (task.total - task.completed) * task.elapsed / task.completed
+            return Text(f"ETA {_clock(left)}", style="progress.remaining")
+        if found is not None:
+            left = max(0.0, found.seconds - (task.elapsed or 0.0))
+            return Text(f"ETA ~{_clock(left)} (estimated)", style="progress.remaining")
+        return Text("ETA --", style="progress.remaining")
+
+
+class ProgressBar:
+    """The callback: ``bar(done, total)``; ``bar.estimate(found)`` for flow's estimate."""
+
+    def __init__(self, description: str, min_total: int, unit: str, console: Console) -> None:
+        self.description, self.min_total, self.unit, self.console = description, min_total, unit, console
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(), _Eta(),
+                            console=console, transient=True,
+                            disable=not console.is_terminal)
+        self.task: Any = None
+        self.found: Any = None
+
+    def _start(self, total: int) -> None:
+        self.bar.start()
+        self.task = self.bar.add_task(self.description, total=total, unit=self.unit, estimate=self.found)
+
+    def estimate(self, found: Any) -> None:
+        self.found = found
+        if found.seconds >= PRINT_ESTIMATE_SECONDS:
+            self.console.print(f"{found}. Ctrl-C stops it.", highlight=False)
+            if self.task is None and found.rows >= self.min_total:
+                self._start(found.rows)
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < self.min_total:
+            return
+        if self.task is None:
+            self._start(total)
+        self.bar.update(self.task, completed=done, total=total)
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.bar.stop()
 
 
 def new_progress() -> Progress:
@@ -18,22 +97,10 @@ def new_progress() -> Progress:
 
 
 @contextmanager
-def progress_bar(description: str, min_total: int = 2) -> Iterator[Callable[[int, int], None]]:
+def progress_bar(description: str, min_total: int = 2, unit: str = "steps") -> Iterator[ProgressBar]:
     """Yield a callback that draws a bar on stderr once there are at least ``min_total`` steps."""
-    bar = new_progress()
-    task = None
-
-    def update(done: int, total: int) -> None:
-        nonlocal task
-        if total < min_total:
-            return
-        if task is None:
-            bar.start()
-            task = bar.add_task(description, total=total)
-        bar.update(task, completed=done, total=total)
-
+    bar = ProgressBar(description, min_total, unit, Console(file=sys.stderr))
     try:
-        yield update
+        yield bar
     finally:
-        if task is not None:
-            bar.stop()
+        bar.stop()

@@ -42,6 +42,8 @@ def fuse_heads(values: torch.Tensor, head_fusion: str | None) -> torch.Tensor:
     check_head_fusion(head_fusion)
     if head_fusion is None:
         return values
+    if values.shape[-3] == 1:  # maps fused during capture (or a one-head model): a view, no copy
+        return values.squeeze(-3)
     if head_fusion == "mean":
         return values.mean(dim=-3)
     if head_fusion == "max":

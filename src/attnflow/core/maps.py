@@ -5,19 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnflow.errors import AttnflowError
+
 
 @dataclass
 class AttentionMaps:
     """Per-layer attention of one input (or a padded batch) plus what is needed to read it.
 
     attentions: ``(layers, heads, n, n)`` or ``(batch, layers, heads, n, n)``; row = query, column = key;
-        layer 0 is the lowest layer (the one that reads the embeddings).
+        layer 0 is the lowest layer (the one that reads the embeddings). When ``head_fusion`` is set
+        the heads were fused during capture and the heads axis has length 1.
     tokens: the ``n`` token strings (a list of lists for a batch; padding included).
     mask: ``(n,)`` or ``(batch, n)`` booleans, True for real tokens, or None when nothing is padded.
     causal: True when queries only see keys at or before their own position (decoders).
     special: indices of special tokens such as [CLS]/[SEP] (per example for a batch).
     input_ids: the token ids the model saw, when known.
     logits: the model's output logits for the same forward pass, when captured.
+    head_fusion: None when ``attentions`` holds every head; ``"mean"``, ``"max"`` or ``"min"`` when
+        the heads were fused that way while the model ran (the methods must then be asked for the
+        same fusion: the per-head maps are gone).
     """
 
     attentions: Any
@@ -27,6 +33,7 @@ class AttentionMaps:
     special: list = field(default_factory=list)
     input_ids: Any = None
     logits: Any = None
+    head_fusion: str | None = None
 
     @property
     def n_layers(self) -> int:
@@ -35,3 +42,12 @@ class AttentionMaps:
     @property
     def n_heads(self) -> int:
         return int(self.attentions.shape[-3])
+
+
+def check_fusion(attentions: Any, head_fusion: str | None) -> None:
+    """Refuse a head fusion that maps captured with heads already fused cannot give."""
+    fused = getattr(attentions, "head_fusion", None) if isinstance(attentions, AttentionMaps) else None
+    if fused is not None and head_fusion != fused:
+        asked = "per-head results (head_fusion=None)" if head_fusion is None else f"head_fusion={head_fusion!r}"
+        raise AttnflowError(f"these maps were captured with heads fused by {fused!r}, so {asked} cannot be "
+                            f"computed from them; capture again with head_fusion={head_fusion!r}")

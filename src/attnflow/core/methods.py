@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from attnflow.core.flow import flow, resolve_indices
-from attnflow.core.raw import raw
-from attnflow.core.rollout import rollout
+from attnflow.core.raw import raw, raw_rows
+from attnflow.core.rollout import rollout, rollout_rows
 from attnflow.errors import AttnflowError
 
 METHODS = ("raw", "rollout", "flow")
@@ -47,12 +47,20 @@ def method_rows(attentions: Any, method: str, positions: Any = None, *, layers: 
     """``(layers, len(positions), n)`` (batch axis first for batched input): row ``[l, i]`` is how
     ``positions[i]`` at layer ``layers[l]`` draws on the input tokens under ``method``.
 
-    Raw attention and rollout produce every row at once and are sliced; flow, whose cost grows with
-    the number of rows, is asked only for ``positions`` and ``layers``. None means all of them.
+    Every method is asked for ``positions`` and ``layers`` only (None means all of them): rollout
+    rows come from vector-matrix products (:func:`attnflow.core.rollout.rollout_rows`) unless the
+    full maps are cheaper, raw rows are read one layer at a time, and flow costs one max-flow per
+    row, source and layer.
     """
     if method == "flow":
         return flow(attentions, residual=residual, head_fusion=head_fusion, positions=positions, layers=layers,
                     solver=solver, causal_norm=causal_norm, mask=mask, progress=progress)
+    if positions is not None and method == "raw":
+        return raw_rows(attentions, positions, layers=layers, head_fusion=head_fusion, causal_norm=causal_norm,
+                        mask=mask)
+    if positions is not None and method == "rollout":
+        return rollout_rows(attentions, positions, layers=layers, residual=residual, head_fusion=head_fusion,
+                            causal_norm=causal_norm, mask=mask)
     if method == "raw":
         full = raw(attentions, head_fusion=head_fusion, causal_norm=causal_norm, mask=mask)
     elif method == "rollout":

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from attnflow.core.causal import normalize_causal
+from attnflow.core.flow import resolve_indices
 from attnflow.core.fusion import apply_padding, fuse_heads
 from attnflow.core.inputs import as_stack
+from attnflow.core.maps import check_fusion
 
 
 def raw(attentions: Any, *, head_fusion: str | None = "mean", mask: Any = None,
@@ -31,6 +35,25 @@ def raw(attentions: Any, *, head_fusion: str | None = "mean", mask: Any = None,
     ``(layers, n, n)`` (``(layers, heads, n, n)`` when ``head_fusion`` is None), with a leading batch
     axis for batched input; numpy in -> numpy out, torch in -> torch out.
     """
+    check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)
     w = apply_padding(fuse_heads(stack.values, head_fusion), stack.mask)
     return stack.out(normalize_causal(w, causal_norm, stack.mask))
+
+
+def raw_rows(attentions: Any, positions: Any, *, layers: Any = None, head_fusion: str | None = "mean",
+             mask: Any = None, causal_norm: str | None = None) -> Any:
+    """``raw(...)[layers][:, positions]``, one layer at a time, so that no ``(layers, n, n)`` copy is made.
+
+    Returns ``(len(layers), len(positions), n)`` (``(len(layers), heads, len(positions), n)`` when
+    ``head_fusion`` is None), with a leading batch axis for batched input.
+    """
+    check_fusion(attentions, head_fusion)
+    stack = as_stack(attentions, mask)
+    layer_idx = resolve_indices(layers, stack.shape[1], "layers").tolist()
+    pos_idx = resolve_indices(positions, stack.shape[-1], "positions").tolist()
+    out = []
+    for layer in layer_idx:
+        w = apply_padding(fuse_heads(stack.values[:, layer], head_fusion), stack.mask)
+        out.append(normalize_causal(w, causal_norm, stack.mask)[..., pos_idx, :])
+    return stack.out(torch.stack(out, dim=1))

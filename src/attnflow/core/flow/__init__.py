@@ -25,9 +25,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from attnflow.core.flow import auto, batched, certified, engine, oracle, scipy_pairs
+from attnflow.core.flow import auto, background, batched, certified, engine, oracle, scipy_pairs
 from attnflow.core.fusion import augmented
 from attnflow.core.inputs import as_stack
+from attnflow.core.maps import check_fusion
 from attnflow.errors import AttnflowError
 
 SOLVERS: dict[str, Callable[..., np.ndarray]] = {
@@ -80,7 +81,10 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
         (see module docstring); every one but ``"scipy"`` is exact.
     mask: optional padding mask, True for real tokens; padded tokens are left out of the graph and
         their rows/columns in the result are 0.
-    progress: optional ``progress(done_rows, total_rows)`` callback.
+    progress: optional ``progress(done_rows, total_rows)`` callback; if it also has a method
+        ``estimate``, that is called once with the :class:`~attnflow.core.flow.estimate.FlowEstimate`
+        before solving. Runs estimated to take longer than 10 s warn (``LongFlowWarning``) with the
+        estimate; Ctrl-C stops any run at once (see :mod:`.background`).
     causal_norm: receptive-field normalisation for decoders (None, ``"keys"``, ``"sink"``), applied
         to the capacities; see :mod:`attnflow.core.causal`.
 
@@ -89,6 +93,7 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     ``(len(layers), len(positions), n)`` (``(len(layers), heads, len(positions), n)`` when
     head_fusion is None), with a leading batch axis for batched input.
     """
+    check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)
     batch, n_layers, heads, n, _ = stack.shape
     layer_idx = resolve_indices(layers, n_layers, "layers")
@@ -118,7 +123,8 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     # and on a busy machine every later small torch op then waits ~8 ms for a second thread.
     torch_threads = torch.get_num_threads()
     try:
-        _solve_all(solve, a, mask_np, layer_idx, pos_idx, out, tick)
+        # estimate, warning, per-layer progress, and a child process where Ctrl-C must act at once
+        background.run(_solve_all, solve, a, mask_np, layer_idx, pos_idx, out, tick, progress)
     finally:
         if torch.get_num_threads() != torch_threads:
             torch.set_num_threads(torch_threads)

@@ -30,8 +30,12 @@ def json_block(data: Any) -> str:
 def report_html(result: Any, title: str | None = None) -> str:
     """The report for ``result`` (see :func:`attnflow.views.report.payload`) as one HTML string."""
     data = payload(result, title)
+    # Targets the page does not open on travel as separate blocks, read only when one is clicked
+    # (base64 text cannot close a script element).
+    chunks = "".join(f'<script type="application/octet-stream" id="attnflow-chunk-{key}">{text}</script>\n'
+                     for key, text in data.pop("chunks").items())
     parts = {"TITLE": html.escape(data["title"]), "CSS": _asset("report.css"), "JS": _asset("report.js"),
-             "DATA": json_block(data)}
+             "DATA": json_block(data), "CHUNKS": chunks}
     # One pass over the template only: substituted text (a token could read "@@DATA@@") is never rescanned.
     return re.sub(r"@@([A-Z]+)@@", lambda m: parts[m.group(1)], _asset("report.html"))
 

@@ -28,6 +28,63 @@
   }
   const data = JSON.parse(document.getElementById("attnflow-data").textContent);
   data.methods.forEach((m) => { m.rows = unpack(m.rows); });
+
+  // Long inputs: targets other than the opening one sit in compressed chunks (see data.py), each in
+  // its own <script type="application/octet-stream"> block of this file, decoded on first use.
+  const LOG8_OCTAVES = 20;
+  const decodedChunks = new Map(); // chunk id -> {target: [row per computed layer]}
+  const loading = new Map(); // chunk id -> promise
+  async function inflate(id) {
+    const text = document.getElementById(`attnflow-chunk-${id}`).textContent;
+    const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+  function decodeChunk(bytes, encoding, targets, layers, width) {
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const out = {};
+    const rows = targets.length * layers;
+    const codes = 4 * rows; // log8: the row maxima come first
+    targets.forEach((t, i) => {
+      const code = new Uint8Array(width); // log8: running sum (mod 256) of the per-layer differences
+      out[t] = Array.from({ length: layers }, (_, k) => {
+        const r = i * layers + k;
+        const row = new Float32Array(width);
+        if (encoding === "f16") {
+          for (let j = 0; j < width; j++) row[j] = half(view.getUint16(2 * (r * width + j), true));
+        } else {
+          const top = view.getFloat32(4 * r, true);
+          for (let j = 0; j < width; j++) {
+            code[j] = (k === 0 ? 0 : code[j]) + bytes[codes + r * width + j];
+            const c = code[j];
+            row[j] = c ? top * 2 ** ((c - 1) * (LOG8_OCTAVES / 254) - LOG8_OCTAVES) : 0;
+          }
+        }
+        return row;
+      });
+    });
+    return out;
+  }
+  // The computed rows of ``target`` under ``entry`` (one per computed layer), null when that target
+  // was not computed, or "loading" while its chunk is decoded (render() runs again when it is).
+  function rowsOf(entry, target) {
+    const e = entry.embedded.indexOf(target);
+    if (e >= 0) return entry.rows[e];
+    const chunk = entry.lazy && entry.lazy.chunks.find((c) => c.targets.includes(target));
+    if (!chunk) return null;
+    if (decodedChunks.has(chunk.id)) return decodedChunks.get(chunk.id)[target];
+    if (!loading.has(chunk.id)) {
+      document.body.dataset.loading = "1";
+      loading.set(chunk.id, inflate(chunk.id).then((bytes) => {
+        decodedChunks.set(chunk.id, decodeChunk(bytes, entry.lazy.encoding, chunk.targets, entry.layers.length,
+          data.sources.length));
+        loading.delete(chunk.id);
+        if (!loading.size) delete document.body.dataset.loading;
+        render();
+      }));
+    }
+    return "loading";
+  }
   const $ = (id) => document.getElementById(id);
   const kind = data.kind;
   const isGen = kind === "generation";
@@ -70,11 +127,12 @@
   // or null when the target was not computed at all.
   function currentRows() {
     const entry = entryOf(state.method);
-    const i = entry.targets.indexOf(state.target);
-    if (i < 0) return null;
+    if (!entry.targets.includes(state.target)) return null;
+    const rows = rowsOf(entry, state.target);
+    if (rows === "loading" || rows === null) return rows;
     return Array.from({ length: L }, (_, l) => {
       const k = entry.layers.indexOf(l);
-      return k < 0 ? null : entry.rows[i][k];
+      return k < 0 ? null : rows[k];
     });
   }
 
@@ -171,7 +229,9 @@
   }
 
   function render() {
-    const rows = currentRows();
+    const fetched = currentRows();
+    const pending = fetched === "loading";
+    const rows = pending ? null : fetched;
     const row = rows ? rows[state.layer] : null;
     const earlier = generatedScores(row);
     let max = 0;
@@ -207,11 +267,19 @@
     $("target-label").textContent = who;
     const entry = entryOf(state.method);
     let note = entry.note || "";
-    if (!rows) {
-      note = `${state.method} has no scores for ${isGen ? "generated token" : isSeq ? "target token" : "position"} ${state.target}: `
+    const reduced = rows && entry.lazy && entry.lazy.encoding === "log8" && !entry.embedded.includes(state.target);
+    const what = isGen ? "generated token" : isSeq ? "target token" : "position";
+    if (pending) {
+      note = `loading the ${state.method} scores of ${what} ${state.target}\u2026`;
+    } else if (!rows) {
+      note = `${state.method} has no scores for ${what} ${state.target}: `
         + `${entry.note}. Pick a highlighted target or another method.`;
     } else if (!row) {
       note = `${state.method} was not computed at layer ${state.layer + 1}; pick another layer.`;
+    } else if (reduced) {
+      note = `${note ? note + ". " : ""}This long input's scores for targets other than the one the report `
+        + "opened on are stored to within 3% (8 bits on a log scale) to keep the file small; "
+        + "the saved result (result.save) has them exactly.";
     }
     $("note").hidden = !note;
     $("note").textContent = note;

@@ -1,0 +1,191 @@
+"""Streaming capture: reduce each layer's attention inside a forward hook, as soon as the layer has run.
+
+``model(..., output_attentions=True)`` makes transformers keep every layer's ``(batch, heads, n, n)``
+weights in a tuple until the forward pass ends; stacking them for the methods then holds a second
+copy. At 4,096 tokens on SmolLM2-135M (30 layers, 9 heads) one copy alone is 18 GB. Here a hook on
+each attention module receives that layer's weights (under eager attention, transformers 5 attention
+modules return them whether or not ``output_attentions`` is set), writes what the methods need into
+one preallocated float32 buffer (the head-fused ``(n, n)`` map, or every head only when per-head
+results are asked for) and returns; nothing else keeps the weights, so each layer's are freed before
+the next layer runs. Peak memory: the buffer plus one layer's attention.
+
+Which modules produce attention comes from the model classes themselves: every transformers 5 model
+declares ``_can_record_outputs`` (e.g. ``{"attentions": LlamaAttention}``, or an ``OutputRecorder``
+with the tuple index and a sub-module name such as ``"self_attn"``), which transformers' own
+``output_attentions`` machinery reads. We read the same declaration, in the same way (a sub-model's
+declaration applies to its own sub-tree), so no per-architecture table is needed for this. Models
+without one (older code such as Falcon, Bloom, DeBERTa-v2) fall back to ``output_attentions``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnflow.core.fusion import fuse_heads
+from attnflow.errors import AttnflowError
+
+
+@dataclass(frozen=True)
+class AttentionModule:
+    """One module whose forward output carries a layer's attention weights at ``output[index]``;
+    ``owner`` is the dotted name of the (sub-)model that declared it (encoder and decoder of an
+    encoder-decoder model are different owners)."""
+
+    name: str
+    module: Any
+    index: int
+    owner: str
+
+
+def _specs(model: Any, key: str) -> list[tuple[Any, str | None, int, str | None]]:
+    """``(target_class, class_name, index, layer_name)`` for ``key`` in a model class's
+    ``_can_record_outputs`` (a class, a class-name string, an ``OutputRecorder``, or a list)."""
+    declared = getattr(type(model), "_can_record_outputs", None) or {}
+    entries = declared.get(key)
+    if entries is None:
+        return []
+    out = []
+    for entry in entries if isinstance(entries, list) else [entries]:
+        if isinstance(entry, type):
+            out.append((entry, None, 1, None))
+        elif isinstance(entry, str):
+            out.append((None, entry, 1, None))
+        else:  # transformers' OutputRecorder
+            out.append((getattr(entry, "target_class", None), getattr(entry, "class_name", None),
+                        int(getattr(entry, "index", 1)), getattr(entry, "layer_name", None)))
+    return out
+
+
+def _matches(module: Any, name: str, spec: tuple[Any, str | None, int, str | None]) -> bool:
+    target_class, class_name, _, layer_name = spec
+    if not ((target_class is not None and isinstance(module, target_class))
+            or (class_name is not None and name.endswith(class_name))):
+        return False
+    return layer_name is None or f".{layer_name.strip('.')}." in f"{name}."
+
+
+def attention_modules(model: Any, key: str = "attentions") -> list[AttentionModule]:
+    """The modules that produce ``key`` (``"attentions"``, ``"cross_attentions"``) in layer order,
+    found as transformers finds them for ``output_attentions``. Empty when the model declares none."""
+    from transformers import PreTrainedModel
+
+    found: list[AttentionModule] = []
+    seen: set[int] = set()
+
+    def walk(module: Any, name: str, specs: list, owner: str) -> None:
+        for spec in specs:
+            if id(module) not in seen and _matches(module, name, spec):
+                seen.add(id(module))
+                found.append(AttentionModule(name.lstrip("."), module, spec[2], owner))
+                break
+        for child_name, child in module.named_children():
+            child_path = f"{name}.{child_name}"
+            if isinstance(child, PreTrainedModel):
+                walk(child, child_path, _specs(child, key), child_path.lstrip("."))
+            else:
+                walk(child, child_path, specs, owner)
+
+    walk(model, "", _specs(model, key), "")
+    return found
+
+
+def streamable_modules(model: Any) -> list[AttentionModule]:
+    """:func:`attention_modules` when each runs once per layer; empty (take transformers' tuple
+    instead) for a model that runs one module in several layers (ALBERT shares its layers'
+    weights: one attention module, called ``num_hidden_layers`` times)."""
+    modules = attention_modules(model)
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    layers = getattr(config, "num_hidden_layers", None)
+    if modules and isinstance(layers, int) and len({m.owner for m in modules}) == 1 and len(modules) < layers:
+        return []
+    return modules
+
+
+class Reducer:
+    """Receives layer ``i``'s weights ``(batch, heads, q, k)`` and keeps what is asked for.
+
+    ``head_fusion`` "mean" / "max" / "min": ``buffer[:, i, 0]`` = the fused ``(q, k)`` map (float32);
+    None: ``buffer[:, i]`` = every head. The buffer ``(batch, layers, 1 or heads, q, k)`` is made on
+    the first call, when the number of heads is known.
+    """
+
+    def __init__(self, n_layers: int, head_fusion: str | None) -> None:
+        self.n_layers, self.head_fusion = n_layers, head_fusion
+        self.buffer: torch.Tensor | None = None
+        self.calls = 0
+
+    def end_call(self, output: Any) -> None:
+        """The whole model has run (nothing to do: every layer was kept as it came)."""
+
+    def layer(self, layer: int, weights: Any) -> None:
+        self.calls += 1
+        if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
+            raise AttnflowError(
+                "an attention module returned no attention weights; load the model with attn_implementation='eager'")
+        w = weights.detach()
+        if self.buffer is None:
+            batch, heads, q, k = w.shape
+            kept = heads if self.head_fusion is None else 1
+            self.buffer = torch.zeros(batch, self.n_layers, kept, q, k, dtype=torch.float32)
+        target = self.buffer[:, layer]
+        if tuple(w.shape[-2:]) != tuple(target.shape[-2:]) or w.shape[0] != target.shape[0]:
+            raise AttnflowError(f"layer {layer} returned attention of shape {tuple(w.shape)}; layer 0 had "
+                                f"{tuple(self.buffer[:, 0].shape)} (per-layer windows are not supported here)")
+        if self.head_fusion is None:
+            target.copy_(w)
+            return
+        target[:, 0] = fuse_heads(w.to(device="cpu", dtype=torch.float32), self.head_fusion)  # no copy for float32
+
+
+_ACTIVE: ContextVar[Any] = ContextVar("attnflow_streaming", default=None)
+_INSTALL = threading.Lock()
+
+
+def _install(model: Any, modules: list[AttentionModule]) -> None:
+    """Hooks that hand each forward call's attention to the receiver active in the calling thread
+    (:func:`streaming`), installed once per model and left in place, as transformers does for its
+    own recorder: hooks added and removed per call would race when several threads share a model
+    (the app runs jobs in parallel on one), and a hook that finds no receiver returns at once."""
+    with _INSTALL:
+        if getattr(model, "_attnflow_streaming_layers", None) == len(modules):
+            return
+        for layer, found in enumerate(modules):
+            found.module.register_forward_hook(_layer_hook(layer, found.index))
+        model.register_forward_hook(_end_hook)
+        model._attnflow_streaming_layers = len(modules)
+
+
+def _layer_hook(layer: int, index: int) -> Any:
+    def hook(module: Any, args: Any, output: Any) -> None:
+        receiver = _ACTIVE.get()
+        if receiver is not None:
+            receiver.layer(layer, output[index] if isinstance(output, (tuple, list)) else output)
+    return hook
+
+
+def _end_hook(module: Any, args: Any, output: Any) -> None:
+    receiver = _ACTIVE.get()
+    if receiver is not None and module is receiver.model:
+        receiver.end_call(output)
+
+
+@contextmanager
+def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iterator[Any]:
+    """For the duration of the block, every forward call of ``model`` in this thread hands layer
+    ``i``'s attention (``output[index]`` of ``modules[i]``) to ``receiver.layer(i, weights)`` and,
+    once the whole model has run, its output to ``receiver.end_call(output)``."""
+    _install(model, modules)
+    receiver.model = model
+    token = _ACTIVE.set(receiver)
+    try:
+        yield receiver
+    finally:
+        _ACTIVE.reset(token)
