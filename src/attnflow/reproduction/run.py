@@ -1,38 +1,70 @@
 """Run the paper's section-4 experiment on a subject-verb agreement model (the bundled one by default).
 
 For each test example (the model's own held-out test split): one forward pass with attentions, the
-CLS row of raw / rollout / flow per layer, blank-out (UNK = ``tokenizer.unk_token_id``, probability
-of the correct class) and input-gradient importance, and Spearman's rho between them over the words
-(see :mod:`attnflow.evaluation.correlation` for why CLS is left out).
+CLS row of raw / rollout / flow per layer, blank-out and input-gradient importance, and the rank
+correlation between them, under one of the protocols of :mod:`attnflow.reproduction.protocol`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attnflow.capture import capture, load_model
+from attnflow.capture import load_model
 from attnflow.data import agreement
 from attnflow.errors import AttnflowError
-from attnflow.evaluation.correlation import cls_scores, correlate, summarize
-from attnflow.evaluation.importance import blank_out, input_gradients
+from attnflow.evaluation.correlation import summarize
+from attnflow.reproduction.protocol import GRADIENTS, PROTOCOLS, check_choice, evaluate_example
+
+#: Below this median ``|sum_d g| / ||g||_2`` the gradient score is rounding residue, not a measurement
+#: (a generic gradient gives order 1; the LayerNorm-invariant ones here give 1e-8 to 1e-6).
+RESIDUE = 1e-3
 
 
-def load(model_dir: str | Path | None = None) -> tuple[Any, Any, int]:
-    """(model in eval mode with eager attention, tokenizer, the seed its data splits were drawn with)."""
+@dataclass
+class Reproduction:
+    """What one run measured: ``summary[(method, importance)] = {"mean", "std", "n"}`` per layer."""
+
+    summary: dict[tuple[str, str], dict[str, np.ndarray]]
+    model: str
+    protocol: str
+    gradient: str
+    examples: int
+    gradient_residue: float  # median over examples of ExampleResult.gradient_residue
+
+    @property
+    def gradient_is_residue(self) -> bool:
+        return self.gradient == "sum" and self.gradient_residue < RESIDUE
+
+
+def resolve_model(model: str | Path | None) -> Path:
+    """A model folder: ``None`` (the bundled ``agreement`` model), a bundled model's name
+    (``agreement``, ``agreement_bert``) or a directory written by ``attnflow.models.train_agreement``."""
     from attnflow.models import bundled_model_path
 
-    path = Path(model_dir) if model_dir is not None else bundled_model_path("agreement")
+    if model is None:
+        return bundled_model_path("agreement")
+    path = Path(model)
+    if not path.exists() and "/" not in str(model) and "\\" not in str(model):
+        return bundled_model_path(str(model))
     if not (path / "config.json").is_file():
-        raise AttnflowError(f"no model found in {path}; pass a directory written by attnflow.models.train_agreement")
-    model, tokenizer = load_model(str(path), task="classification")
+        raise AttnflowError(f"no model found in {path}; pass a bundled model's name or a directory "
+                            "written by attnflow.models.train_agreement")
+    return path
+
+
+def load(model: str | Path | None = None) -> tuple[Any, Any, int, Path]:
+    """(model in eval mode with eager attention, tokenizer, the seed its data splits were drawn with, folder)."""
+    path = resolve_model(model)
+    net, tokenizer = load_model(str(path), task="classification")
     info = path / "training.json"
     seed = json.loads(info.read_text())["seed"] if info.is_file() else 0
-    return model, tokenizer, seed
+    return net, tokenizer, seed, path
 
 
 def held_out_examples(n: int, seed: int) -> list[agreement.Example]:
@@ -43,29 +75,22 @@ def held_out_examples(n: int, seed: int) -> list[agreement.Example]:
     return agreement.splits(seed)["test"][:n]
 
 
-def evaluate_example(model: Any, tokenizer: Any, example: agreement.Example, flow_solver: str = "auto",
-                     include_cls: bool = False) -> dict[tuple[str, str], np.ndarray]:
-    """``{(method, importance): rho per layer}`` for one example; ``include_cls`` ranks CLS too."""
-    maps = capture(model, tokenizer, example.text)
-    ids = maps.input_ids
-    scores = cls_scores(maps.attentions, position=0, flow_solver=flow_solver)
-    importance = {
-        "blank_out": blank_out(model, ids, unk_id=tokenizer.unk_token_id, target=example.label),
-        "gradients": input_gradients(model, ids, at="layer_input"),  # see input_gradients: BERT needs it
-    }
-    keep = {0} if include_cls else set()
-    words = [i for i in range(len(ids)) if i in keep or i not in set(maps.special)]
-    return correlate(scores, importance, words)
-
-
-def reproduce(model_dir: str | Path | None = None, examples: int = 2000, *, flow_solver: str = "auto",
-              include_cls: bool = False, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Summary ``{(method, importance): {"mean", "std", "n"}}`` over ``examples`` test examples."""
-    model, tokenizer, seed = load(model_dir)
+def reproduce(model: str | Path | None = None, examples: int = 2000, *, protocol: str = "paper",
+              gradient: str = "sum", flow_solver: str = "auto", include_cls: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> Reproduction:
+    """Tables 1 and 2 over ``examples`` test examples of ``model`` (see :func:`resolve_model`)."""
+    check_choice("protocol", protocol, PROTOCOLS)
+    check_choice("gradient", gradient, GRADIENTS)
+    if include_cls and protocol == "paper":
+        raise AttnflowError("--include-cls applies to --protocol words; the paper protocol always ranks CLS")
+    net, tokenizer, seed, path = load(model)
     data = held_out_examples(examples, seed)
     results = []
     for i, example in enumerate(data):
-        results.append(evaluate_example(model, tokenizer, example, flow_solver, include_cls))
+        results.append(evaluate_example(net, tokenizer, example.text, example.label, protocol=protocol,
+                                        gradient=gradient, flow_solver=flow_solver, include_cls=include_cls))
         if progress is not None:
             progress(i + 1, len(data))
-    return summarize(results)
+    return Reproduction(summary=summarize(r.rho for r in results), model=str(path), protocol=protocol,
+                        gradient=gradient, examples=len(data),
+                        gradient_residue=float(np.nanmedian([r.gradient_residue for r in results])))
