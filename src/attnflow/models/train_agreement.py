@@ -37,7 +37,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from transformers import (BertConfig, BertForSequenceClassification, MegatronBertConfig,
                           MegatronBertForSequenceClassification, PreTrainedTokenizerFast)
 
-from attnflow.data import agreement
+from attnflow.data import agreement, ptb_agreement
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,34 @@ ARCHITECTURES: dict[str, Architecture] = {
 DEFAULT_ARCH = "gpt2-blocks"
 
 
-def build_tokenizer(arch: str = DEFAULT_ARCH) -> PreTrainedTokenizerFast:
-    """Word-level tokenizer over the grammar's vocabulary: ``[CLS] w1 ... wn`` (+ ``[EOS]`` for gpt2-blocks)."""
-    spec = ARCHITECTURES[arch]
-    vocab = {tok: i for i, tok in enumerate(list(spec.specials) + agreement.vocabulary())}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+@dataclass(frozen=True)
+class DataSource:
+    """Where the sentences come from: the templated grammar (the bundled models) or the Penn Treebank
+    text (``--data ptb``: built on the user's machine, never bundled)."""
+
+    splits: Callable[[int, dict | None], dict[str, list]]  # (seed, sizes) -> {"train", "validation", "test", ...}
+    vocabulary: Callable[[], list[str]]
+    unk: str  # the unknown-word token (blank-out's replacement)
+    pre_tokenizer: Callable[[], object]
+
+
+DATA: dict[str, DataSource] = {
+    # words and punctuation; punctuation becomes [UNK]
+    "templates": DataSource(agreement.splits, agreement.vocabulary, "[UNK]", pre_tokenizers.Whitespace),
+    # the treebank is already tokenized ("n't", "u.s.", "<unk>"): split on spaces only
+    "ptb": DataSource(ptb_agreement.splits, ptb_agreement.vocabulary,
+                      ptb_agreement.UNK, pre_tokenizers.WhitespaceSplit),
+}
+
+
+def build_tokenizer(arch: str = DEFAULT_ARCH, data: str = "templates") -> PreTrainedTokenizerFast:
+    """Word-level tokenizer over the data's vocabulary: ``[CLS] w1 ... wn`` (+ ``[EOS]`` for gpt2-blocks)."""
+    spec, source = ARCHITECTURES[arch], DATA[data]
+    specials = [source.unk if t == "[UNK]" else t for t in spec.specials]
+    vocab = {tok: i for i, tok in enumerate(specials + source.vocabulary())}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=source.unk))
     tok.normalizer = normalizers.Lowercase()  # "The key" and "the key" are the same input
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()  # words and punctuation; punctuation becomes [UNK]
+    tok.pre_tokenizer = source.pre_tokenizer()
     # The input is the sentence up to the verb, read out at CLS as in the paper.
     end = spec.eos or "[SEP]"
     single = f"[CLS] $A {spec.eos}" if spec.eos else "[CLS] $A"
@@ -101,7 +122,8 @@ def build_tokenizer(arch: str = DEFAULT_ARCH) -> PreTrainedTokenizerFast:
     )
     names = {"eos_token": spec.eos} if spec.eos else {"sep_token": "[SEP]"}
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", model_max_length=64, **names,
+        tokenizer_object=tok, unk_token=source.unk, pad_token="[PAD]", cls_token="[CLS]", model_max_length=64,
+        **names,
     )
 
 
@@ -142,20 +164,25 @@ def _batches(examples: list, size: int, rng: random.Random) -> list[list]:
 
 
 def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: float = 1e-3,
-          threads: int = 1, arch: str = DEFAULT_ARCH, sizes: dict[str, int] | None = None) -> dict:
+          threads: int = 1, arch: str = DEFAULT_ARCH, sizes: dict[str, int] | None = None,
+          data: str = "templates") -> dict:
     """Train one model and save it (safetensors, tokenizer, ``training.json``) into ``out``.
 
     The recipe is the same for both architectures (AdamW, one-cycle, 2 epochs); only the rows of
-    :data:`ARCHITECTURES` differ. ``sizes`` overrides the data split sizes (for quick tests).
+    :data:`ARCHITECTURES` differ. ``data`` picks a row of :data:`DATA`; ``sizes`` overrides the
+    split sizes (for quick tests).
     """
     if arch not in ARCHITECTURES:
         raise ValueError(f"arch must be one of {', '.join(ARCHITECTURES)}; got {arch!r}")
+    if data not in DATA:
+        raise ValueError(f"data must be one of {', '.join(DATA)}; got {data!r}")
     torch.set_num_threads(threads)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    data = agreement.splits(seed, sizes)
-    tokenizer = build_tokenizer(arch)
+    source = data
+    data = DATA[source].splits(seed, sizes)
+    tokenizer = build_tokenizer(arch, source)
     model = build_model(len(tokenizer), tokenizer.pad_token_id, arch)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     steps = max(1, epochs * (len(data["train"]) // batch_size))
@@ -179,11 +206,13 @@ def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: f
         history.append(val)
         print(f"epoch {epoch + 1}/{epochs}  loss {loss.item():.4f}  validation accuracy {val:.4f}  "
               f"({time.time() - start:.0f}s)", flush=True)
-    report = {"seed": seed, "arch": arch, "epochs": epochs, "batch_size": batch_size, "lr": lr, "threads": threads,
+    report = {"seed": seed, "arch": arch, "data": source, "epochs": epochs, "batch_size": batch_size, "lr": lr, "threads": threads,
               "train_seconds": round(time.time() - start, 1),
               "sizes": {k: len(v) for k, v in data.items()},
               "validation_by_epoch": history,
-              **{name: accuracy(model, tokenizer, data[name]) for name in ("validation", "test", "unseen")},
+              "majority_class_rate": {name: max(np.mean([e.label for e in v]), 1 - np.mean([e.label for e in v]))
+                                      for name, v in data.items()},
+              **{name: accuracy(model, tokenizer, data[name]) for name in data if name != "train"},
               # the fixed slice tests/test_agreement.py re-checks
               "test_first_1000": accuracy(model, tokenizer, data["test"][:1000])["overall"]}
     out.mkdir(parents=True, exist_ok=True)
@@ -202,13 +231,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory to write the model into")
     parser.add_argument("--arch", choices=list(ARCHITECTURES), default=DEFAULT_ARCH)
+    parser.add_argument("--data", choices=list(DATA), default="templates",
+                        help="templates (the bundled models) or ptb (Penn Treebank text; needs the treebank package)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    report = train(args.out, seed=args.seed, epochs=args.epochs, threads=args.threads, arch=args.arch)
+    report = train(args.out, seed=args.seed, epochs=args.epochs, threads=args.threads, arch=args.arch,
+                   data=args.data)
     for name in ("test", "unseen"):
-        print(name, {k: round(v, 4) if isinstance(v, float) else v for k, v in report[name].items()})
+        if name in report:
+            print(name, {k: round(v, 4) if isinstance(v, float) else v for k, v in report[name].items()})
 
 
 if __name__ == "__main__":

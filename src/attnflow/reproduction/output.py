@@ -23,7 +23,8 @@ GRADIENT_NAMES = {"sum": "|sum_d grad|", "norm": "||grad||_2"}
 
 def describe(run: Reproduction) -> str:
     """One line naming what was measured: model folder, protocol, gradient score."""
-    return (f"model {Path(run.model).name}, protocol {run.protocol}, gradient {GRADIENT_NAMES[run.gradient]}, "
+    data = "" if run.data == "templates" else f", data {run.data}"
+    return (f"model {Path(run.model).name}{data}, protocol {run.protocol}, gradient {GRADIENT_NAMES[run.gradient]}, "
             f"{run.examples} examples")
 
 
