@@ -56,7 +56,7 @@ def reproduce(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
-    # Matrices of at most 27 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
+    # Matrices of at most 64 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     if data == "ptb" and model is None:  # train it (first use) before the progress bar starts
         from attnflow.models.ptb_model import ptb_model_path

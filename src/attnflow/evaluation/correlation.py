@@ -43,8 +43,8 @@ def spearman_dense(x: Any, y: Any) -> np.ndarray:
 
     As in the paper's notebook (samiraabnar/Reflect, ``notebooks/attention_flow.ipynb``: pandas
     ``rank(method="dense")`` and this formula). It equals Spearman's rho when there are no ties; with
-    ties it is not a correlation coefficient (it can leave [-1, 1]) and is never NaN, so a constant
-    score still yields a number. ``x`` and ``y`` broadcast against each other.
+    ties it differs (the formula assumes ranks 1..n) and it is never NaN, so a constant score still
+    yields a number. ``x`` and ``y`` broadcast against each other.
     """
     x, y = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
     n = x.shape[-1]
