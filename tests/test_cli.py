@@ -27,27 +27,28 @@ def test_explain_json_equals_rollout_on_the_models_own_attentions(tmp_path, mini
     assert result.returncode == 0, result.stderr
     assert "rollout" in result.stdout and "[CLS]" in result.stdout
     data = json.loads(out.read_text())
-    assert set(data) >= {"tokens", "method", "target", "scores"} and data["method"] == "rollout"
+    assert data["version"] == 2 and data["kind"] == "text" and list(data["scores"]) == ["rollout"]
+    saved = attnflow.load(out)
     model, tokenizer = minilm
     enc = tokenizer("The keys to the cabinet are here", return_tensors="pt")
     with torch.no_grad():
         attentions = model(**enc, output_attentions=True).attentions
-    expected = attnflow.rollout(attentions)[:, data["target"], :].numpy()
-    np.testing.assert_allclose(np.array(data["scores"]), expected, atol=1e-6)
-    assert data["tokens"] == tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    expected = attnflow.rollout(attentions)[:, saved.target, :].numpy()
+    np.testing.assert_allclose(saved.row(), expected, atol=1e-6)
+    assert saved.sources == tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    assert saved.params["residual"] == 0.5 and saved.params["head_fusion"] == "mean" and saved.model == minilm_path
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_method_all_writes_one_object_per_method(tmp_path, minilm_path):
+def test_method_all_writes_one_result_with_three_methods(tmp_path, minilm_path):
     out = tmp_path / "all.json"
     result = run_subprocess("explain", "the key to the cabinets", "--model", minilm_path, "--method", "all",
                      "--target", "last", "--json", str(out))
     assert result.returncode == 0, result.stderr
-    data = json.loads(out.read_text())
-    assert [d["method"] for d in data] == ["raw", "rollout", "flow"]
-    for d in data:
-        assert d["target"] == len(d["tokens"]) - 1 and len(d["scores"]) == 6
-    np.testing.assert_allclose(np.array(data[2]["scores"]).sum(-1), 1.0, atol=1e-6)
+    saved = attnflow.load(out)
+    assert saved.methods == ["raw", "rollout", "flow"] and saved.method == "rollout"
+    assert saved.target == saved.n_sources - 1 and saved.n_layers == 6
+    np.testing.assert_allclose(saved.row("flow").sum(-1), 1.0, atol=1e-6)
 
 
 def test_help_teaches():

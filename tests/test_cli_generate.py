@@ -8,6 +8,8 @@ import json
 import pytest
 from cli_runner import run_cli
 
+import attnflow
+
 SUNNY = "Context: It is sunny today, which is bad. Q: How is the weather today? A: It is"
 
 
@@ -17,17 +19,19 @@ def test_generate_end_to_end_writes_json_and_png(monkeypatch, capsys, tmp_path, 
                              "--token", "-1", "--json", str(js), "--png", str(png), "--html", str(html))
     assert code == 0, err
     data = json.loads(js.read_text())
-    assert data["kind"] == "generation" and data["method"] == "rollout" and data["prompt"] == SUNNY
-    m, k = len(data["prompt_tokens"]), len(data["generated_tokens"])
-    assert k == 2 and len(data["M"]) == k and len(data["M"][0]) == m and len(data["M"][0][0]) == 30
-    assert [len(r) for r in data["rows"]] == [30, 30] and {len(x) for r in data["rows"] for x in r} == {m + k}
-    assert SUNNY + data["completion"] in out.replace("\n", "")
-    assert data["generated_tokens"][0].strip() in out  # the per-token table
+    assert data["version"] == 2 and data["kind"] == "generation" and data["input"] == SUNNY
+    saved = attnflow.load(js)
+    m, k = saved.input_length, saved.n_targets
+    assert k == 2 and saved.M.shape == (k, m, 30) and saved.dense("rollout").shape == (k, 30, m + k)
+    assert saved.target == 1  # --token -1: the files open on the last generated token
+    assert saved.params["causal_norm"] is None and saved.params["residual"] == 0.5
+    assert SUNNY + saved.meta["completion"] in out.replace("\n", "")
+    assert saved.targets[0].strip() in out  # the per-token table
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from attnflow.views.report import load_result, payload
+    from attnflow.views.report import payload
 
-    page = payload(load_result(str(js)))  # issue 6's report reads the JSON as written
-    assert page["kind"] == "generation" and page["generated_tokens"] == data["generated_tokens"]
+    page = payload(saved)  # the report reads the JSON as written
+    assert page["kind"] == "generation" and page["targets"] == saved.targets and page["target"] == 1
     assert "<html" in html.read_text().lower()
 
 
@@ -35,8 +39,8 @@ def test_generate_end_to_end_writes_json_and_png(monkeypatch, capsys, tmp_path, 
     (["generate", "   ", "-n", "2"], "non-empty"),
     (["generate", "Hello", "-n", "0"], "positive"),
     (["generate", "Hello", "-n", "-3"], "positive"),
-    (["generate", "Hello", "-n", "2", "--token", "zebra"], "no generated token 'zebra'"),
-    (["generate", "Hello", "-n", "2", "--token", "7"], "outside the 2 generated tokens"),
+    (["generate", "Hello", "-n", "2", "--token", "zebra"], "no target 'zebra'"),
+    (["generate", "Hello", "-n", "2", "--token", "7"], "outside the 2 targets"),
     (["generate", "Hello", "-n", "2", "--png", "out.txt"], "must end in"),
     (["explain", "Hello", "--target", "cls"], "decoders have no CLS"),
 ])
@@ -54,6 +58,6 @@ def test_explain_on_decoder_defaults_to_last(monkeypatch, capsys, tmp_path, smol
     code, out, err = run_cli(monkeypatch, capsys, "explain", "The keys to the cabinet", "--model", smollm2_dir,
                              "--method", "all", "--json", str(js))
     assert code == 0, err
-    data = json.loads(js.read_text())
-    assert [d["method"] for d in data] == ["raw", "rollout", "flow"]
-    assert all(d["target"] == 4 for d in data) and "cabinet" in out
+    saved = attnflow.load(js)
+    assert saved.methods == ["raw", "rollout", "flow"]
+    assert saved.target == 4 and all(c.targets == (4,) for c in saved.computed.values()) and "cabinet" in out

@@ -32,6 +32,30 @@ def test_explain_image_writes_png(digit_png, tmp_path, method, monkeypatch, caps
         assert img.format == "PNG"
 
 
+def test_explain_image_json_round_trips_and_view_draws_it(digit_png, tmp_path, monkeypatch, capsys):
+    import attnflow
+
+    js, html = tmp_path / "d.json", tmp_path / "d.html"
+    code, out, err = run_cli(monkeypatch, capsys, "explain-image", str(digit_png), "--method", "all",
+                             "--json", str(js), "--html", str(html))
+    assert code in (0, None), err
+    saved = attnflow.load(js)
+    direct = attnflow.explain_image(str(digit_png), method="all")
+    assert saved.kind == "image" and saved.methods == ["raw", "rollout", "flow"] and saved.grid == (4, 4)
+    for m in saved.methods:
+        np.testing.assert_allclose(saved.row(m), direct.row(m), rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(saved.image, direct.image)
+    assert saved.input == str(digit_png) and saved.prediction == direct.prediction
+    assert "attnflow-data" in html.read_text()
+    png = tmp_path / "v.png"
+    code, out, err = run_cli(monkeypatch, capsys, "view", str(js), "--png", str(png))
+    assert code in (0, None), err
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    code, out, err = run_cli(monkeypatch, capsys, "explain-image", str(digit_png), str(digit_png), "--json",
+                             str(tmp_path / "two.json"))
+    assert code == 2 and "one image's result" in err and not (tmp_path / "two.json").exists()
+
+
 @pytest.mark.parametrize("case", ["missing image", "not an image", "unknown method", "missing model", "bad out"])
 def test_explain_image_errors(case, digit_png, tmp_path, monkeypatch, capsys):
     text = tmp_path / "notes.png"
@@ -72,8 +96,8 @@ def test_explain_image_as_a_real_process(digit_png, tmp_path):
     result = subprocess.run([sys.executable, "-m", "attnflow", "explain-image", str(digit_png), "--method", "flow",
                              "--png", str(out_png)], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
-    expl = attnflow.explain_image(str(digit_png), method="flow")[0]
-    r, c = divmod(int(expl.scores.argmax()), 4)
+    expl = attnflow.explain_image(str(digit_png), method="flow")
+    r, c = divmod(int(expl.grid_scores().argmax()), 4)
     assert f"prediction {expl.prediction}" in result.stdout and f"top patch (row {r}, col {c})" in result.stdout
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -33,15 +33,16 @@ def test_gpt2_generation_matches_full_forward(tiny_gpt2):
     torch.manual_seed(1)
     gen = attnflow.generate(model, tokenizer, "The keys to the cabinet", max_new_tokens=5, do_sample=True,
                             min_new_tokens=5)
-    ids = encode(tokenizer, [gen.prompt])["input_ids"][0].tolist() + gen.generated_ids
+    ids = encode(tokenizer, [gen.input])["input_ids"][0].tolist() + gen.meta["generated_ids"]
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids]), output_attentions=True)
     full = np.asarray(attnflow.rollout(out.attentions, causal_norm="keys"))
-    gen_keys = attnflow.generate(model, tokenizer, gen.prompt, max_new_tokens=1, causal_norm="keys")
-    m = len(gen.prompt_tokens)
-    np.testing.assert_allclose(gen_keys.rows[0, :, :m], full[:, m - 1, :m], atol=1e-5)
+    gen_keys = attnflow.generate(model, tokenizer, gen.input, max_new_tokens=1, causal_norm="keys")
+    m = gen.input_length
+    np.testing.assert_allclose(gen_keys.row()[:, :m], full[:, m - 1, :m], atol=1e-5)
     full = np.asarray(attnflow.rollout(out.attentions))
-    np.testing.assert_allclose(gen.rows[:, :, : m + 4], full[:, m - 1 : m + 4, : m + 4].transpose(1, 0, 2), atol=1e-5)
+    rows = gen.dense("rollout")
+    np.testing.assert_allclose(rows[:, :, : m + 4], full[:, m - 1 : m + 4, : m + 4].transpose(1, 0, 2), atol=1e-5)
 
 
 def test_gpt2_padded_batch_without_pad_token(tiny_gpt2):

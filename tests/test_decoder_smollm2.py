@@ -18,12 +18,12 @@ PROMPT = "The keys to the cabinet"
 def full_forward_rows(model, tokenizer, gen, causal_norm=None):
     """Oracle: one forward pass over prompt + generated tokens, rolled out with attnflow.rollout;
     the rows of the positions that predicted each generated token, shaped like ``gen.rows``."""
-    ids = encode(tokenizer, [gen.prompt])["input_ids"][0].tolist() + gen.generated_ids
+    ids = encode(tokenizer, [gen.input])["input_ids"][0].tolist() + gen.meta["generated_ids"]
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids]), output_attentions=True)
     r = np.asarray(attnflow.rollout(out.attentions, causal_norm=causal_norm))  # (layers, n, n)
-    m, k = len(gen.prompt_tokens), len(gen.generated_tokens)
-    expected = np.zeros_like(gen.rows)
+    m, k = gen.input_length, gen.n_targets
+    expected = np.zeros_like(gen.dense("rollout"))
     expected[:, :, : m + k - 1] = r[:, m - 1 : m - 1 + k, : m + k - 1].transpose(1, 0, 2)
     return expected, out.logits[0]
 
@@ -32,17 +32,18 @@ def full_forward_rows(model, tokenizer, gen, causal_norm=None):
 def test_greedy_generation_matches_full_forward(smollm2, causal_norm):
     model, tokenizer = smollm2
     gen = attnflow.generate(model, tokenizer, PROMPT, max_new_tokens=4, causal_norm=causal_norm)
-    assert len(gen.generated_tokens) == 4 and gen.rows.shape == (4, 30, 9)
+    rows = gen.dense("rollout")
+    assert gen.n_targets == 4 and rows.shape == (4, 30, 9)
     expected, logits = full_forward_rows(model, tokenizer, gen, causal_norm)
-    np.testing.assert_allclose(gen.rows, expected, atol=1e-5)
+    np.testing.assert_allclose(rows, expected, atol=1e-5)
     np.testing.assert_allclose(gen.M, expected[:, :, :5].transpose(0, 2, 1), atol=1e-5)
     # Greedy: each generated token is the argmax of the full pass at the position that predicted it.
-    m = len(gen.prompt_tokens)
-    assert logits[m - 1 : m + 3].argmax(-1).tolist() == gen.generated_ids
-    assert gen.generated_tokens[0] == " are"
-    np.testing.assert_allclose(gen.rows.sum(-1), 1.0, atol=1e-6)
+    m = gen.input_length
+    assert logits[m - 1 : m + 3].argmax(-1).tolist() == gen.meta["generated_ids"]
+    assert gen.targets[0] == " are" and gen.target_positions == [m - 1 + i for i in range(4)]
+    np.testing.assert_allclose(rows.sum(-1), 1.0, atol=1e-6)
     for i in range(4):  # no mass on positions the predicting query could not see
-        assert np.all(gen.rows[i, :, m + i :] == 0.0)
+        assert np.all(rows[i, :, m + i :] == 0.0)
 
 
 def test_sampling_matches_full_forward(smollm2):
@@ -50,9 +51,9 @@ def test_sampling_matches_full_forward(smollm2):
     torch.manual_seed(3)
     gen = attnflow.generate(model, tokenizer, "Once upon a time", max_new_tokens=4, do_sample=True,
                             top_k=50, temperature=1.5)
-    assert gen.params["do_sample"] is True and 1 <= len(gen.generated_tokens) <= 4
+    assert gen.params["do_sample"] is True and 1 <= gen.n_targets <= 4
     expected, _ = full_forward_rows(model, tokenizer, gen)
-    np.testing.assert_allclose(gen.rows, expected, atol=1e-5)
+    np.testing.assert_allclose(gen.dense("rollout"), expected, atol=1e-5)
 
 
 def test_capture_is_causal_and_explain_defaults_to_last(smollm2):
@@ -64,7 +65,7 @@ def test_capture_is_causal_and_explain_defaults_to_last(smollm2):
     f = np.asarray(attnflow.flow(maps, positions=[2], layers=[0, -1]))
     assert np.all(f[..., 3:] == 0.0)  # position 2 cannot reach later tokens
     expl = attnflow.explain(PROMPT, model, tokenizer=tokenizer, method="rollout")
-    assert expl.target == 4 and expl.tokens[4] == " cabinet"
+    assert expl.target == 4 and expl.sources[4] == " cabinet"
     with pytest.raises(attnflow.AttnflowError, match="decoders have no CLS"):
         attnflow.explain(PROMPT, model, tokenizer=tokenizer, target="cls")
 
@@ -107,6 +108,7 @@ def test_report_maps_honour_causal_norm(smollm2):
     maps = attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("raw", "rollout"), causal_norm="sink")
     captured = attnflow.capture(model, tokenizer, text)
     expected = np.asarray(attnflow.rollout(captured, causal_norm="sink"))
-    np.testing.assert_allclose(maps.maps["rollout"], expected, atol=1e-6)
-    assert maps.target == len(maps.tokens) - 1 and maps.params["causal_norm"] == "sink"
-    assert not np.allclose(maps.maps["rollout"], np.asarray(attnflow.rollout(captured)), atol=1e-3)
+    np.testing.assert_allclose(maps.scores["rollout"].transpose(1, 0, 2), expected, atol=1e-6)
+    assert maps.target == maps.n_sources - 1 and maps.params["causal_norm"] == "sink"
+    assert not np.allclose(maps.scores["rollout"].transpose(1, 0, 2), np.asarray(attnflow.rollout(captured)),
+                           atol=1e-3)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from factory import text_result
 
-from attnflow import AttnflowError, Explanation
+import attnflow
+from attnflow import AttnflowError
 from attnflow.core.paths import attention_graph
-from attnflow.explanation_maps import maps_from_attentions
 from attnflow.views.curves import correlation_figure, save_correlation_plot
 from attnflow.views.graph import graph_figure, save_graph
 from attnflow.views.heatmap import heatmap_figure, save_heatmaps
@@ -18,17 +19,15 @@ from attnflow.views.token_map import save_token_map, token_map_figure
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF"}
 
 
-def _explanations(n: int, layers: int = 6, target: int = 0) -> list[Explanation]:
-    rng = np.random.default_rng(n)
+def _explanations(n: int, layers: int = 6, target: int = 0):
     tokens = ["[CLS]"] + [("antidisestablishmentarianism" if i % 9 == 0 else f"w{i}") for i in range(1, n)]
-    return [Explanation(tokens=tokens, scores=rng.dirichlet(np.ones(n), size=layers), method=m, target=target)
-            for m in ("raw", "rollout", "flow")]
+    return text_result(tokens, layers, target, seed=n)
 
 
 def _maps(n: int):
     torch.manual_seed(n)
     attentions = torch.rand(3, 2, n, n).softmax(-1)
-    return maps_from_attentions(attentions, [f"t{i}" for i in range(n)], 0, methods=("raw", "rollout"))
+    return attnflow.explain_attentions(attentions, [f"t{i}" for i in range(n)], methods=("raw", "rollout"))
 
 
 def _writers(n: int):
@@ -107,7 +106,7 @@ def test_heatmap_token_labels_never_overlap_and_include_the_target(n):
     try:
         for panel in _label_boxes(fig):
             texts = [t for t, _ in panel]
-            assert any(t.startswith(_explanations(n)[0].tokens[target][:5]) for t in texts)
+            assert any(t.startswith(_explanations(n).sources[target][:5]) for t in texts)
             if n == 5:
                 assert len(texts) == 5  # short inputs: every token labelled
             else:
@@ -124,7 +123,7 @@ def test_token_map_for_5_and_500_tokens(tmp_path, n):
     import matplotlib.pyplot as plt
 
     maps = _maps(n)
-    fig = token_map_figure(maps.maps["rollout"][-1], maps.tokens)
+    fig = token_map_figure(maps.scores["rollout"][:, -1], maps.sources)
     try:
         for axis in ("x", "y"):
             panel = _label_boxes(fig, axis)[0]
@@ -196,10 +195,8 @@ def test_graph_draws_only_the_strongest_edges():
 
 def test_tokens_are_data_not_markup(tmp_path):
     """A token such as "[/INST]" is not rich markup and "$x$" is not mathtext: both print/draw as text."""
-    from attnflow import Explanation
-
     tokens = ["[CLS]", "[/INST]", "$\\foo$", "costs $5"]
-    expl = Explanation(tokens=tokens, scores=np.full((2, 4), 0.25), method="rollout", target=1)
+    expl = text_result(tokens, target=1, methods=("rollout",))
     text = str(expl)
     assert "[/INST]" in text and "$\\foo$" in text
     expl.plot(str(tmp_path / "t.png"), title="it costs $5 and $6")

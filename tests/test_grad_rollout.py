@@ -142,11 +142,11 @@ def test_explain_offers_grad_rollout_for_text_classifiers(smollm2):
     enc = tokenizer([text], return_tensors="pt")
     g = capture_gradients(model, dict(enc), target=None)
     expected = np.asarray(grad_rollout(g.attentions, g.gradients))[0][:, 0, :]
-    np.testing.assert_allclose(expl.scores, expected, rtol=1e-5, atol=1e-9)
-    words = expl.scores[-1, 1:]
-    assert expl.tokens[1 + int(np.argmax(words))] == "keys" and words.min() > 0
+    np.testing.assert_allclose(expl.row(), expected, rtol=1e-5, atol=1e-9)
+    words = expl.row()[-1, 1:]
+    assert expl.sources[1 + int(np.argmax(words))] == "keys" and words.min() > 0
     maps = attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("rollout", "grad-rollout"))
-    np.testing.assert_allclose(maps.maps["grad-rollout"][:, 0, :], expl.scores, rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(maps.row("grad-rollout", 0), expl.row(), rtol=1e-5, atol=1e-9)
     lm, lm_tokenizer = smollm2
     with pytest.raises(AttnflowError, match="needs a classifier"):
         attnflow.explain("the keys", lm, tokenizer=lm_tokenizer, method="grad-rollout")

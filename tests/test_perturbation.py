@@ -70,7 +70,7 @@ def test_auc_is_the_trapezoid_rule():
 
 
 def test_digits_end_to_end_small(tmp_path):
-    from attnflow.evaluation.digits import evaluate_perturbation
+    from attnflow.api.perturbation import evaluate_perturbation
     from attnflow.views.perturbation import (
         curves_table,
         save_curves_csv,
@@ -94,8 +94,8 @@ def test_digits_end_to_end_small(tmp_path):
 
 
 def test_fill_values_for_the_digits_model():
+    from attnflow.api.perturbation import fill_value
     from attnflow.capture.vision import image_settings, load_vision_model
-    from attnflow.evaluation.digits import fill_value
 
     model = load_vision_model()
     s = image_settings(model)

@@ -3,11 +3,12 @@
 Every page is opened with all non-file requests aborted and recorded, and console errors collected;
 each test then asserts that nothing was fetched and nothing failed. Values are read back from what
 the page renders (each token's data-score and its background alpha) and compared with the numbers
-of the Explanation / ExplanationMaps / generation result the page was made from.
+of the result (text, every-target maps, generation, image) the page was made from.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,9 +17,10 @@ import tempfile
 import numpy as np
 import pytest
 import torch
+from factory import text_result
+from test_results import image
 
-from attnflow import Explanation
-from attnflow.explanation_maps import maps_from_attentions
+import attnflow
 from attnflow.views.report import save_report
 
 CHROMIUM = os.environ.get("ATTNFLOW_CHROMIUM", "/usr/bin/chromium")
@@ -35,14 +37,20 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
-def context():
+def browser_api():
+    """playwright's sync API once Chromium is there (else skip locally, fail in CI)."""
     try:
         import playwright.sync_api as playwright_api
     except ImportError:
         _unavailable("playwright (python) is not installed")
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         _unavailable(f"no Chromium at {CHROMIUM}")
+    return playwright_api
+
+
+@pytest.fixture(scope="module")
+def context():
+    playwright_api = browser_api()
     profile = tempfile.mkdtemp(prefix="attnflow-chromium-")
     with playwright_api.sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS,
@@ -55,6 +63,8 @@ def context():
 class Page:
     """A page with the network cut off: every non-file request is aborted and remembered."""
 
+    allowed = "file:"  # what the page may load: URLs starting so
+
     def __init__(self, context, url: str):
         self.fetched: list[str] = []
         self.errors: list[str] = []
@@ -66,7 +76,7 @@ class Page:
         self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
 
     def _route(self, route):
-        if route.request.url.startswith("file:"):
+        if route.request.url.startswith(self.allowed):
             route.continue_()
         else:
             self.fetched.append(route.request.url)
@@ -78,12 +88,12 @@ class Page:
 
     def scores(self, kind: str = "input") -> list[float | None]:
         return self.page.eval_on_selector_all(
-            f".tok[data-kind='{kind}']",
+            f"[data-kind='{kind}']",
             "els => els.map(e => e.dataset.score === undefined ? null : Number(e.dataset.score))")
 
     def alphas(self, kind: str = "input") -> list[float]:
         backgrounds = self.page.eval_on_selector_all(
-            f".tok[data-kind='{kind}']", "els => els.map(e => getComputedStyle(e).backgroundColor)")
+            f"[data-kind='{kind}']", "els => els.map(e => getComputedStyle(e).backgroundColor)")
         out = []
         for bg in backgrounds:
             parts = re.findall(r"[\d.]+", bg)
@@ -106,12 +116,9 @@ def _assert_row(page: Page, expected: np.ndarray, kind: str = "input") -> None:
     np.testing.assert_allclose(page.alphas(kind), expected / expected.max(), atol=5e-3)
 
 
-def _explanations(n: int, layers: int, seed: int = 0, tokens: list[str] | None = None) -> list[Explanation]:
-    rng = np.random.default_rng(seed)
+def _explanations(n: int, layers: int, seed: int = 0, tokens: list[str] | None = None):
     tokens = tokens or [f"tok{i}" for i in range(n)]
-    return [Explanation(tokens=tokens, scores=rng.dirichlet(np.ones(n), size=layers), method=m, target=0,
-                        params={"text": " ".join(tokens), "model": "synthetic"})
-            for m in ("raw", "rollout", "flow")]
+    return text_result(tokens, layers, seed=seed, input=" ".join(tokens), model="synthetic")
 
 
 def test_network_guard_sees_a_fetch(context, tmp_path):
@@ -124,17 +131,28 @@ def test_network_guard_sees_a_fetch(context, tmp_path):
 
 
 def test_switching_method_and_layer_shows_the_explanations_numbers(context, tmp_path):
-    explanations = _explanations(9, 4)
+    result = _explanations(9, 4)
     path = tmp_path / "report.html"
-    save_report(explanations, str(path))
+    save_report(result, str(path))
     page = Page(context, path.as_uri())
     assert page.page.get_attribute("body", "data-method") == "rollout"
-    for expl in explanations:
-        page.page.click(f"#methods button[data-method='{expl.method}']")
-        assert page.page.get_attribute("body", "data-method") == expl.method
+    for method in result.methods:
+        page.page.click(f"#methods button[data-method='{method}']")
+        assert page.page.get_attribute("body", "data-method") == method
         for layer in (0, 2, 3):
             page.set_layer(layer)
-            _assert_row(page, expl.scores[layer])
+            _assert_row(page, result.row(method)[layer])
+    page.clean()
+
+
+def test_the_page_opens_on_the_method_and_target_of_the_result(context, tmp_path):
+    result = _explanations(6, 2).select(methods=["raw", "flow"])
+    result.method = "flow"
+    path = tmp_path / "flow.html"
+    result.to_html(str(path))
+    page = Page(context, path.as_uri())
+    assert page.page.get_attribute("body", "data-method") == "flow"
+    _assert_row(page, result.row("flow")[-1])
     page.clean()
 
 
@@ -143,7 +161,7 @@ def test_clicking_a_token_makes_it_the_target(context, tmp_path):
     attentions = torch.rand(3, 2, 7, 7).softmax(-1)
     tokens = [f"w{i}" for i in range(7)]
     # flow for the captured target only: the page must say so and show no flow values elsewhere.
-    maps = maps_from_attentions(attentions, tokens, target=0, flow_targets="target")
+    maps = attnflow.explain_attentions(attentions, tokens, target=0, flow_targets="target")
     path = tmp_path / "maps.html"
     maps.to_html(str(path))
     page = Page(context, path.as_uri())
@@ -152,20 +170,20 @@ def test_clicking_a_token_makes_it_the_target(context, tmp_path):
     for method in ("raw", "rollout"):
         page.page.click(f"#methods button[data-method='{method}']")
         page.set_layer(1)
-        _assert_row(page, maps.maps[method][1, 4])
+        _assert_row(page, maps.row(method, 4)[1])
     page.page.click("#methods button[data-method='flow']")
     assert page.scores() == [None] * 7
     assert "position 0 only" in page.page.text_content("#note")
     page.page.click(".tok[data-kind='input'][data-index='0']")
-    _assert_row(page, maps.maps["flow"][1, 0])
+    _assert_row(page, maps.row("flow", 0)[1])
     page.clean()
 
 
 def test_script_tokens_are_shown_as_text(context, tmp_path):
     tokens = ["[CLS]", "<script>", "window.pwned=1", "</script>", '<img src=x onerror="window.pwned=2">', "&amp;"]
-    explanations = _explanations(len(tokens), 2, tokens=tokens)
+    result = _explanations(len(tokens), 2, tokens=tokens)
     path = tmp_path / "xss.html"
-    html = explanations[0].to_html(str(path))
+    html = result.to_html(str(path))
     assert len(re.findall(r"</script", html, flags=re.I)) == 2  # only the page's own two blocks close
     page = Page(context, path.as_uri())
     shown = page.page.eval_on_selector_all(".tok[data-kind='input']", "els => els.map(e => e.textContent)")
@@ -181,20 +199,23 @@ def test_512_tokens_render_quickly(context, tmp_path):
     n = 512
     torch.manual_seed(0)
     attentions = torch.rand(6, 1, n, n).softmax(-1)
-    maps = maps_from_attentions(attentions, [f"t{i}" for i in range(n)], target=0, methods=("raw", "rollout"))
+    maps = attnflow.explain_attentions(attentions, [f"t{i}" for i in range(n)], methods=("raw", "rollout"))
     path = tmp_path / "long.html"
     maps.to_html(str(path))
     page = Page(context, path.as_uri())
     assert float(page.page.get_attribute("body", "data-ready-ms")) < 10_000
     assert len(page.scores()) == n
     page.page.click(".tok[data-kind='input'][data-index='300']")
-    _assert_row(page, maps.maps["rollout"][5, 300])
+    _assert_row(page, maps.row("rollout", 300)[5])
     page.clean()
 
 
 def _generation(rng: np.random.Generator) -> dict:
+    # the 0.1 generation schema: the page must show old files too
     prompt, generated, layers = ["The", " keys", " to", " the", " cabinet"], [" are", " on", " <b>"], 3
-    rows = [rng.dirichlet(np.ones(len(prompt) + g + 1), size=layers).tolist() for g in range(len(generated))]
+    width = len(prompt) + len(generated)
+    rows = [[list(rng.dirichlet(np.ones(len(prompt) + g + 1))) + [0.0] * (width - len(prompt) - g - 1)
+             for _ in range(layers)] for g in range(len(generated))]
     m = [[[rows[g][l][j] for l in range(layers)] for j in range(len(prompt))] for g in range(len(generated))]
     return {"kind": "generation", "model": "synthetic", "prompt": "".join(prompt), "prompt_tokens": prompt,
             "generated_tokens": generated, "method": "rollout", "M": m, "rows": rows}
@@ -202,8 +223,10 @@ def _generation(rng: np.random.Generator) -> dict:
 
 def test_clicking_a_generated_token_updates_the_prompt(context, tmp_path):
     data = _generation(np.random.default_rng(1))
+    saved = tmp_path / "gen.json"
+    saved.write_text(json.dumps(data))
     path = tmp_path / "gen.html"
-    save_report(data, str(path))
+    attnflow.load(saved).to_html(str(path))
     page = Page(context, path.as_uri())
     m = np.asarray(data["M"])
     for g in (2, 1):
@@ -218,8 +241,24 @@ def test_clicking_a_generated_token_updates_the_prompt(context, tmp_path):
     page.clean()
 
 
+def test_image_report_colours_every_patch_and_switches_layer(context, tmp_path):
+    result = image()
+    path = tmp_path / "image.html"
+    result.to_html(str(path))
+    page = Page(context, path.as_uri())
+    assert page.page.eval_on_selector("#image", "img => img.complete && img.naturalWidth") == 8
+    for layer in (0, 1):
+        page.set_layer(layer)
+        _assert_row(page, result.row("rollout")[layer], kind="patch")
+    page.page.click("#methods button[data-method='flow']")
+    _assert_row(page, result.row("flow")[1], kind="patch")
+    page.set_layer(0)
+    assert page.scores("patch") == [None] * 4 and "not computed at layer 1" in page.page.text_content("#note")
+    page.clean()
+
+
 def test_notebook_repr_renders_in_an_iframe(context, tmp_path):
-    explanation = _explanations(5, 2)[1]
+    explanation = _explanations(5, 2)
     path = tmp_path / "nb.html"
     path.write_text(f"<!DOCTYPE html><html><body>{explanation._repr_html_()}</body></html>")
     page = context.new_page()
@@ -227,4 +266,4 @@ def test_notebook_repr_renders_in_an_iframe(context, tmp_path):
     frame = page.frame_locator("iframe")
     frame.locator("body[data-ready='1']").wait_for(timeout=30_000)
     scores = frame.locator(".tok[data-kind='input']").evaluate_all("els => els.map(e => Number(e.dataset.score))")
-    np.testing.assert_allclose(scores, explanation.scores[-1], rtol=RTOL)
+    np.testing.assert_allclose(scores, explanation.row()[-1], rtol=RTOL)

@@ -1,4 +1,4 @@
-"""What the report embeds: escaping, validation of results and files, full maps, packing."""
+"""What the report embeds: escaping, validation, every kind of result, full maps, packing."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import re
 import numpy as np
 import pytest
 import torch
+from factory import text_result
+from test_results import generation, image
 
 import attnflow
-from attnflow import AttnflowError, Explanation, ExplanationMaps
-from attnflow.explanation_maps import maps_from_attentions
-from attnflow.views.report import load_result, payload, report_html
+from attnflow import AttnflowError
+from attnflow.views.report import payload, report_html
 from attnflow.views.report.data import PLAIN_MAX
 
 
@@ -22,116 +23,93 @@ def _embedded(html: str) -> dict:
     return json.loads(block.group(1))
 
 
-def _expl(tokens, method="rollout", target=0, layers=2, seed=0):
-    rng = np.random.default_rng(seed)
-    return Explanation(tokens=list(tokens), scores=rng.dirichlet(np.ones(len(tokens)), size=layers), method=method,
-                       target=target)
-
-
 def test_json_block_cannot_be_closed_by_a_token():
     tokens = ["</script><script>alert(1)</script>", "</SCRIPT >", "<!--", "&lt;", "@@DATA@@", "\u2028"]
-    html = report_html(_expl(tokens))
+    html = report_html(text_result(tokens))
     assert len(re.findall(r"</script", html, flags=re.I)) == 2  # the page's own data and code blocks
     assert "<!--" not in html.split('id="attnflow-data">')[1].split("</script>")[0]
-    assert _embedded(html)["tokens"] == tokens  # the escapes decode back to the same text
+    assert _embedded(html)["sources"] == tokens  # the escapes decode back to the same text
     assert "<title>attnflow: &lt;/script&gt;" in html
 
 
 def test_page_needs_no_network():
-    html = report_html(_expl(["a", "b"]))
-    assert not re.search(r"(src|href)\s*=|https?://|@import|url\(", html, flags=re.I)
-    assert "default-src 'none'" in html  # and the browser is told to refuse any fetch
+    for result in (text_result(["a", "b"]), generation(), image()):
+        html = report_html(result)
+        # the image is the page's own data: URI (allowed by the policy); nothing else may load
+        stripped = re.sub(r'"data:image/png;base64,[A-Za-z0-9+/=]+"', '""', html)
+        assert not re.search(r"(src|href)\s*=|https?://|@import|url\(", stripped, flags=re.I)
+        assert "default-src 'none'" in html and "img-src data:" in html
 
 
-def test_several_explanations_become_one_page_with_methods_in_paper_order():
-    tokens = ["[CLS]", "x", "y"]
-    data = payload([_expl(tokens, "flow"), _expl(tokens, "raw"), _expl(tokens, "rollout")])
+def test_methods_in_paper_order_with_notes_for_partial_ones():
+    data = payload(text_result(["[CLS]", "x", "y"], methods=("flow", "raw", "rollout")))
     assert [m["name"] for m in data["methods"]] == ["raw", "rollout", "flow"]
     assert all(m["targets"] == [0] and "position 0 only" in m["note"] for m in data["methods"])
-    with pytest.raises(AttnflowError, match="same input"):
-        payload([_expl(tokens), _expl(["other", "x", "y"])])
+    assert data["method"] == "rollout" and data["targets_are_sources"]
 
 
-@pytest.mark.parametrize("bad, message", [
-    (Explanation(["a", "b"], np.ones((2, 3)), "raw", 0), "3 columns but there are 2 tokens"),
-    (Explanation(["a", "b"], np.array([[0.5, np.nan]]), "raw", 0), "NaN"),
-    (Explanation(["a", "b"], np.ones((1, 2)), "raw", 5), "outside"),
-    (Explanation(["a", "b"], np.ones(2), "raw", 0), "2-d"),
-    ("not a result", "cannot make a report"),
-])
-def test_bad_results_are_refused(bad, message):
-    with pytest.raises(AttnflowError, match=message):
-        report_html(bad)
+def test_every_kind_has_its_payload():
+    gen = payload(generation())
+    assert gen["kind"] == "generation" and gen["input_length"] == 6 and gen["targets"] == [" are", " old"]
+    np.testing.assert_allclose(gen["methods"][0]["rows"], generation().blocks["rollout"].values, rtol=1e-3)
+    img = payload(image())
+    assert img["kind"] == "image" and img["grid"] == [2, 2] and img["image"].startswith("data:image/png;base64,")
+    flow = next(m for m in img["methods"] if m["name"] == "flow")
+    assert flow["layers"] == [1]  # flow at the top layer only: the page says so for layer 1
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no such result file"),
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "explanation objects"),
-    ("42", "JSON object"),
-    ('{"tokens": ["a"], "method": "raw"}', "missing"),
-    ('{"tokens": ["a", "b"], "method": "raw", "target": 0, "scores": [[1, 2], [3]]}', "does not hold"),
-    ('{"tokens": ["a", "b"], "method": "raw", "target": "x", "scores": [[1, 2]]}', "does not hold"),
-    ('{"kind": "generation", "prompt_tokens": ["a"]}', "missing"),
-    ('{"kind": "generation", "prompt_tokens": ["a"], "generated_tokens": ["b"], "method": "rollout", '
-     '"M": [[[0.1], [0.2]]]}', "shape"),
-    ('{"kind": "maps", "tokens": ["a"]}', "maps"),
-])
-def test_bad_result_files_are_refused(tmp_path, content, message):
-    path = tmp_path / "r.json"
-    if content is not None:
-        path.write_text(content)
-    with pytest.raises(AttnflowError, match=message):
-        load_result(path)
+def test_bad_results_are_refused():
+    with pytest.raises(AttnflowError, match="cannot make a report"):
+        report_html("not a result")
+    with pytest.raises(AttnflowError, match="cannot make a report"):
+        report_html([text_result(["a"])])
 
 
-def test_maps_round_trip_through_json_keeps_missing_flow_rows_missing():
+def test_maps_keep_missing_flow_rows_missing():
     torch.manual_seed(0)
-    maps = maps_from_attentions(torch.rand(2, 2, 5, 5).softmax(-1), list("abcde"), 2, flow_targets="target")
-    again = ExplanationMaps.from_dict(json.loads(maps.to_json()))
-    assert again.computed == maps.computed and again.computed["flow"] == [2]
-    for m in maps.methods:
-        np.testing.assert_array_equal(np.isnan(again.maps[m]), np.isnan(maps.maps[m]))
-        np.testing.assert_allclose(np.nan_to_num(again.maps[m]), np.nan_to_num(maps.maps[m]))
-    with pytest.raises(AttnflowError, match="only"):
-        maps.explanation("flow", 3)
+    maps = attnflow.explain_attentions(torch.rand(2, 2, 5, 5).softmax(-1), list("abcde"), target=2,
+                                       flow_targets="target")
+    data = payload(maps)
+    flow = next(m for m in data["methods"] if m["name"] == "flow")
+    assert flow["targets"] == [2] and "position 2 only" in flow["note"]
+    assert next(m for m in data["methods"] if m["name"] == "raw")["targets"] == [0, 1, 2, 3, 4]
 
 
 def test_large_maps_are_packed_as_float16_that_decodes_to_the_values():
     n = 240  # per method 240 targets x 2 layers x 240 tokens > PLAIN_MAX numbers
     torch.manual_seed(0)
-    maps = maps_from_attentions(torch.rand(2, 1, n, n).softmax(-1), [f"t{i}" for i in range(n)], 0,
-                                methods=("raw", "rollout"))
+    maps = attnflow.explain_attentions(torch.rand(2, 1, n, n).softmax(-1), [f"t{i}" for i in range(n)],
+                                       methods=("raw", "rollout"))
     assert n * 2 * n > PLAIN_MAX
     data = _embedded(maps.to_html())
     for entry in data["methods"]:
         packed = entry["rows"]
         assert packed["dtype"] == "float16" and packed["shape"] == [n, 2, n]
         decoded = np.frombuffer(base64.b64decode(packed["base64"]), dtype="<f2").reshape(packed["shape"])
-        expected = maps.maps[entry["name"]].transpose(1, 0, 2)  # (targets, layers, n)
-        np.testing.assert_allclose(decoded, expected, rtol=5e-4, atol=1e-7)
+        np.testing.assert_allclose(decoded, maps.scores[entry["name"]], rtol=5e-4, atol=1e-7)
 
 
 def test_explain_maps_agrees_with_explain_for_every_method(minilm):
     model, tokenizer = minilm
     text = "The keys to the cabinet are here"
     maps = attnflow.explain_maps(text, model, tokenizer=tokenizer, target="cls")
-    assert all(c == list(range(len(maps.tokens))) for c in maps.computed.values())  # short: flow everywhere
+    n = maps.n_sources
+    assert all(c.targets == tuple(range(n)) for c in maps.computed.values())  # short: flow everywhere
     for method in ("raw", "rollout", "flow"):
         for target in (0, 3):
             expected = attnflow.explain(text, model, tokenizer=tokenizer, method=method, target=target)
-            got = maps.explanation(method, target)
-            assert got.tokens == expected.tokens
-            np.testing.assert_allclose(got.scores, expected.scores, atol=1e-9)
+            assert maps.sources == expected.sources
+            np.testing.assert_allclose(maps.row(method, target), expected.row(), atol=1e-9)
 
 
-def test_a_result_object_with_to_dict_is_read_through_it():
-    # How a Generation object (issue 5) reaches the report: its to_dict is the generation schema.
-    class Result:
-        def to_dict(self):
-            return {"kind": "generation", "prompt_tokens": ["a", "b"], "generated_tokens": ["c"],
-                    "method": "rollout", "M": [[[0.25, 0.5], [0.75, 0.5]]], "rows": [[[0.25, 0.75, 0.0],
-                                                                                     [0.5, 0.5, 0.0]]]}
-
-    data = payload(Result())
-    assert data["kind"] == "generation" and data["M"] == [[[0.25, 0.5], [0.75, 0.5]]] and data["n_layers"] == 2
+def test_explain_attentions_equals_the_core_methods():
+    torch.manual_seed(1)
+    att = torch.rand(3, 2, 6, 6).softmax(-1)
+    maps = attnflow.explain_attentions(att, targets=[1, 4], target=1)
+    np.testing.assert_allclose(maps.row("rollout", 4), np.asarray(attnflow.rollout(att))[:, 4], atol=1e-6)
+    np.testing.assert_allclose(maps.row("flow", 1), np.asarray(attnflow.flow(att, positions=[1]))[:, 0], atol=1e-9)
+    assert maps.computed["raw"].targets == (1, 4) and maps.sources == [str(i) for i in range(6)]
+    with pytest.raises(AttnflowError, match="positions in"):
+        attnflow.explain_attentions(att, targets=[9])
+    with pytest.raises(AttnflowError, match="2 tokens"):
+        attnflow.explain_attentions(att, ["a", "b"])

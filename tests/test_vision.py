@@ -6,10 +6,10 @@ import pytest
 import torch
 from PIL import Image
 
+from attnflow.api.images import IMAGE_METHODS, explain_image, patch_scores
 from attnflow.capture.vision import capture_images, load_vision_model
 from attnflow.core import rollout
 from attnflow.errors import AttnflowError
-from attnflow.explain_image import IMAGE_METHODS, explain_image, patch_scores
 from attnflow.models import bundled_model_path
 from attnflow.models.train_digits_vit import digits_split
 from attnflow.views.image import save_overlays
@@ -40,8 +40,11 @@ def test_bundled_model_is_accurate_on_held_out_digits(vit):
 def test_shapes_and_overlay_written(vit, test_images, method, tmp_path):
     images, _ = test_images
     expls = explain_image(images[:3], vit, method=method)
-    assert [e.scores.shape for e in expls] == [(4, 4)] * 3
-    assert all(np.isfinite(e.scores).all() and (e.scores >= 0).all() and e.scores.max() > 0 for e in expls)
+    assert [e.grid_scores().shape for e in expls] == [(4, 4)] * 3
+    assert all(e.kind == "image" and e.n_layers == 4 and e.dense(method).shape == (1, 4, 16) for e in expls)
+    for e in expls:
+        s = e.dense(method)
+        assert np.isfinite(s).all() and (s >= 0).all() and s[:, -1].max() > 0
     path = tmp_path / f"{method}.png"
     save_overlays(expls, str(path))
     with Image.open(path) as img:
@@ -53,6 +56,9 @@ def test_rollout_scores_are_the_cls_row_of_rollout(vit, test_images):
     r = np.asarray(rollout(maps.attentions))
     np.testing.assert_allclose(patch_scores(maps, "rollout"), r[:, -1, 0, 1:].reshape(2, 4, 4), rtol=1e-6)
     assert maps.layout.prefix == 1 and maps.layout.pooling == "cls"
+    # the result holds every layer: layer l is the CLS row of R_{l+1}
+    result = explain_image(test_images[0][0], vit)
+    np.testing.assert_allclose(result.row(), r[0, :, 0, 1:], rtol=1e-6)
 
 
 @pytest.mark.parametrize("method", IMAGE_METHODS)
@@ -60,8 +66,8 @@ def test_batch_equals_one_by_one(vit, test_images, method):
     images, _ = test_images
     batch = explain_image(images, vit, method=method)
     for image, expl in zip(images, batch):
-        alone = explain_image(image, vit, method=method)[0]
-        np.testing.assert_allclose(expl.scores, alone.scores, rtol=1e-4, atol=1e-6)
+        alone = explain_image(image, vit, method=method)
+        np.testing.assert_allclose(expl.row(), alone.row(), rtol=1e-4, atol=1e-6)
         assert expl.prediction == alone.prediction
 
 
@@ -109,9 +115,9 @@ def test_layouts_with_random_models(kind, tmp_path):
     np.testing.assert_allclose(patch_scores(maps, "rollout"), expected[:, prefix:].reshape(3, *grid), rtol=1e-5)
     for method in IMAGE_METHODS:
         expls = explain_image(images, model, method=method)
-        assert all(e.scores.shape == grid for e in expls) and expls[1].scores.std() > 1e-3  # not vacuous
-        alone = explain_image(images[1], model, method=method)[0]
-        np.testing.assert_allclose(expls[1].scores, alone.scores, rtol=1e-4, atol=1e-6)
+        assert all(e.grid_scores().shape == grid for e in expls) and expls[1].grid_scores().std() > 1e-3  # not vacuous
+        alone = explain_image(images[1], model, method=method)
+        np.testing.assert_allclose(expls[1].row(), alone.row(), rtol=1e-4, atol=1e-6)
     save_overlays(expls, str(tmp_path / "o.png"))
     assert (tmp_path / "o.png").stat().st_size > 0
 

@@ -1,37 +1,54 @@
 """attnflow: which input tokens a Transformer's output really draws on.
 
 Attention rollout and attention flow (Abnar & Zuidema, ACL 2020) on stock Hugging Face models.
+
+    result = attnflow.explain("The keys to the cabinet", method="all")   # an attnflow.Attribution
+    result.print(); result.plot("panels.png"); result.to_html("report.html")
+
+The names below load on first use, so ``import attnflow`` (and ``attnflow --help``) stays fast:
+torch and transformers are imported only when something is computed.
 """
 
-from attnflow.capture import capture, capture_gradients, capture_images, generate, load_model, load_vision_model
-from attnflow.core import AttentionMaps, flow, grad_rollout, raw, rollout
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from attnflow import capture as _capture_package  # light: its names load on first use
+from attnflow import views as _views  # noqa: F401  (registers how results draw themselves)
 from attnflow.errors import AttnflowError
-from attnflow.explain import explain
-from attnflow.explain_image import ImageExplanation, explain_image
-from attnflow.explanation import Explanation
-from attnflow.explanation_maps import ExplanationMaps, explain_maps
-from attnflow.generation import Generation
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-__all__ = [
-    "AttentionMaps",
-    "AttnflowError",
-    "Explanation",
-    "ExplanationMaps",
-    "Generation",
-    "ImageExplanation",
-    "capture",
-    "capture_gradients",
-    "capture_images",
-    "explain",
-    "explain_image",
-    "explain_maps",
-    "flow",
-    "generate",
-    "grad_rollout",
-    "load_model",
-    "load_vision_model",
-    "raw",
-    "rollout",
-]
+# public name -> the module that defines it (in the layer order of the package)
+_LAZY = {
+    "AttentionMaps": "attnflow.core", "flow": "attnflow.core", "grad_rollout": "attnflow.core",
+    "raw": "attnflow.core", "rollout": "attnflow.core",
+    "capture_gradients": "attnflow.capture", "capture_images": "attnflow.capture",
+    "load_model": "attnflow.capture", "load_vision_model": "attnflow.capture",
+    "Attribution": "attnflow.results", "load": "attnflow.results",
+    "explain": "attnflow.api", "explain_attentions": "attnflow.api", "explain_image": "attnflow.api",
+    "explain_maps": "attnflow.api", "generate": "attnflow.api",
+}
+
+__all__ = ["AttnflowError", "capture", *_LAZY]
+
+
+def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False) -> Any:
+    """Run ``model`` on ``text`` (a string or a list of strings) and return its attention maps; see
+    :func:`attnflow.capture.text.capture`. (Defined here because the name is also the capture
+    package's, which would otherwise shadow the function once the package is loaded.)"""
+    return _capture_package.capture(model, tokenizer, text, truncate=truncate)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

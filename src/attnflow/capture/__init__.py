@@ -1,10 +1,27 @@
-"""Capture: run a model and collect its attention per layer. Knows about transformers, not plots."""
+"""Capture: run a model and collect its attention per layer. Knows about transformers, never about results.
 
-from attnflow.capture.gradients import capture_gradients
-from attnflow.capture.load import default_model_path, load_model
-from attnflow.capture.generation import generate
-from attnflow.capture.text import capture
-from attnflow.capture.vision import capture_images, load_vision_model
+Names load on first use (torch and transformers are slow to import), so that importing attnflow, and
+``attnflow --help``, stay fast.
+"""
 
-__all__ = ["capture", "capture_gradients", "capture_images", "default_model_path", "generate", "load_model",
-           "load_vision_model"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "GenerationTrace": "generation", "track_generation": "generation", "capture_gradients": "gradients",
+    "default_model_path": "load", "load_model": "load", "capture": "text", "capture_images": "vision",
+    "load_vision_model": "vision",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attnflow.capture' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"attnflow.capture.{module}"), name)
+    globals()[name] = value
+    return value

@@ -1,4 +1,4 @@
-"""generate(): run a decoder's own ``generate`` and track attention rollout incrementally.
+"""Run a decoder's own ``generate`` and track attention rollout incrementally.
 
 A forward hook on the model receives each forward call's attentions while ``model.generate`` runs:
 the first call is the prompt (``(layers, heads, m, m)``, rolled out once), each later call is one
@@ -13,18 +13,38 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
-from attnflow.capture.load import ensure_eager, load_model
+from attnflow.capture.load import ensure_eager
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.core.incremental import IncrementalRollout
 from attnflow.errors import AttnflowError
-from attnflow.generation import Generation
 
 _REFUSED = {"num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "assistant_model": None,
             "prompt_lookup_num_tokens": None}
+
+
+@dataclass
+class GenerationTrace:
+    """What :func:`track_generation` saw. Positions: the prompt is ``0..m-1``, generated token ``i``
+    sits at ``m + i`` and is predicted by position ``m - 1 + i``.
+
+    rows: ``(n_new, layers, m + n_new)``: the rollout row of the position that predicted generated
+        token ``i``, at every layer, over every position (zero from column ``m + i`` on, the
+        positions it could not see); each row sums to 1.
+    """
+
+    prompt_ids: list[int]
+    new_ids: list[int]
+    prompt_tokens: list[str]
+    generated_tokens: list[str]
+    completion: str
+    rows: np.ndarray
+    do_sample: bool
 
 
 @contextmanager
@@ -52,25 +72,19 @@ def _check(prompt: Any, max_new_tokens: Any, kwargs: dict) -> None:
             raise AttnflowError(f"generate tracks one sequence one token per step; {key}={kwargs[key]!r} is not supported")
 
 
-def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
-             residual: float = 0.5, head_fusion: str = "mean", causal_norm: str | None = None,
-             **generate_kwargs: Any) -> Generation:
-    """Generate a completion of ``prompt`` and roll out attention for every generated token.
+def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int = 20, *,
+                     residual: float = 0.5, head_fusion: str = "mean", causal_norm: str | None = None,
+                     **generate_kwargs: Any) -> GenerationTrace:
+    """Generate a completion of ``prompt`` with a loaded causal LM and roll out attention for every
+    generated token (see :class:`GenerationTrace`).
 
-    model: a loaded causal LM with its ``tokenizer``, or a local path / hub id (then tokenizer=None).
     max_new_tokens: how many tokens to generate at most (generation may stop earlier at EOS).
     residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling.
-
-    Returns a :class:`attnflow.generation.Generation`: generated token ``i`` is explained by the
-    rollout row of the position that predicted it (position ``m - 1 + i``).
     """
     _check(prompt, max_new_tokens, generate_kwargs)
-    name = model if isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)
-    if isinstance(model, str):
-        model, tokenizer = load_model(model, task="causal-lm")
-    elif tokenizer is None:
+    if tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
     if not is_causal(model):
         raise AttnflowError(f"generate needs a causal language model; {type(model).__name__} is not one")
@@ -115,10 +129,8 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         raise AttnflowError(f"expected {n_new} forward steps for {n_new} new tokens; saw {tracker.n - m + 1}")
     rows = torch.zeros(n_new, tracker.rows.shape[0], m + n_new, dtype=torch.float64)
     rows[:, :, : m + n_new - 1] = tracker.rows[:, m - 1:, :].transpose(0, 1)
-    return Generation(
-        model=str(name), prompt=prompt, prompt_tokens=token_strings(tokenizer, enc["input_ids"][0].tolist()),
-        generated_tokens=token_strings(tokenizer, new_ids), completion=tokenizer.decode(new_ids, skip_special_tokens=True),
-        rows=rows.numpy(), generated_ids=new_ids,
-        params={"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm,
-                "do_sample": bool(kwargs["do_sample"])},
-    )
+    prompt_ids = enc["input_ids"][0].tolist()
+    return GenerationTrace(prompt_ids=prompt_ids, new_ids=new_ids, prompt_tokens=token_strings(tokenizer, prompt_ids),
+                           generated_tokens=token_strings(tokenizer, new_ids),
+                           completion=tokenizer.decode(new_ids, skip_special_tokens=True), rows=rows.numpy(),
+                           do_sample=bool(kwargs["do_sample"]))

@@ -1,49 +1,39 @@
 """The attnflow command line: a thin layer of argument parsing over the public API.
 
-Each command lives in its own module and registers itself on ``app``. Errors the user can fix
-(:class:`AttnflowError`) print as one line on stderr with exit status 2, never a traceback.
+Each command lives in its own module and registers itself on :data:`attnflow.cli.app.app`; each
+imports the heavy parts (torch, transformers, matplotlib) only when it runs, so ``--help`` is fast.
+Errors the user can fix (:class:`AttnflowError`) print as one line on stderr with exit status 2,
+never a traceback.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-import typer
-
+from attnflow.cli import explain as _explain  # noqa: F401  (command modules register themselves)
+from attnflow.cli import explain_image as _explain_image  # noqa: F401
+from attnflow.cli import generate as _generate  # noqa: F401
+from attnflow.cli import perturbation as _perturbation  # noqa: F401
+from attnflow.cli import reproduce as _reproduce  # noqa: F401
+from attnflow.cli import view as _view  # noqa: F401
+from attnflow.cli import app_command as _app_command  # noqa: F401
+from attnflow.cli.app import app
 from attnflow.errors import AttnflowError
 
-app = typer.Typer(
-    name="attnflow",
-    help="Which input tokens does a Transformer's output draw on? Attention rollout and attention flow "
-    "(Abnar & Zuidema 2020) for Hugging Face models.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
-)
-
-
-
-@app.callback()
-def _root() -> None:
-    """Which input tokens does a Transformer's output draw on? Attention rollout and attention flow
-    (Abnar & Zuidema 2020) for Hugging Face models. Run `attnflow COMMAND --help` for each command."""
-
-
-# Command modules register themselves on `app` when imported.
-from attnflow.cli import explain as _explain  # noqa: E402,F401
-from attnflow.cli import explain_image as _explain_image  # noqa: E402,F401
-from attnflow.cli import perturbation as _perturbation  # noqa: E402,F401
-from attnflow.cli import reproduce as _reproduce  # noqa: E402,F401
-from attnflow.cli import view as _view  # noqa: E402,F401
-from attnflow.cli import generate as _generate  # noqa: E402,F401
+__all__ = ["app", "main"]
 
 
 def main() -> None:
     """Console entry point."""
-    from attnflow.capture.load import quiet_transformers
+    # The CLI's output is the answer: no weight-loading bars or notices from transformers. Set before
+    # transformers is imported (it reads these once); quieten it directly when it already is (tests).
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        from attnflow.capture.load import quiet_transformers
 
-    quiet_transformers()
+        quiet_transformers()
     try:
         app()
     except AttnflowError as exc:

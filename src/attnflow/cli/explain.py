@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -10,15 +9,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from attnflow.cli import app
+from attnflow.cli.app import app
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
-from attnflow.explain import explain as explain_text
-from attnflow.explanation_maps import explain_maps
-from attnflow.views.files import write_text
-from attnflow.views.heatmap import save_heatmaps
-from attnflow.views.report import save_report
-from attnflow.views.table import method_table
 
 
 class Method(str, Enum):
@@ -63,38 +56,35 @@ def explain(
 
         attnflow explain "the key to the cabinets" --method all --png out.png --html report.html
     """
+    from attnflow.api import explain as explain_text
+    from attnflow.api import explain_maps
+
     check_outputs(json=json_out, png=png_out, html=html_out)
     chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
-    maps = None
+    shown = "rollout" if method == Method.all else method.value
+    options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
+                   causal_norm=causal_norm.value if causal_norm else None)
     with progress_bar("attention flow") as bar:
         if html_out is None:
-            result = explain_text(text, model, method=method.value, target=target, residual=residual,
-                                  head_fusion=head_fusion.value, truncate=truncate, progress=bar,
-                                  causal_norm=causal_norm.value if causal_norm else None)
-            explanations = result if isinstance(result, list) else [result]
+            result = explain_text(text, model, method=method.value, progress=bar, **options)
+            report = None
         else:
             # The report lets the reader click any token as the target, so it needs every target's
             # scores; raw and rollout come along for free and give the page something to switch to.
             wanted = tuple(m for m in ("raw", "rollout", "flow", "grad-rollout")
                            if m in chosen or m in ("raw", "rollout"))
-            maps = explain_maps(text, model, methods=wanted, target=target, residual=residual,
-                                head_fusion=head_fusion.value, truncate=truncate, progress=bar,
-                                causal_norm=causal_norm.value if causal_norm else None)
-            explanations = [maps.explanation(m) for m in chosen]
+            report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, **options)
+            result = report.select(methods=chosen, targets=[report.target])
     console = Console()
-    if explanations[0].prediction is not None:
-        console.print(f"prediction: [bold]{explanations[0].prediction}[/bold]")
-    if len(explanations) == 1:
-        console.print(explanations[0].table(top))
-    else:
-        console.print(method_table(explanations, top))
+    if result.prediction is not None:
+        console.print(f"prediction: [bold]{result.prediction}[/bold]")
+    result.print(top)
     if json_out is not None:
-        payload = [e.to_dict() for e in explanations] if method == Method.all else explanations[0].to_dict()
-        write_text(json_out, json.dumps(payload))
+        result.to_json(json_out)
         console.print(f"wrote {json_out}")
     if png_out is not None:
-        save_heatmaps(explanations, str(png_out), title=text if len(text) < 80 else text[:77] + "...")
+        result.plot(png_out, title=text if len(text) < 80 else text[:77] + "...")
         console.print(f"wrote {png_out}")
-    if maps is not None:
-        save_report(maps, str(html_out))
+    if report is not None:
+        report.to_html(html_out)
         console.print(f"wrote {html_out}")

@@ -8,9 +8,10 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from attnflow.cli import app
+from attnflow.cli.app import app
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
+from attnflow.errors import AttnflowError
 
 
 @app.command("explain-image")
@@ -18,31 +19,46 @@ def explain_image(
     images: List[Path] = typer.Argument(..., help="One or more image files (any format PIL reads)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Image classifier folder or hub id. Default: the bundled digits ViT."),
     # A plain string checked by the library, so an unknown method is a one-line error like any other.
-    method: str = typer.Option("rollout", help="raw | rollout | flow | grad-rollout (gradient-weighted rollout)."),
+    method: str = typer.Option("rollout", help="raw | rollout | flow | grad-rollout (gradient-weighted rollout) | all."),
     target: Optional[str] = typer.Option(None, "--class", help="Class grad-rollout explains (index or label). Default: the predicted class."),
     residual: float = typer.Option(0.5, help="Weight of the residual connection for rollout and flow: A = (1-r)W + rI."),
-    png_out: Path = typer.Option(..., "--png", help="Write the overlays here (.png), one panel per image."),
+    png_out: Optional[Path] = typer.Option(None, "--png", help="Write the overlays here (.png), one panel per image and method."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON (one image at a time)."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained HTML report (one image at a time)."),
 ) -> None:
     """Overlay each patch's relevance for the model's prediction on the image.
 
-    The explained position is the CLS token (or the mean of the patches for mean-pooled models) at
-    the top layer. Example:
+    The explained position is the CLS token (or the mean of the patches for mean-pooled models);
+    the overlays show the top layer. Example:
 
         attnflow explain-image digit.png --method grad-rollout --png overlay.png
     """
-    from attnflow.explain_image import check_method, explain_image as explain
+    from attnflow.api.images import check_method
+    from attnflow.api.images import explain_image as explain
     from attnflow.views.image import save_overlays
 
     check_method(method)
-    check_outputs(png_only=png_out)
+    if png_out is None and json_out is None and html_out is None:
+        raise AttnflowError("say what to write: --png OUT.png, --json OUT.json and/or --html OUT.html")
+    if len(images) > 1 and (json_out is not None or html_out is not None):
+        raise AttnflowError(f"--json and --html hold one image's result; got {len(images)} images (run once per image)")
+    check_outputs(png_only=png_out, json=json_out, html=html_out)
     with progress_bar("attention flow") as bar:
-        result = explain([str(p) for p in images], model, method=method, target=target, residual=residual,
-                         progress=bar)
+        results = explain([str(p) for p in images], model, method=method, target_class=target, residual=residual,
+                          progress=bar)
     console = Console()
-    for path, expl in zip(images, result):
-        extra = f", explaining class {expl.target}" if expl.target is not None else ""
-        r, c = divmod(int(expl.scores.argmax()), expl.scores.shape[1])
-        console.print(f"{path}: prediction [bold]{expl.prediction}[/bold]{extra}; top patch (row {r}, col {c})",
+    for path, result in zip(images, results):
+        explained = result.params.get("explained_class")
+        extra = f", explaining class {explained}" if explained is not None else ""
+        r, c = divmod(int(result.grid_scores().argmax()), result.grid[1])
+        console.print(f"{path}: prediction [bold]{result.prediction}[/bold]{extra}; top patch (row {r}, col {c})",
                       soft_wrap=True)
-    save_overlays(result, str(png_out))
-    console.print(f"wrote {png_out}")
+    if png_out is not None:
+        save_overlays(results, png_out)
+        console.print(f"wrote {png_out}")
+    if json_out is not None:
+        results[0].to_json(json_out)
+        console.print(f"wrote {json_out}")
+    if html_out is not None:
+        results[0].to_html(html_out)
+        console.print(f"wrote {html_out}")

@@ -7,17 +7,12 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
-from attnflow.capture import generate as generate_text
-from attnflow.capture import load_model
-from attnflow.cli import app
-from attnflow.cli.outputs import check_outputs
+from attnflow.cli.app import app
 from attnflow.cli.explain import CausalNorm
+from attnflow.cli.outputs import check_outputs
 from attnflow.errors import AttnflowError
-from attnflow.views.files import write_text
 
 
 @app.command()
@@ -42,6 +37,9 @@ def generate(
     """
     import torch
 
+    from attnflow.api import generate as generate_text
+    from attnflow.capture import load_model
+
     if max_new_tokens < 1:
         raise AttnflowError(f"--max-new-tokens must be a positive integer; got {max_new_tokens}")
     if not prompt.strip():
@@ -52,27 +50,19 @@ def generate(
     torch.manual_seed(seed)
     result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
                            causal_norm=causal_norm.value if causal_norm else None)
-    index = result.token_index(token) if token is not None else 0  # before any file is written
+    if token is not None:  # before any file is written; the files open on this token
+        result = result.with_target(token)
     console = Console()
     line = Text(prompt, style="bold")
-    line.append(result.completion)
+    line.append(result.meta["completion"])
     console.print(line, soft_wrap=True, highlight=False)
-    table = Table(title="rollout, mean over layers", title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("token")
-    table.add_column(f"top {top} prompt tokens")
-    for i, piece in enumerate(result.generated_tokens):
-        # Tokens are escaped: a prompt with "[" must not be read as rich markup.
-        cells = "  ".join(f"{escape(repr(tok))} [dim]{score:.2f}[/dim]"
-                          for _, tok, score in result.top(i, top, content_only=content_only))
-        table.add_row(str(i), escape(repr(piece)), cells)
-    console.print(table)
+    result.print(top, content_only=content_only)
     if json_out is not None:
-        write_text(json_out, result.to_json())
+        result.to_json(json_out)
         console.print(f"wrote {json_out}")
     if png_out is not None:
-        result.plot(str(png_out), token=index, content_only=content_only)
+        result.plot(png_out, content_only=content_only)
         console.print(f"wrote {png_out}")
     if html_out is not None:
-        result.to_html(str(html_out))
+        result.to_html(html_out)
         console.print(f"wrote {html_out}")

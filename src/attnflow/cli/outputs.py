@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnflow.views.files import check_output
-from attnflow.views.heatmap import FORMATS
+from attnflow.results.files import check_output
+from attnflow.views.files import FIGURE_FORMATS
 
-SUFFIXES = {"json": ("json",), "png": FORMATS, "html": ("html", "htm"), "csv": ("csv",), "png_only": ("png",)}
+SUFFIXES = {"json": ("json",), "png": FIGURE_FORMATS, "html": ("html", "htm"), "csv": ("csv",), "png_only": ("png",)}
 
 
 def check_outputs(**paths: Path | None) -> None:

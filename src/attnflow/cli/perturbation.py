@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from attnflow.cli import app
+from attnflow.cli.app import app
 from attnflow.cli.outputs import check_outputs
 
 
@@ -31,7 +31,8 @@ def evaluate_perturbation(
 
         attnflow evaluate-perturbation --png perturbation.png --csv perturbation.csv
     """
-    from attnflow.evaluation.digits import METHODS, evaluate_perturbation as run
+    from attnflow.api.perturbation import METHODS
+    from attnflow.api.perturbation import evaluate_perturbation as run
     from attnflow.views.perturbation import curves_table, save_curves_csv, save_curves_plot
 
     methods = tuple(method) if method else METHODS

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 import typer
 from rich.console import Console
 
-from attnflow.cli import app
+from attnflow.cli.app import app
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
-from attnflow.reproduction.output import describe, residue_note, tables, write_csv, write_plot
-from attnflow.reproduction.protocol import GRADIENTS, PROTOCOLS
-from attnflow.reproduction.run import DATASETS
-from attnflow.reproduction.run import reproduce as run_reproduction
 
 
 @app.command()
@@ -42,6 +37,13 @@ def reproduce(
 
         attnflow reproduce --model agreement_bert --protocol words
     """
+    import torch
+
+    from attnflow.reproduction.output import describe, residue_note, tables, write_csv, write_plot
+    from attnflow.reproduction.protocol import GRADIENTS, PROTOCOLS
+    from attnflow.reproduction.run import DATASETS
+    from attnflow.reproduction.run import reproduce as run_reproduction
+
     if examples is not None and examples < 1:
         raise AttnflowError(f"--examples must be at least 1; got {examples}")
     if data not in DATASETS:

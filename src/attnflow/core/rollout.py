@@ -12,9 +12,8 @@ row-stochastic, so each ``R_l`` is too. Cost: ``O(layers * n^3)``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numbers
+from typing import Any
 
 import torch
 

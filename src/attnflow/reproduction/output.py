@@ -15,7 +15,8 @@ from rich.table import Table
 
 from attnflow.reproduction.paper import PAPER, TABLES
 from attnflow.reproduction.run import Reproduction
-from attnflow.views.files import save_figure, write_text
+from attnflow.results.files import write_text
+from attnflow.views.files import save_figure
 
 METHOD_NAMES = {"raw": "Raw", "rollout": "Rollout", "flow": "Flow"}
 GRADIENT_NAMES = {"sum": "|sum_d grad|", "norm": "||grad||_2"}

@@ -1,1 +1,69 @@
-"""Views: terminal tables, figures and files. They take results, never models."""
+"""Views: terminal tables, figures and the HTML report. They take results, never models.
+
+Importing this package registers the presenter that gives every
+:class:`~attnflow.results.Attribution` its ``plot``, ``to_html``, ``table`` and ``print``; the
+figure and report modules are imported only when something is drawn (matplotlib is slow to load).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnflow.results.presenter import register
+
+
+def plot(result: Any, path: Any, **options: Any) -> str:
+    """The kind's figure: layers x tokens panels (text), bars + prompt x layers map for one generated
+    token (generation), overlays (image). ``options`` go to the figure function of that kind."""
+    if result.kind == "generation":
+        from attnflow.views.generation import save_generation_figure
+
+        return save_generation_figure(result, path, **options)
+    if result.kind == "image":
+        from attnflow.views.image import save_overlays
+
+        return save_overlays([result], path, **options)
+    from attnflow.views.heatmap import save_heatmaps
+
+    return save_heatmaps(result, path, **options)
+
+
+class _Presenter:
+    """What :class:`~attnflow.results.Attribution` calls to draw itself."""
+
+    plot = staticmethod(plot)
+
+    @staticmethod
+    def html(result: Any, path: Any = None, title: str | None = None) -> str:
+        from attnflow.views.report import report_html, save_report
+
+        return save_report(result, path, title=title) if path is not None else report_html(result, title=title)
+
+    @staticmethod
+    def notebook(result: Any) -> str:
+        from attnflow.views.report import notebook_html
+
+        return notebook_html(result)
+
+    @staticmethod
+    def table(result: Any, k: int = 5, **options: Any) -> Any:
+        from attnflow.views.table import result_table
+
+        return result_table(result, k, **options)
+
+    @classmethod
+    def print(cls, result: Any, k: int = 5, **options: Any) -> None:
+        from rich.console import Console
+
+        Console().print(cls.table(result, k, **options))
+
+    @classmethod
+    def text(cls, result: Any) -> str:
+        from attnflow.views.table import render_text
+
+        return render_text(cls.table(result))
+
+
+register(_Presenter())
+
+__all__ = ["plot"]

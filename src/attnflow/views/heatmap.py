@@ -1,5 +1,5 @@
-"""Layers x tokens heatmaps (matplotlib), one panel per explanation: the paper's raw | rollout | flow
-figure for one target position."""
+"""Layers x tokens heatmaps (matplotlib), one panel per method: the paper's raw | rollout | flow
+figure for one target position of a text result."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from attnflow.errors import AttnflowError
-from attnflow.views.files import FIGURE_FORMATS as FORMATS  # noqa: F401  (other views and the CLI import it)
 from attnflow.views.files import figure_format, save_figure
 from attnflow.views.labels import label_room, plain, short, thinned, token_fontsize
 
@@ -17,48 +16,57 @@ from attnflow.views.labels import label_room, plain, short, thinned, token_fonts
 SIDE_BY_SIDE_MAX = 40
 
 
-def _check(explanations: list[Any]) -> None:
-    if not explanations:
-        raise AttnflowError("a heatmap needs at least one explanation")
-    first = explanations[0]
-    for e in explanations:
-        scores = np.asarray(e.scores)
-        if scores.ndim != 2 or scores.shape[1] != len(first.tokens) or list(e.tokens) != list(first.tokens):
-            raise AttnflowError("explanations in one figure must be of the same input, with scores (layers, tokens)")
+def _panels(result: Any, methods: Any, target: Any) -> tuple[list[str], int]:
+    if getattr(result, "kind", None) != "text":
+        raise AttnflowError("layers x tokens panels are drawn for text results; "
+                            f"this one is {getattr(result, 'kind', type(result).__name__)!r}")
+    t = result.target_index(target)
+    if methods is None:
+        methods = [m for m in result.methods if t in result.computed[m].targets]
+        if not methods:
+            raise AttnflowError(f"no method was computed for target {t}")
+    elif isinstance(methods, str):
+        methods = [methods]
+    for m in methods:
+        result.row(m, t)  # refuses a method that is missing or was not computed for this target
+    return list(methods), t
 
 
-def heatmap_figure(explanations: list[Any], title: str | None = None, layout: str = "auto") -> Any:
-    """One panel per explanation: rows = layers 1..L (layer 1 at the bottom), columns = input tokens,
-    each panel on its own colour scale (methods differ in range), the target column marked with a
-    triangle. layout: ``"auto"``, ``"columns"`` (side by side) or ``"rows"`` (stacked)."""
+def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, title: str | None = None,
+                   layout: str = "auto") -> Any:
+    """One panel per method of a text :class:`~attnflow.results.Attribution` for one target (default:
+    the result's own target and every method computed for it): rows = layers 1..L (layer 1 at the
+    bottom), columns = input tokens, each panel on its own colour scale (methods differ in range),
+    the target column marked with a triangle. layout: ``"auto"``, ``"columns"`` (side by side) or
+    ``"rows"`` (stacked)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    _check(explanations)
+    methods, t = _panels(result, methods, target)
     if layout not in ("auto", "columns", "rows"):
         raise AttnflowError(f"layout must be 'auto', 'columns' or 'rows'; got {layout!r}")
-    n, k = len(explanations[0].tokens), len(explanations)
-    layers = int(np.asarray(explanations[0].scores).shape[0])
+    tokens = result.sources
+    n, k, layers = len(tokens), len(methods), result.n_layers
     side = layout == "columns" or (layout == "auto" and n <= SIDE_BY_SIDE_MAX)
     fontsize = token_fontsize(n)
     panel_w = float(np.clip(0.24 * n + 1.8, 4.0, 8.0)) if side else float(np.clip(0.06 * n + 5.0, 9.0, 18.0))
-    panel_h = 0.22 * min(layers, 24) + 0.14 * max(len(short(t)) for t in explanations[0].tokens) * fontsize / 9 + 1.4
+    panel_h = 0.22 * min(layers, 24) + 0.14 * max(len(short(tok)) for tok in tokens) * fontsize / 9 + 1.4
     figsize = (panel_w * k, panel_h) if side else (panel_w, panel_h * k)
     fig, axes = plt.subplots(1 if side else k, k if side else 1, figsize=figsize, squeeze=False,
                              constrained_layout=True)
-    for ax, expl in zip(axes.ravel(), explanations):
-        scores = np.asarray(expl.scores, dtype=float)
+    target = result.target_positions[t]
+    for ax, method in zip(axes.ravel(), methods):
+        scores = np.asarray(result.row(method, t), dtype=float)
         image = ax.imshow(scores, aspect="auto", origin="lower", cmap="Blues", vmin=0,
                           interpolation="nearest")
-        target = int(expl.target)
-        ax.set_title(f"{expl.method}  (target: {short(expl.tokens[target])} @ {target})", fontsize=10)
+        ax.set_title(f"{method}  (target: {short(tokens[target])} @ {target})", fontsize=10)
         rows = thinned(layers, 16)
         ax.set_yticks(rows, [str(i + 1) for i in rows], fontsize=8)
         ax.set_ylabel("layer")
         ticks = thinned(n, label_room(panel_w - 1.2, fontsize), keep=(target,))
-        ax.set_xticks(ticks, [short(expl.tokens[i]) for i in ticks], rotation=90, fontsize=fontsize)
+        ax.set_xticks(ticks, [short(tokens[i]) for i in ticks], rotation=90, fontsize=fontsize)
         ax.get_xticklabels()[ticks.index(target)].set_fontweight("bold")
         # The target's column: a marker above the panel, in axes coordinates vertically.
         ax.plot([target], [1.0], marker="v", color="#b45309", markersize=7, clip_on=False,
@@ -69,8 +77,9 @@ def heatmap_figure(explanations: list[Any], title: str | None = None, layout: st
     return fig
 
 
-def save_heatmaps(explanations: list[Any], path: str, title: str | None = None, dpi: int = 150,
-                  layout: str = "auto") -> str:
+def save_heatmaps(result: Any, path: Any, *, methods: Any = None, target: Any = None, title: str | None = None,
+                  dpi: int = 150, layout: str = "auto") -> str:
     """Write :func:`heatmap_figure` to ``path`` (PNG, SVG or PDF by extension), atomically."""
     figure_format(path)
-    return save_figure(heatmap_figure(explanations, title, layout), path, dpi=dpi)
+    return save_figure(heatmap_figure(result, methods=methods, target=target, title=title, layout=layout), path,
+                       dpi=dpi)

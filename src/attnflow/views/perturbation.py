@@ -8,7 +8,8 @@ from typing import Any
 
 from rich.table import Table
 
-from attnflow.views.files import save_figure, write_text
+from attnflow.results.files import write_text
+from attnflow.views.files import save_figure
 
 
 def curves_table(curves: list[Any], fill: str | None = None) -> Table:

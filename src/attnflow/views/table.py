@@ -1,4 +1,4 @@
-"""Terminal tables (rich): the top tokens per layer, or per method."""
+"""Terminal tables (rich): the top sources per layer, per method, or per generated token."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 
 
-def _cell(entries: list[tuple[int, str, float]]) -> str:
+def _cell(entries: list[tuple[int, str, float]], quoted: bool = False) -> str:
     # tokens are data, not markup: "[/INST]" or "[CLS]" must print as themselves
-    return "  ".join(f"{escape(tok)} [dim]{_number(score)}[/dim]" for _, tok, score in entries)
+    return "  ".join(f"{escape(repr(tok) if quoted else tok)} [dim]{_number(score)}[/dim]" for _, tok, score in entries)
 
 
 def _number(score: float) -> str:
@@ -19,27 +19,59 @@ def _number(score: float) -> str:
     return f"{score:.2f}" if score == 0 or abs(score) >= 0.01 else f"{score:.1e}"
 
 
-def layer_table(expl: Any, k: int = 5) -> Table:
-    """Rows = layers (top layer first), cells = the ``k`` best tokens with their scores."""
-    table = Table(title=f"{expl.method}: position {expl.target} ({escape(expl.tokens[expl.target])})", title_justify="left")
+def _who(result: Any, t: int) -> str:
+    position = result.target_positions[t]
+    label = escape(result.targets[t])
+    return f"position {position} ({label})" if position is not None else label
+
+
+def layer_table(result: Any, k: int = 5, method: str | None = None, target: Any = None) -> Table:
+    """Rows = layers (top layer first), cells = the ``k`` best sources of one method."""
+    method = method or result.method
+    t = result.target_index(target)
+    table = Table(title=f"{method}: {_who(result, t)}", title_justify="left")
     table.add_column("layer", justify="right")
     table.add_column(f"top {k} tokens")
-    for layer in range(expl.n_layers - 1, -1, -1):
-        table.add_row(str(layer + 1), _cell(expl.top(k, layer)))
+    for layer in range(result.n_layers - 1, -1, -1):
+        if layer in result.computed[method].layers:
+            table.add_row(str(layer + 1), _cell(result.top(k, method=method, target=t, layer=layer)))
     return table
 
 
-def method_table(explanations: list[Any], k: int = 5, layer: int = -1, skip: tuple[int, ...] = ()) -> Table:
-    """Rows = methods, cells = the ``k`` best tokens at ``layer`` (the top layer by default)."""
-    first = explanations[0]
-    shown = layer % first.n_layers + 1
-    table = Table(title=f"top tokens for position {first.target} ({escape(first.tokens[first.target])}), layer {shown}",
-                  title_justify="left")
+def method_table(result: Any, k: int = 5, layer: int = -1, target: Any = None, skip: tuple[int, ...] = (),
+                 methods: Any = None) -> Table:
+    """Rows = methods, cells = the ``k`` best sources at ``layer`` (the top layer by default)."""
+    t = result.target_index(target)
+    shown = layer % result.n_layers + 1
+    table = Table(title=f"top tokens for {_who(result, t)}, layer {shown}", title_justify="left")
     table.add_column("method")
     table.add_column(f"top {k} tokens")
-    for expl in explanations:
-        table.add_row(expl.method, _cell(expl.top(k, layer, skip)))
+    for method in methods or [m for m in result.methods if t in result.computed[m].targets]:
+        table.add_row(method, _cell(result.top(k, method=method, target=t, layer=layer, skip=skip)))
     return table
+
+
+def generation_table(result: Any, k: int = 3, content_only: bool = False, method: str | None = None) -> Table:
+    """Rows = generated tokens, cells = the ``k`` prompt tokens each draws on most (mean over layers)."""
+    method = method or result.method
+    table = Table(title=f"{method}, mean over layers", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("token")
+    table.add_column(f"top {k} prompt tokens")
+    for i, piece in enumerate(result.targets):
+        entries = result.top(k, method=method, target=i, layer="mean", content_only=content_only)
+        table.add_row(str(i), escape(repr(piece)), _cell(entries, quoted=True))
+    return table
+
+
+def result_table(result: Any, k: int = 5, **options: Any) -> Table:
+    """The table a result prints as: per generated token for a generation, per layer for one method,
+    per method for several."""
+    if result.kind == "generation":
+        return generation_table(result, k, **options)
+    if len(result.methods) == 1 and result.kind == "text":
+        return layer_table(result, k, **options)
+    return method_table(result, k, **options)
 
 
 def render_text(renderable: Any, width: int = 100) -> str:

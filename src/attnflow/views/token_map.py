@@ -40,15 +40,19 @@ def token_map_figure(matrix: Any, tokens: list[str], title: str | None = None) -
     return fig
 
 
-def save_token_map(maps: Any, path: str, method: str = "rollout", layer: int = -1, title: str | None = None,
+def save_token_map(result: Any, path: Any, method: str = "rollout", layer: int = -1, title: str | None = None,
                    dpi: int = 150) -> str:
-    """Write the token map of ``method`` at ``layer`` (0-based, -1 = top) from an
-    :class:`~attnflow.ExplanationMaps`, PNG/SVG/PDF by extension, atomically."""
+    """Write the token map of ``method`` at ``layer`` (0-based, -1 = top) from a text
+    :class:`~attnflow.results.Attribution` with every target (``attnflow.explain_maps``), PNG/SVG/PDF
+    by extension, atomically."""
     figure_format(path)
-    if method not in maps.maps:
-        raise AttnflowError(f"these maps hold the methods {maps.methods}; got {method!r}")
-    if not -maps.n_layers <= layer < maps.n_layers:
-        raise AttnflowError(f"layer must be in [{-maps.n_layers}, {maps.n_layers}); got {layer}")
-    shown = layer % maps.n_layers + 1
+    if getattr(result, "kind", None) != "text":
+        raise AttnflowError("a token map is drawn for text results")
+    if method not in result.methods:
+        raise AttnflowError(f"this result holds the methods {result.methods}; got {method!r}")
+    n_layers = result.n_layers
+    if not -n_layers <= layer < n_layers:
+        raise AttnflowError(f"layer must be in [{-n_layers}, {n_layers}); got {layer}")
+    shown = layer % n_layers + 1
     title = title or f"{method}, layer {shown}: each target position over the input tokens"
-    return save_figure(token_map_figure(maps.maps[method][layer], maps.tokens, title), path, dpi=dpi)
+    return save_figure(token_map_figure(result.scores[method][:, layer], result.sources, title), path, dpi=dpi)

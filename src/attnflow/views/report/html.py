@@ -12,7 +12,7 @@ import re
 from importlib import resources
 from typing import Any
 
-from attnflow.views.files import write_text
+from attnflow.results.files import write_text
 from attnflow.views.report.data import payload
 
 

@@ -1,5 +1,7 @@
 "use strict";
-// The attnflow report: reads the embedded JSON and draws tokens, legend and heatmap.
+// The attnflow report: reads the embedded JSON (one attnflow result: text, generation or image) and
+// draws the sources coloured by what the chosen target draws on, the method switch, the layer
+// slider and the layers x sources heatmap.
 // All text goes through textContent, never innerHTML, so tokens such as "<script>" stay text.
 (function () {
   // Large arrays arrive packed as float16 in base64 (see data.py); unpack them into nested views.
@@ -25,78 +27,76 @@
     return nest(0, v.shape);
   }
   const data = JSON.parse(document.getElementById("attnflow-data").textContent);
-  if (data.kind === "generation") {
-    data.M = unpack(data.M);
-    data.rows = data.rows.map(unpack);
-  } else {
-    data.methods.forEach((m) => { m.rows = unpack(m.rows); });
-  }
+  data.methods.forEach((m) => { m.rows = unpack(m.rows); });
   const $ = (id) => document.getElementById(id);
-  const isGen = data.kind === "generation";
+  const kind = data.kind;
+  const isGen = kind === "generation";
+  const isImage = kind === "image";
+  const textTargets = data.targets_are_sources; // text: clicking a source token makes it the target
   const L = data.n_layers;
+  const m = data.input_length; // sources[0:m] are the input (a generation's prompt)
   const RGB = "29, 78, 216";
-  const names = isGen ? [data.method] : data.methods.map((m) => m.name);
+  const names = data.methods.map((e) => e.name);
   const state = {
-    method: names.includes("rollout") ? "rollout" : names[0],
+    method: names.includes(data.method) ? data.method : names[0],
     layer: L - 1,
-    target: isGen ? 0 : data.target,
+    target: data.target,
   };
-  const shown = isGen ? data.prompt_tokens : data.tokens; // the tokens that get coloured
+  const shown = data.sources.slice(0, m); // the input sources that get coloured
 
   const display = (t) => (t === "" ? "\u2205" : t.replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5"));
+  const entryOf = (name) => data.methods.find((e) => e.name === name);
 
-  function makeTokens(container, tokens, kind) {
+  function makeTokens(container, tokens, tokenKind) {
     return tokens.map((t, i) => {
       const span = document.createElement("span");
       span.className = "tok";
       span.textContent = display(t);
       span.dataset.index = String(i);
-      span.dataset.kind = kind;
+      span.dataset.kind = tokenKind;
       span.tabIndex = 0;
       container.appendChild(span);
       return span;
     });
   }
 
-  // rows for the current method and target: layers x shown tokens, or null when not computed.
+  // Rows of the current method and target: one per layer (null where the layer was not computed),
+  // or null when the target was not computed at all.
   function currentRows() {
-    if (isGen) {
-      const m = data.M[state.target]; // prompt token x layer
-      return Array.from({ length: L }, (_, l) => m.map((perLayer) => perLayer[l]));
-    }
-    const entry = data.methods.find((m) => m.name === state.method);
-    const k = entry.targets.indexOf(state.target);
-    return k < 0 ? null : entry.rows[k];
+    const entry = entryOf(state.method);
+    const i = entry.targets.indexOf(state.target);
+    if (i < 0) return null;
+    return Array.from({ length: L }, (_, l) => {
+      const k = entry.layers.indexOf(l);
+      return k < 0 ? null : entry.rows[i][k];
+    });
   }
 
-  // Scores of earlier generated tokens for the chosen generated token (from "rows", when given).
-  function generatedScores() {
-    if (!isGen || !data.rows.length) return [];
-    const row = data.rows[state.target][state.layer];
+  // A generated token's scores on the generated tokens before it (sources after the prompt).
+  function generatedScores(row) {
+    if (!isGen || !row) return [];
     const out = [];
-    for (let k = 0; k < state.target && data.prompt_tokens.length + k < row.length; k++) {
-      out.push(row[data.prompt_tokens.length + k]);
-    }
+    for (let k = 0; k < state.target && m + k < row.length; k++) out.push(row[m + k]);
     return out;
   }
 
   // The target often dominates its own row (e.g. [CLS] under rollout); leaving it out of the
   // scale lets the other tokens' differences show. Values shown stay the true ones.
-  const skipped = (j) => !isGen && $("skip-target").checked && j === state.target;
+  const skipped = (j) => textTargets && $("skip-target").checked && j === data.target_positions[state.target];
   const colour = (v, max) => (max > 0 ? Math.max(0, v) / max : 0);
 
-  function paint(span, value, max) {
-    if (value === undefined) {
-      span.style.background = "";
-      span.style.color = "";
-      delete span.dataset.score;
+  function paint(el, value, max, label) {
+    if (value === undefined || value === null) {
+      el.style.background = "";
+      el.style.color = "";
+      delete el.dataset.score;
       return;
     }
     const a = Math.min(1, colour(value, max));
-    span.style.background = `rgba(${RGB}, ${a.toFixed(3)})`;
-    span.style.color = a > 0.55 ? "#fff" : "";
-    span.dataset.score = String(value);
-    span.title = `position ${span.dataset.index}: ${value.toPrecision(4)}`;
+    el.style.background = `rgba(${RGB}, ${a.toFixed(3)})`;
+    el.style.color = a > 0.55 ? "#fff" : "";
+    el.dataset.score = String(value);
+    el.title = `${label}: ${value.toPrecision(4)}`;
   }
 
   function renderHeatmap(rows) {
@@ -117,7 +117,7 @@
     ctx.fillRect(0, 0, canvas.width, canvas.height);
     if (!rows) return;
     let max = 0;
-    rows.forEach((r) => r.forEach((v, j) => { if (v > max && !skipped(j)) max = v; }));
+    rows.forEach((r) => { if (r) { for (let j = 0; j < n; j++) if (r[j] > max && !skipped(j)) max = r[j]; } });
     ctx.font = `${Math.min(12, ch - 2)}px system-ui, sans-serif`;
     ctx.textBaseline = "middle";
     for (let l = 0; l < L; l++) {
@@ -125,7 +125,7 @@
       ctx.fillStyle = l === state.layer ? "#b45309" : "#656d76";
       ctx.fillText(`layer ${l + 1}`, 4, y + ch / 2);
       for (let j = 0; j < n; j++) {
-        ctx.fillStyle = `rgba(${RGB}, ${Math.min(1, colour(rows[l][j], max)).toFixed(3)})`;
+        ctx.fillStyle = rows[l] ? `rgba(${RGB}, ${Math.min(1, colour(rows[l][j], max)).toFixed(3)})` : "#eaeef2";
         ctx.fillRect(labelW + j * cw, y, cw, ch);
       }
     }
@@ -149,7 +149,7 @@
       const j = Math.floor((ev.clientX - rect.left - labelW) / cw);
       const l = L - 1 - Math.floor((ev.clientY - rect.top - 2) / ch);
       const tip = $("tip");
-      if (j < 0 || j >= n || l < 0 || l >= L) { tip.hidden = true; return; }
+      if (j < 0 || j >= n || l < 0 || l >= L || !rows[l]) { tip.hidden = true; return; }
       tip.hidden = false;
       tip.textContent = `layer ${l + 1} · ${display(shown[j])} (${j}): ${rows[l][j].toPrecision(4)}`;
       tip.style.left = `${ev.clientX + 12}px`;
@@ -166,16 +166,18 @@
   function render() {
     const rows = currentRows();
     const row = rows ? rows[state.layer] : null;
-    const earlier = generatedScores();
+    const earlier = generatedScores(row);
     let max = 0;
-    Array.from(row || []).concat(earlier).forEach((v, j) => { if (v > max && !skipped(j)) max = v; });
-    tokenSpans.forEach((span, i) => {
-      paint(span, row ? row[i] : undefined, max);
-      span.classList.toggle("missing", !row);
-      span.classList.toggle("target", !isGen && i === state.target);
+    Array.from(row ? row.slice(0, m) : []).concat(earlier).forEach((v, j) => {
+      if (v > max && !skipped(j)) max = v;
     });
-    genSpans.forEach((span, k) => {
-      paint(span, k < earlier.length ? earlier[k] : undefined, max);
+    sourceEls.forEach((el, i) => {
+      paint(el, row ? row[i] : undefined, max, isImage ? data.sources[i] : `position ${i}`);
+      el.classList.toggle("missing", !row);
+      el.classList.toggle("target", textTargets && i === data.target_positions[state.target]);
+    });
+    targetEls.forEach((span, k) => {
+      paint(span, k < earlier.length ? earlier[k] : undefined, max, `generated token ${k}`);
       span.classList.toggle("selected", k === state.target);
     });
     document.querySelectorAll("#methods button").forEach((b) => {
@@ -184,19 +186,24 @@
     $("layer").value = String(state.layer + 1);
     $("layer-value").textContent = String(state.layer + 1);
     $("legend-max").textContent = max > 0 ? max.toPrecision(3) : "0";
-    const who = isGen ? `generated token ${state.target} “${display(data.generated_tokens[state.target])}”`
-      : `target: position ${state.target} “${display(data.tokens[state.target])}”`;
+    const label = display(data.targets[state.target]);
+    const who = isGen ? `generated token ${state.target} “${label}”`
+      : isImage ? `target: ${label}` : `target: position ${data.target_positions[state.target]} “${label}”`;
     $("target-label").textContent = who;
-    const entry = isGen ? null : data.methods.find((m) => m.name === state.method);
-    const note = !isGen && !rows
-      ? `${state.method} has no scores for position ${state.target}: ${entry.note}. Pick a highlighted target or another method.`
-      : (entry && entry.note) || "";
+    const entry = entryOf(state.method);
+    let note = entry.note || "";
+    if (!rows) {
+      note = `${state.method} has no scores for ${isGen ? "generated token" : "position"} ${state.target}: `
+        + `${entry.note}. Pick a highlighted target or another method.`;
+    } else if (!row) {
+      note = `${state.method} was not computed at layer ${state.layer + 1}; pick another layer.`;
+    }
     $("note").hidden = !note;
     $("note").textContent = note;
     document.body.dataset.method = state.method;
     document.body.dataset.layer = String(state.layer);
     document.body.dataset.target = String(state.target);
-    renderHeatmap(rows);
+    if (!isImage) renderHeatmap(rows);
   }
 
   // Static parts.
@@ -204,11 +211,14 @@
   const meta = [];
   if (data.model) meta.push(`model: ${data.model}`);
   if (data.prediction !== undefined && data.prediction !== null) meta.push(`prediction: ${data.prediction}`);
-  meta.push(isGen ? `method: ${data.method}` : `${data.tokens.length} tokens`);
+  meta.push(isImage ? `${data.grid[0]}×${data.grid[1]} patches` : `${m} ${isGen ? "prompt " : ""}tokens`);
   meta.push(`${L} layers`);
+  const settings = Object.entries(data.params || {}).filter(([, v]) => v !== null && v !== false)
+    .map(([k, v]) => `${k}: ${v}`);
+  if (settings.length) meta.push(settings.join(", "));
   $("meta").textContent = meta.join(" · ");
   $("legend-text").textContent = "colour = score at the chosen layer, scaled to the row's maximum";
-  const oneTarget = !isGen && data.methods.every((m) => m.targets.length === 1);
+  const oneTarget = textTargets && data.methods.every((e) => e.targets.length === 1);
   $("tokens-heading").textContent = isGen ? "prompt (coloured by what the chosen generated token draws on)"
     : oneTarget ? "input tokens (this result holds one target; make the report with attnflow.explain_maps or "
       + "`attnflow explain --html` to click any token as the target)"
@@ -219,24 +229,45 @@
     b.setAttribute("role", "radio");
     b.dataset.method = name;
     b.textContent = name;
-    const entry = isGen ? null : data.methods.find((m) => m.name === name);
-    if (entry && entry.note) { b.classList.add("partial"); b.title = entry.note; }
-    b.disabled = isGen;
+    const entry = entryOf(name);
+    if (entry.note) { b.classList.add("partial"); b.title = entry.note; }
+    b.disabled = names.length === 1;
     b.addEventListener("click", () => { state.method = name; render(); });
     $("methods").appendChild(b);
   });
-  if (isGen) $("skip-wrap").hidden = true;
+  if (!textTargets) $("skip-wrap").hidden = true;
   $("skip-target").addEventListener("change", () => render());
   const slider = $("layer");
   slider.max = String(L);
   $("layer-count").textContent = ` / ${L}`;
   slider.addEventListener("input", () => { state.layer = Number(slider.value) - 1; render(); });
 
-  const tokenSpans = makeTokens($("tokens"), shown, "input");
-  let genSpans = [];
+  let sourceEls = [];
+  let targetEls = [];
+  if (isImage) {
+    // The patches as a grid of cells laid over the image (the page's own data: URI, allowed by the CSP).
+    $("tokens-block").hidden = true;
+    $("heatmap-block").hidden = true;
+    $("image-block").hidden = false;
+    const grid = $("patches");
+    grid.style.gridTemplateColumns = `repeat(${data.grid[1]}, 1fr)`;
+    grid.style.gridTemplateRows = `repeat(${data.grid[0]}, 1fr)`;
+    // Only the embedded PNG: anything else would be a fetch (which the page's policy refuses anyway).
+    if (/^data:image\/png;base64,[A-Za-z0-9+/=]+$/.test(data.image)) $("image").setAttribute("src", data.image);
+    sourceEls = data.sources.map((label, i) => {
+      const cell = document.createElement("div");
+      cell.className = "patch";
+      cell.dataset.index = String(i);
+      cell.dataset.kind = "patch";
+      grid.appendChild(cell);
+      return cell;
+    });
+  } else {
+    sourceEls = makeTokens($("tokens"), shown, "input");
+  }
   if (isGen) {
     $("generated-block").hidden = false;
-    genSpans = makeTokens($("generated"), data.generated_tokens, "generated");
+    targetEls = makeTokens($("generated"), data.targets, "generated");
   }
   const choose = (ev) => {
     const span = ev.target.closest(".tok");
@@ -246,9 +277,11 @@
     render();
   };
   const byKey = (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); choose(ev); } };
-  const clickable = isGen ? $("generated") : $("tokens");
-  clickable.addEventListener("click", choose);
-  clickable.addEventListener("keydown", byKey);
+  if (!isImage) {
+    const clickable = isGen ? $("generated") : $("tokens");
+    clickable.addEventListener("click", choose);
+    clickable.addEventListener("keydown", byKey);
+  }
   window.addEventListener("resize", () => render());
   render();
   // Time from navigation start to the first full render: a usability bound the tests check.

@@ -1,4 +1,4 @@
-"""``make demo``: explain a sentence with raw attention, rollout and flow on the default model.
+"""``make demo`` (``python -m attnflow.cli.demo``): explain a sentence with raw attention, rollout and flow on the default model.
 
 Prints the model's prediction and the top tokens per method, and writes the paper-style figure
 (one panel per method, rows = layers, columns = tokens, the CLS row's scores) to ``out/demo.png``.
@@ -12,10 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from attnflow.api import explain
 from attnflow.capture import default_model_path, load_model
 from attnflow.capture.load import quiet_transformers
-from attnflow.explain import explain
-from attnflow.views.heatmap import save_heatmaps
 from attnflow.views.table import method_table
 
 SENTENCES = ("The key to the cabinets", "The author that the critics praise")
@@ -29,13 +28,13 @@ def main(out_dir: str = "out") -> int:
     model, tokenizer = load_model(path)
     Path(out_dir).mkdir(exist_ok=True)
     for i, sentence in enumerate(SENTENCES):
-        explanations = explain(sentence, model, tokenizer=tokenizer, method="all", target="cls")
+        result = explain(sentence, model, tokenizer=tokenizer, method="all", target="cls")
         console.rule(sentence)
-        if explanations[0].prediction is not None:
-            console.print(f"prediction: [bold]{explanations[0].prediction}[/bold]")
-        console.print(method_table(explanations, k=5))
+        if result.prediction is not None:
+            console.print(f"prediction: [bold]{result.prediction}[/bold]")
+        console.print(method_table(result, k=5))
         png = os.path.join(out_dir, f"demo-{i + 1}.png")
-        save_heatmaps(explanations, png, title=f"{sentence}  (CLS row, per layer)")
+        result.plot(png, title=f"{sentence}  (CLS row, per layer)")
         console.print(f"wrote {png}")
     return 0
 

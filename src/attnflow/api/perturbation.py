@@ -10,10 +10,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from attnflow.api.images import IMAGE_METHODS, patch_scores
 from attnflow.capture.vision import capture_images, image_settings, load_vision_model
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.perturbation import Curve, perturbation_curves
-from attnflow.explain_image import IMAGE_METHODS, patch_scores
 
 METHODS = (*IMAGE_METHODS, "random")
 FILLS = ("mean", "black")

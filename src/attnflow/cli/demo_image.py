@@ -1,7 +1,7 @@
 """The image pipeline on a photo: Grace Hopper (bundled with matplotlib), all four methods.
 
-    python -m attnflow.demo_image --png hopper.png                 # random-weight ViT (pipeline only)
-    python -m attnflow.demo_image --model PATH --png hopper.png    # your ImageNet ViT/DeiT/...
+    python -m attnflow.cli.demo_image --png hopper.png                 # random-weight ViT (pipeline only)
+    python -m attnflow.cli.demo_image --model PATH --png hopper.png    # your ImageNet ViT/DeiT/...
 
 No pretrained ImageNet ViT installs here, so without --model the overlays come from a ViT with
 *random weights* at 224x224 (patch 16, 4 layers): they show that the pipeline runs end to end, not
@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from attnflow.explain_image import IMAGE_METHODS, explain_image
+from attnflow.api.images import IMAGE_METHODS, explain_image
 from attnflow.views.image import save_overlays
 
 
@@ -42,8 +42,8 @@ def main() -> None:
 
         photo = Image.open(f).convert("RGB")
     model = args.model if args.model else random_vit()
-    expls = [explain_image([photo], model, method=m)[0] for m in IMAGE_METHODS]
-    save_overlays(expls, args.png, columns=4, inputs=True, dpi=72)
+    result = explain_image(photo, model, method=list(IMAGE_METHODS))
+    save_overlays([result], args.png, columns=4, inputs=True, dpi=72)
     label = "your model" if args.model else "a RANDOM-weight ViT (pipeline demo, not a trained model)"
     print(f"wrote {args.png}: raw, rollout, flow, grad-rollout from {label}")
 

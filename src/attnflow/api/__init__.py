@@ -1,0 +1,12 @@
+"""Entry points: text, generation and images in, :class:`~attnflow.results.Attribution` out.
+
+They compose capture (models -> attention), core (the methods) and results; the CLI and the app are
+thin layers over them.
+"""
+
+from attnflow.api.generate import generate
+from attnflow.api.images import IMAGE_METHODS, explain_image
+from attnflow.api.text import FLOW_ALL_MAX, TEXT_METHODS, explain, explain_attentions, explain_maps
+
+__all__ = ["FLOW_ALL_MAX", "IMAGE_METHODS", "TEXT_METHODS", "explain", "explain_attentions", "explain_image",
+           "explain_maps", "generate"]

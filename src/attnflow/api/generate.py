@@ -1,0 +1,49 @@
+"""generate(): complete a prompt and track attention rollout for every generated token (the paper's
+"refined method" for generative LMs), as an :class:`~attnflow.results.Attribution` of kind "generation".
+
+    result = attnflow.generate(model, tokenizer, "The keys to the cabinet", max_new_tokens=5)
+    result.M                  # (n_generated, m_prompt, layers)
+    result.top(3, target=0)   # prompt tokens the first generated token draws on (mean over layers)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnflow.capture import load_model, track_generation
+from attnflow.errors import AttnflowError
+from attnflow.results import Attribution, Block
+
+
+def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
+             residual: float = 0.5, head_fusion: str = "mean", causal_norm: str | None = None,
+             **generate_kwargs: Any) -> Attribution:
+    """Generate a completion of ``prompt`` and roll out attention for every generated token.
+
+    model: a loaded causal LM with its ``tokenizer``, or a local path / hub id (then tokenizer=None).
+    max_new_tokens: how many tokens to generate at most (generation may stop earlier at EOS).
+    residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
+    generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
+        ``torch.manual_seed`` for reproducible sampling.
+
+    Sources are the prompt tokens followed by the generated tokens (``input_length`` = the prompt's
+    length ``m``); target ``i`` is generated token ``i``, explained by the rollout row of the position
+    that predicted it (``m - 1 + i``). ``meta`` holds the completion and the generated token ids.
+    """
+    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        name = str(model)
+        model, tokenizer = load_model(name, task="causal-lm")
+    elif tokenizer is None:
+        raise AttnflowError("pass the tokenizer together with a loaded model")
+    else:
+        name = str(getattr(model, "name_or_path", "") or type(model).__name__)
+    trace = track_generation(model, tokenizer, prompt, max_new_tokens, residual=residual, head_fusion=head_fusion,
+                             causal_norm=causal_norm, **generate_kwargs)
+    m = len(trace.prompt_ids)
+    return Attribution(
+        kind="generation", sources=trace.prompt_tokens + trace.generated_tokens, targets=trace.generated_tokens,
+        target_positions=[m - 1 + i for i in range(len(trace.new_ids))], blocks={"rollout": Block.full(trace.rows)},
+        n_layers=trace.rows.shape[1], input=prompt, input_length=m, model=name,
+        params={"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm,
+                "do_sample": trace.do_sample, "max_new_tokens": max_new_tokens},
+        meta={"completion": trace.completion, "generated_ids": trace.new_ids, "prompt_ids": trace.prompt_ids})

@@ -1,0 +1,276 @@
+"""Text in, an :class:`~attnflow.results.Attribution` out.
+
+    result = attnflow.explain("The keys to the cabinet", method="all", target="cls")
+    result.print(); result.plot("panels.png"); result.to_html("report.html")
+
+- :func:`explain`: every requested method for one target position (cheap: one row per method).
+- :func:`explain_maps`: every method for every target position, so that a report can switch target
+  (flow, one max-flow per target, source and layer, is computed for every target only while that
+  is cheap: see ``flow_targets``).
+- :func:`explain_attentions`: the same from attention you already have, no model needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.capture import capture, load_model
+from attnflow.core.maps import AttentionMaps
+from attnflow.core.methods import METHODS, method_rows
+from attnflow.errors import AttnflowError
+from attnflow.results import Attribution, Block
+
+# Methods explain() offers for text: the paper's three plus gradient-weighted rollout (classifiers).
+TEXT_METHODS = (*METHODS, "grad-rollout")
+
+# Above this many tokens, flow for every target costs tens of seconds on a laptop core (about n^3
+# max-flow work per layer), so flow_targets="auto" computes it for the explained target only.
+FLOW_ALL_MAX = 32
+
+Progress = Callable[[int, int], None]
+
+
+def resolve_methods(method: Any, allowed: Sequence[str] = TEXT_METHODS) -> tuple[list[str], str]:
+    """``"all"`` -> the paper's three (shown first: rollout); a name -> itself; a sequence of names ->
+    those (shown first: the first). Returns (methods in computing order, the default one)."""
+    if isinstance(method, str):
+        if method == "all":
+            return list(METHODS), "rollout"
+        names = [method]
+    elif isinstance(method, (list, tuple)) and method and all(isinstance(m, str) for m in method):
+        names = list(dict.fromkeys(method))
+    else:
+        names = [repr(method)]
+    unknown = [m for m in names if m not in allowed]
+    if unknown:
+        raise AttnflowError(f"method must be one of {', '.join(allowed)}, 'all' or a list of them; got {unknown[0]}")
+    return names, names[0]
+
+
+def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> int:
+    """``"cls"`` -> the classifier token's position; ``"last"`` -> the last real token; an int
+    (negative counts from the end) -> that position; None -> "last" for decoders (the position that
+    predicts the next token; decoders have no CLS), "cls" otherwise."""
+    n = len(maps.tokens)
+    if target is None:
+        target = "last" if maps.causal else "cls"
+    if isinstance(target, str) and target.lstrip("-").isdigit():
+        target = int(target)
+    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+        if not -n <= target < n:
+            raise AttnflowError(f"target position {target} is outside the input's {n} tokens")
+        return int(target) % n
+    if target == "last":
+        return n - 1
+    if target == "cls":
+        cls_id = getattr(tokenizer, "cls_token_id", None) if tokenizer is not None else None
+        ids = maps.input_ids.tolist() if maps.input_ids is not None else []
+        if cls_id is not None and cls_id in ids:
+            return ids.index(cls_id)
+        if maps.causal:
+            raise AttnflowError("decoders have no CLS token; use target='last' (the default for decoders) or a position")
+        raise AttnflowError("this model's input has no CLS token; use target='last' or a position")
+    raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
+
+
+def _shown(methods: Any, method: str | None, allowed: Sequence[str]) -> tuple[list[str], str]:
+    """Methods of a maps result and the one its report opens on (``method``; default rollout)."""
+    names, _ = resolve_methods(list(methods) if not isinstance(methods, str) else methods, allowed)
+    if method is not None and method not in names:
+        raise AttnflowError(f"method {method!r} must be one of the computed methods {names}")
+    return names, method or ("rollout" if "rollout" in names else names[0])
+
+
+def _prediction(maps: AttentionMaps, model: Any) -> str | None:
+    logits = maps.logits
+    if logits is None or logits.dim() != 1:  # token-level outputs (LM heads) have no single label
+        return None
+    label = int(logits.argmax())
+    id2label = getattr(model.config, "id2label", None) or {}
+    return str(id2label.get(label, label))
+
+
+@dataclass
+class Prepared:
+    """One captured input, ready for the methods."""
+
+    maps: AttentionMaps
+    target: int
+    prediction: str | None
+    model: Any
+    name: str
+    text: str
+
+    def grad_rollout(self) -> np.ndarray:
+        """``(layers, n, n)`` gradient-weighted rollout (Chefer et al. 2021) for the predicted class,
+        from a second, differentiable pass over the same token ids. Needs a sequence classifier."""
+        from attnflow.capture.gradients import capture_gradients
+        from attnflow.core.gradient import grad_rollout
+
+        ids = self.maps.input_ids[None].to(next(self.model.parameters()).device)
+        g = capture_gradients(self.model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, target=None)
+        return np.asarray(grad_rollout(g.attentions, g.gradients))[0]
+
+
+def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: str | None,
+            truncate: bool) -> Prepared:
+    """Load the model if given by name or path, capture ``text`` and resolve ``target``."""
+    if not isinstance(text, str):
+        raise AttnflowError(f"explain takes one text (a string); got {type(text).__name__}. "
+                            "For a batch, use attnflow.capture(model, tokenizer, texts) and the core methods")
+    if head_fusion not in ("mean", "max", "min"):
+        raise AttnflowError(f"explaining needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
+    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        model, tokenizer = load_model(None if model is None else str(model))
+    elif tokenizer is None:
+        raise AttnflowError("pass the tokenizer together with a loaded model")
+    name = str(getattr(model, "name_or_path", "") or type(model).__name__)
+    maps = capture(model, tokenizer, text, truncate=truncate)
+    return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
+                    model=model, name=name, text=text)
+
+
+def _blocks(attentions: Any, methods: list[str], rows_for: Callable[[str], list[int]], *, residual: float,
+            head_fusion: str | None, solver: str, causal_norm: str | None, progress: Progress | None,
+            grad: Callable[[], np.ndarray] | None = None) -> dict[str, Block]:
+    """method -> :class:`Block` of the rows ``rows_for(method)`` at every layer."""
+    blocks = {}
+    for method in methods:
+        rows = rows_for(method)
+        if method == "grad-rollout":
+            if grad is None:
+                raise AttnflowError("grad-rollout needs the model (a sequence classifier); use attnflow.explain")
+            values = grad()[:, rows, :]
+        else:
+            values = np.asarray(method_rows(attentions, method, rows, residual=residual, head_fusion=head_fusion,
+                                            solver=solver, causal_norm=causal_norm, progress=progress), dtype=float)
+        blocks[method] = Block.rows(np.asarray(values, dtype=float).transpose(1, 0, 2), rows)
+    return blocks
+
+
+def _rows_for(targets: Any, flow_targets: str, target: int, n: int) -> Callable[[str], list[int]]:
+    """Which target rows each method computes: ``targets`` "target" (the explained one), "all", or
+    positions; with "all", flow follows ``flow_targets`` ("auto": all while n <= FLOW_ALL_MAX)."""
+    if flow_targets not in ("auto", "all", "target"):
+        raise AttnflowError(f"flow_targets must be 'auto', 'all' or 'target'; got {flow_targets!r}")
+    if isinstance(targets, str):
+        if targets not in ("target", "all"):
+            raise AttnflowError(f"targets must be 'target', 'all' or a list of positions; got {targets!r}")
+        chosen = [target] if targets == "target" else list(range(n))
+    else:
+        values = np.atleast_1d(np.asarray(targets))
+        if values.size == 0 or values.dtype.kind not in "iu" or not ((values >= -n) & (values < n)).all():
+            raise AttnflowError(f"targets must be positions in [{-n}, {n}); got {targets!r}")
+        chosen = sorted(set((values % n).tolist()) | {target})
+    every_flow = flow_targets == "all" or (flow_targets == "auto" and n <= FLOW_ALL_MAX)
+
+    def rows_for(method: str) -> list[int]:
+        if method == "flow" and isinstance(targets, str) and targets == "all" and not every_flow:
+            return [target]  # one max-flow per target, source and layer: the explained target only
+        return chosen
+
+    return rows_for
+
+
+def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, method: str, text: Any,
+                 prediction: str | None, model: str | None, params: dict[str, Any]) -> Attribution:
+    tokens = [str(t) for t in maps.tokens]
+    n_layers = next(iter(blocks.values())).values.shape[1]
+    return Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(len(tokens))),
+                       blocks=blocks, n_layers=n_layers, target=target, method=method, input=text,
+                       prediction=prediction, model=model, params=params,
+                       meta={"special": [int(i) for i in maps.special], "causal": bool(maps.causal)})
+
+
+def _explain(text: str, model: Any, tokenizer: Any, *, methods: list[str], shown: str, target: Any, targets: Any,
+             flow_targets: str, residual: float, head_fusion: str, solver: str, truncate: bool,
+             progress: Progress | None, causal_norm: str | None) -> Attribution:
+    run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate)
+    rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens))
+    blocks = _blocks(run.maps, methods, rows_for, residual=residual, head_fusion=head_fusion, solver=solver,
+                     causal_norm=causal_norm, progress=progress, grad=run.grad_rollout)
+    params = {"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm, "solver": solver,
+              "truncate": truncate}
+    return _text_result(run.maps, blocks, target=run.target, method=shown, text=text, prediction=run.prediction,
+                        model=run.name, params=params)
+
+
+def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = None,
+            residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto", truncate: bool = False,
+            progress: Progress | None = None, causal_norm: str | None = None) -> Attribution:
+    """Explain which input tokens position ``target`` draws on, layer by layer.
+
+    model: a local path or hub id (loaded with eager attention), or a loaded model together with
+        ``tokenizer``; None uses the default model.
+    method: "raw", "rollout", "flow", "grad-rollout" (gradient-weighted rollout for the predicted
+        class; sequence classifiers only), "all" (the paper's three) or a list of these; the result
+        holds every one of them.
+    target: "cls", "last", a token position, or None: "last" for decoders (the position that predicts
+        the next token), "cls" for encoders.
+    causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
+        :mod:`attnflow.core.causal`. Other arguments as in :func:`attnflow.rollout` / :func:`attnflow.flow`.
+
+    Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only.
+    """
+    methods, shown = resolve_methods(method)
+    return _explain(text, model, tokenizer, methods=methods, shown=shown, target=target, targets="target",
+                    flow_targets="target",
+                    residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
+                    causal_norm=causal_norm)
+
+
+def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
+                 methods: Any = ("raw", "rollout", "flow"), method: str | None = None, target: Any = None,
+                 flow_targets: str = "auto", residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto",
+                 truncate: bool = False, progress: Progress | None = None,
+                 causal_norm: str | None = None) -> Attribution:
+    """Like :func:`explain`, but every method's scores for every target position (flow as
+    ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
+    ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
+    names the one a report opens on (default: rollout when computed, else the first of ``methods``).
+    One forward pass, plus one differentiable pass when ``methods`` includes "grad-rollout"
+    (sequence classifiers only)."""
+    names, shown = _shown(methods, method, TEXT_METHODS)
+    return _explain(text, model, tokenizer, methods=names, shown=shown, target=target,
+                    targets="all", flow_targets=flow_targets, residual=residual, head_fusion=head_fusion,
+                    solver=solver, truncate=truncate, progress=progress, causal_norm=causal_norm)
+
+
+def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int = 0,
+                       methods: Any = ("raw", "rollout", "flow"), targets: Any = "all", flow_targets: str = "auto",
+                       residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto",
+                       causal_norm: str | None = None, progress: Progress | None = None, prediction: str | None = None,
+                       model: str | None = None, text: str | None = None) -> Attribution:
+    """An :class:`~attnflow.results.Attribution` from attention you already have: ``(layers, heads,
+    n, n)``, the Hugging Face tuple of one input, or :class:`AttentionMaps`. ``tokens`` label the
+    positions (default: the maps' tokens, else "0", "1", ...); ``targets`` "all", "target" or a list of
+    positions (flow for every target follows ``flow_targets``, as in :func:`explain_maps`)."""
+    maps = attentions if isinstance(attentions, AttentionMaps) else None
+    if maps is None:
+        from attnflow.core.inputs import as_stack
+
+        stack = as_stack(attentions)
+        if stack.batched:
+            raise AttnflowError("explain_attentions takes the attention of one input, not a batch")
+        n = stack.shape[-1]
+        maps = AttentionMaps(attentions=stack.values[0], tokens=list(tokens) if tokens is not None else
+                             [str(i) for i in range(n)])
+    elif tokens is not None:
+        maps = AttentionMaps(**{**maps.__dict__, "tokens": list(tokens)})
+    n = maps.attentions.shape[-1]
+    if len(maps.tokens) != n:
+        raise AttnflowError(f"{len(maps.tokens)} tokens for attention over {n} positions")
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or not -n <= target < n:
+        raise AttnflowError(f"target must be a position in [{-n}, {n}); got {target!r}")
+    target = int(target) % n
+    names, shown = _shown(methods, None, METHODS)
+    blocks = _blocks(maps, names, _rows_for(targets, flow_targets, target, n), residual=residual,
+                     head_fusion=head_fusion, solver=solver, causal_norm=causal_norm, progress=progress)
+    params = {"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm, "solver": solver}
+    return _text_result(maps, blocks, target=target, method=shown, text=text, prediction=prediction, model=model,
+                        params=params)

@@ -1,0 +1,21 @@
+"""The typer application every command registers itself on."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="attnflow",
+    help="Which input tokens does a Transformer's output draw on? Attention rollout and attention flow "
+    "(Abnar & Zuidema 2020) for Hugging Face models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Which input tokens does a Transformer's output draw on? Attention rollout and attention flow
+    (Abnar & Zuidema 2020) for Hugging Face models. Run `attnflow COMMAND --help` for each command."""

@@ -1,0 +1,168 @@
+"""The shape of the house, checked from the source: layers, one-way imports, no cycles.
+
+    core <- capture <- results <- views / evaluation <- api <- cli / app
+
+Every ``import`` statement counts, including those made inside functions (they run too). The
+package root (``attnflow/__init__.py``, the public facade) may import anything; nothing imports it.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "attnflow"
+
+# Longest prefix wins. Same-layer packages may import each other, but never in a cycle.
+LAYERS = {
+    "attnflow.errors": 0, "attnflow.data": 0, "attnflow.models": 0,  # the exception, data, bundled model folders
+    "attnflow.core": 1,
+    "attnflow.capture": 2,
+    "attnflow.results": 3,
+    "attnflow.views": 4, "attnflow.evaluation": 4,
+    "attnflow.api": 5, "attnflow.reproduction": 5, "attnflow.models.train_": 5,  # entry points, training scripts
+    "attnflow.cli": 6,
+    "attnflow.app": 6,  # the live explorer: as thin as the CLI, over the api
+}
+CORE_ALLOWED = {"numpy", "torch", "scipy", "numba", "networkx"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = modules()
+
+
+def layer(name: str) -> int:
+    best = max((p for p in LAYERS if name == p or name.startswith(p + ".") or
+                (p.endswith("_") and name.startswith(p))), key=len, default=None)
+    assert best is not None, f"{name} belongs to no layer; add it to LAYERS"
+    return LAYERS[best]
+
+
+def imports(name: str) -> tuple[set[str], set[str]]:
+    """(attnflow modules, top-level third-party/stdlib names) that module ``name`` imports anywhere."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    ours, others = set(), set()
+
+    def add(target: str) -> None:
+        if target == "attnflow" or target.startswith("attnflow."):
+            while target not in MODULES and "." in target:  # `from attnflow.x import function`
+                target = target.rsplit(".", 1)[0]
+            ours.add(target)
+        else:
+            others.add(target.split(".")[0])
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative imports: resolve against this module's package
+                base = name.split(".")[: len(name.split(".")) - node.level + (MODULES[name].name == "__init__.py")]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            for alias in node.names:
+                add(f"{prefix}.{alias.name}")
+    ours.discard(name)
+    return ours, others
+
+
+GRAPH = {name: imports(name)[0] for name in MODULES}
+
+
+def test_package_root_holds_only_the_facade_the_errors_and_packages():
+    loose = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py")
+    assert loose == ["__init__.py", "__main__.py", "errors.py"]
+    for folder in (p for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        has_code = any(folder.rglob("*.py"))
+        assert not has_code or (folder / "__init__.py").is_file(), f"{folder.name} is not a package"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n not in ("attnflow", "attnflow.__main__")))
+def test_imports_point_down_the_layers(name):
+    mine = layer(name)
+    for target in sorted(GRAPH[name]):
+        assert target != "attnflow", f"{name} imports the package root (the facade); import the module instead"
+        assert layer(target) <= mine, f"{name} (layer {mine}) imports {target} (layer {layer(target)})"
+
+
+def test_views_and_evaluation_never_touch_models():
+    for name, targets in GRAPH.items():
+        if name.startswith(("attnflow.views", "attnflow.evaluation", "attnflow.results")):
+            bad = sorted(t for t in targets if t.startswith(("attnflow.capture", "attnflow.models")))
+            assert not bad, f"{name} imports {bad}: views, evaluation and results take results, not models"
+
+
+def test_core_imports_only_math():
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for name in MODULES:
+        if name.startswith("attnflow.core"):
+            _, others = imports(name)
+            assert others - stdlib <= CORE_ALLOWED, f"{name} imports {sorted(others - stdlib - CORE_ALLOWED)}"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one module (or a self-loop)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    graph = {n: {t for t in ts if t != "attnflow"} for n, ts in GRAPH.items() if n != "attnflow"}
+    assert cycles(graph) == [], f"import cycles: {cycles(graph)}"
+
+
+def test_the_checker_can_fail():
+    # A cycle through three modules and a function-level import are both seen.
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert "attnflow.views.heatmap" in GRAPH["attnflow.views"]  # imported inside the presenter's plot()
+    assert layer("attnflow.api.text") > layer("attnflow.views.table") > layer("attnflow.capture.text")
+
+
+def test_help_and_import_do_not_load_torch():
+    import subprocess
+
+    code = ("import sys, attnflow; import attnflow.cli; "
+            "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
