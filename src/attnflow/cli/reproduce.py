@@ -61,7 +61,7 @@ def reproduce(
     # Matrices of at most 64 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     if data == "ptb" and model is None:  # train it (first use) before the progress bar starts
-        from attnflow.models.ptb_model import ptb_model_path
+        from attnflow.models.train_ptb import ptb_model_path
 
         model = str(ptb_model_path())
     with progress_bar("examples") as bar:

@@ -55,7 +55,7 @@ def resolve_model(model: str | Path | None, data: str = "templates") -> Path:
     check_choice("data", data, DATASETS)
     if model is None:
         if data == "ptb":
-            from attnflow.models.ptb_model import ptb_model_path
+            from attnflow.models.train_ptb import ptb_model_path
 
             return ptb_model_path()
         return bundled_model_path("agreement")
