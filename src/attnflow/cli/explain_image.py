@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
+from attnflow.cli.explain import Method
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
@@ -18,10 +19,9 @@ from attnflow.errors import AttnflowError
 def explain_image(
     images: List[Path] = typer.Argument(..., help="One or more image files (any format PIL reads)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Image classifier folder or hub id. Default: the bundled digits ViT."),
-    # A plain string checked by the library, so an unknown method is a one-line error like any other.
-    method: str = typer.Option("rollout", help="raw | rollout | flow | grad-rollout (gradient-weighted rollout) | all."),
+    method: Method = typer.Option(Method.rollout, help="raw | rollout | flow | grad-rollout (gradient-weighted rollout) | all."),
     target: Optional[str] = typer.Option(None, "--class", help="Class grad-rollout explains (index or label). Default: the predicted class."),
-    residual: float = typer.Option(0.5, help="Weight of the residual connection for rollout and flow: A = (1-r)W + rI."),
+    residual: float = typer.Option(0.5, min=0.0, max=1.0, help="Weight of the residual connection for rollout and flow: A = (1-r)W + rI."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the overlays here (.png), one panel per image and method."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON (one image at a time)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained HTML report (one image at a time)."),
@@ -33,18 +33,16 @@ def explain_image(
 
         attnflow explain-image digit.png --method grad-rollout --png overlay.png
     """
-    from attnflow.api.images import check_method
-    from attnflow.api.images import explain_image as explain
-    from attnflow.views.image import save_overlays
-
-    check_method(method)
     if png_out is None and json_out is None and html_out is None:
         raise AttnflowError("say what to write: --png OUT.png, --json OUT.json and/or --html OUT.html")
     if len(images) > 1 and (json_out is not None or html_out is not None):
         raise AttnflowError(f"--json and --html hold one image's result; got {len(images)} images (run once per image)")
     check_outputs(png_only=png_out, json=json_out, html=html_out)
+    from attnflow.api.images import explain_image as explain
+    from attnflow.views.image import save_overlays
+
     with progress_bar("attention flow") as bar:
-        results = explain([str(p) for p in images], model, method=method, target_class=target, residual=residual,
+        results = explain(list(images), model, method=method.value, target_class=target, residual=residual,
                           progress=bar)
     console = Console()
     for path, result in zip(images, results):
@@ -54,7 +52,8 @@ def explain_image(
         console.print(f"{path}: prediction [bold]{result.prediction}[/bold]{extra}; top patch (row {r}, col {c})",
                       soft_wrap=True)
     if png_out is not None:
-        save_overlays(results, png_out)
+        # one row per image: the picture as given, then one overlay per method
+        save_overlays(results, png_out, columns=len(results[0].methods), inputs=True)
         console.print(f"wrote {png_out}")
     if json_out is not None:
         results[0].to_json(json_out)

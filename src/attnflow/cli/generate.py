@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from attnflow.cli.app import app
+from attnflow.cli.checks import check_text
 from attnflow.cli.explain import CausalNorm
 from attnflow.cli.outputs import check_outputs
 from attnflow.errors import AttnflowError
@@ -18,7 +19,9 @@ from attnflow.errors import AttnflowError
 @app.command()
 def generate(
     prompt: str = typer.Argument(..., help="The prompt, quoted."),
-    model: str = typer.Option(..., "--model", "-m", help="Local causal LM directory or hub id."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A decoder ('smollm2', installed from PyPI) or an "
+                                        "encoder-decoder (T5, BART, Marian, ...): a folder, a .gguf file or a hub id. "
+                                        "Default: the installed SmolLM2."),
     max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", help="How many tokens to generate at most."),
     token: Optional[str] = typer.Option(None, help="Generated token to plot: 0-based index (negative from the end) or its text. Default: the first."),
     top: int = typer.Option(3, min=1, help="How many prompt tokens to list per generated token."),
@@ -32,21 +35,22 @@ def generate(
 ) -> None:
     """Complete PROMPT and print, for each generated token, the prompt tokens its attention
     rollout (mean over layers) lands on most. Rollout is tracked incrementally with the KV cache.
+    With an encoder-decoder model PROMPT is the source, and each generated token gets the joint
+    rollout over the source (top decoder layer).
 
-        attnflow generate "The keys to the cabinet" --model DIR -n 5 --png out.png
+        attnflow generate "The keys to the cabinet" --model smollm2 -n 5 --png out.png
     """
+    if max_new_tokens < 1:
+        raise AttnflowError(f"--max-new-tokens must be a positive integer; got {max_new_tokens}")
+    check_text(prompt, "the prompt")
+    # Refuse bad output paths before the (slow) generation, so nothing is half done.
+    check_outputs(json=json_out, png=png_out, html=html_out)
     import torch
 
     from attnflow.api import generate as generate_text
-    from attnflow.capture import load_model
+    from attnflow.capture.load import cached_model
 
-    if max_new_tokens < 1:
-        raise AttnflowError(f"--max-new-tokens must be a positive integer; got {max_new_tokens}")
-    if not prompt.strip():
-        raise AttnflowError("the prompt must be a non-empty string")
-    # Refuse bad output paths before the (slow) generation, so nothing is half done.
-    check_outputs(json=json_out, png=png_out, html=html_out)
-    lm, tokenizer = load_model(model, task="causal-lm")
+    lm, tokenizer = cached_model(model, task="generation")
     torch.manual_seed(seed)
     result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
                            causal_norm=causal_norm.value if causal_norm else None)
@@ -54,7 +58,7 @@ def generate(
         result = result.with_target(token)
     console = Console()
     line = Text(prompt, style="bold")
-    line.append(result.meta["completion"])
+    line.append(("\n→ " if result.kind == "seq2seq" else "") + result.meta["completion"])
     console.print(line, soft_wrap=True, highlight=False)
     result.print(top, content_only=content_only)
     if json_out is not None:

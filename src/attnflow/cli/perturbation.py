@@ -8,10 +8,10 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from attnflow.cli.app import app
 from attnflow.cli.outputs import check_outputs
+from attnflow.cli.progress import new_progress
 
 
 @app.command("evaluate-perturbation")
@@ -37,8 +37,7 @@ def evaluate_perturbation(
 
     methods = tuple(method) if method else METHODS
     check_outputs(png_only=png_out, csv=csv_out)
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   transient=True)
+    bar = new_progress()
     tasks: dict[str, int] = {}
 
     def tick(stage: str, done: int, total: int) -> None:

@@ -8,8 +8,10 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
+from attnflow.cli.checks import check_agreement_model
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
+from attnflow.results.files import check_writable
 
 
 @app.command()
@@ -27,7 +29,7 @@ def reproduce(
                                                "ranks, gradient at the embedding sum); words: rank the words only."),
     gradient: str = typer.Option("sum", help="Gradient score: sum (|sum_d grad|, the paper's) or norm (||grad||_2)."),
     out: Path = typer.Option(Path("out/reproduction"), help="Folder for reproduction.csv and reproduction.png."),
-    solver: str = typer.Option("auto", help="Flow solver: auto (the fastest exact one), engine, scipy or networkx."),
+    solver: str = typer.Option("auto", help="Flow solver: auto (the fastest exact one), certified, engine, torch, scipy or networkx."),
     include_cls: bool = typer.Option(False, help="With --protocol words: rank the CLS token too."),
 ) -> None:
     """Correlate raw attention, rollout and flow (CLS row, per layer) with blank-out and input-gradient
@@ -54,10 +56,12 @@ def reproduce(
         raise AttnflowError(f"--gradient must be one of {', '.join(GRADIENTS)}; got {gradient!r}")
     if include_cls and protocol != "words":
         raise AttnflowError("--include-cls applies to --protocol words; the paper protocol always ranks CLS")
+    check_agreement_model(model)
     try:  # before the run, so a bad --out fails in a second, not after minutes of work
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
+    check_writable(out, f"cannot write into --out {str(out)!r}")
     # Matrices of at most 64 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     if data == "ptb" and model is None:  # train it (first use) before the progress bar starts

@@ -10,10 +10,16 @@ only has to produce the new query's attention row, which a KV-cached forward ste
 :class:`IncrementalRollout` keeps ``rows[l, k, :]`` = ``R_{l+1}[k]`` (0-based layer ``l``) for every
 position seen so far, in a buffer that grows by doubling. Row = query, column = input position, as in
 :mod:`attnflow.core.fusion`.
+
+Sliding-window layers (Mistral, Gemma 2/3, ...): a KV-cached step of such a layer returns attention over
+the ``k`` most recent keys only. :func:`place_window` puts those ``k`` columns at their absolute positions
+``t+1-k .. t`` and zeros before them, which is exactly row ``t`` of the layer's full map (a one-pass
+forward returns the same row with zeros outside the window), so rollout stays exact.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -55,23 +61,59 @@ def rollout_row(rows: torch.Tensor, attention: torch.Tensor, *, residual: float 
     return out
 
 
+def window_columns(keys: int, width: int, window: int | None = None, layer: int = 0) -> slice:
+    """Where a cached step's ``keys`` attention columns sit among the ``width`` positions ``0..t``: the
+    most recent ones, ``width-keys .. width-1``. ``window``: the layer's declared sliding window (None:
+    full attention); ``keys`` must be ``width`` or ``min(width, window)``, anything else is refused (a
+    cache whose keys are not the most recent ones would be placed wrongly)."""
+    allowed = {width} if window is None else {width, min(width, window)}
+    if keys not in allowed:
+        what = "full attention" if window is None else f"a sliding window of {window}"
+        raise AttnflowError(f"layer {layer} ({what}) returned attention over {keys} keys at position {width - 1}; "
+                            f"expected {' or '.join(str(a) for a in sorted(allowed))}")
+    return slice(width - keys, width)
+
+
+def place_window(attention: Any, width: int, windows: Sequence[int | None] | None = None) -> torch.Tensor:
+    """Per-layer attention rows of the newest query over possibly fewer keys -> ``(layers, heads, width)``.
+
+    attention: a ``(layers, heads, width)`` tensor, or one ``(heads, k_l)`` row block per layer with
+        ``k_l <= width``: the ``k_l`` most recent keys, placed at absolute columns ``width-k_l .. width-1``
+        (the columns before get 0, positions outside the layer's window); see :func:`window_columns`.
+    windows: per layer, the window size (None: full attention) the model declares.
+    """
+    if isinstance(attention, torch.Tensor) or not isinstance(attention, (list, tuple)):
+        return torch.as_tensor(attention)
+    rows = [torch.as_tensor(a) for a in attention]
+    if not rows or any(r.dim() != 2 for r in rows) or len({r.shape[0] for r in rows}) != 1:
+        raise AttnflowError(f"expected one (heads, keys) attention row per layer; got shapes {[tuple(r.shape) for r in rows]}")
+    out = torch.zeros(len(rows), rows[0].shape[0], width, dtype=rows[0].dtype)
+    for layer, row in enumerate(rows):
+        window = windows[layer] if windows is not None and layer < len(windows) else None
+        out[layer, :, window_columns(row.shape[-1], width, window, layer)] = row
+    return out
+
+
 class IncrementalRollout:
     """Rollout rows of a growing causal sequence, one new position at a time.
 
     ``start(prompt_attentions)`` rolls out the prompt ``(layers, heads, m, m)`` once; each
     ``append(attention_row)`` with ``(layers, heads, t+1)`` adds position ``t``. ``rows`` is
     ``(layers, n, n)``, lower-triangular, equal to :func:`attnflow.rollout` on the whole sequence.
-    Unpadded sequences only (one sequence; pad a batch outside).
+    Unpadded sequences only (one sequence; pad a batch outside). ``windows``: per layer, the model's
+    sliding-window size or None (see :func:`place_window`); ``append`` then also takes one row block per
+    layer over that layer's window.
     """
 
     def __init__(self, *, residual: float = 0.5, head_fusion: str = "mean", causal_norm: str | None = None,
-                 dtype: torch.dtype = torch.float64) -> None:
+                 dtype: torch.dtype = torch.float64, windows: Sequence[int | None] | None = None) -> None:
         check_residual(residual)
         check_head_fusion(head_fusion)
         check_causal_norm(causal_norm)
         if head_fusion is None:
             raise AttnflowError("incremental rollout needs head_fusion 'mean', 'max' or 'min'; got None")
         self.residual, self.head_fusion, self.causal_norm, self.dtype = residual, head_fusion, causal_norm, dtype
+        self.windows = list(windows) if windows is not None else None
         self._rows: torch.Tensor | None = None
         self.n = 0
 
@@ -96,11 +138,12 @@ class IncrementalRollout:
         return self.rows
 
     def append(self, attention: Any) -> torch.Tensor:
-        """Add the next position; ``attention``: ``(layers, heads, n+1)``. Returns its rows ``(layers, n+1)``."""
+        """Add the next position; ``attention``: ``(layers, heads, n+1)``, or one ``(heads, k_l)`` block per
+        layer over its most recent keys (:func:`place_window`). Returns its rows ``(layers, n+1)``."""
         rows = self._rows if self._rows is not None else None
         if rows is None:
             raise AttnflowError("call start() with the prompt's attention before append()")
-        values = torch.as_tensor(attention).detach().to(self.dtype)
+        values = place_window(attention, self.n + 1, self.windows).detach().to(self.dtype)
         if values.dim() != 3 or values.shape[0] != rows.shape[0] or values.shape[-1] != self.n + 1:
             raise AttnflowError(
                 f"expected the new position's attention of shape ({rows.shape[0]}, heads, {self.n + 1}); "

@@ -52,10 +52,16 @@ class Stack:
 
 def _to_tensor(x: Any) -> tuple[torch.Tensor, bool]:
     if isinstance(x, torch.Tensor):
+        if x.is_complex() or x.dtype == torch.bool:
+            raise AttnflowError(f"attention weights must be real numbers; got a tensor of dtype {x.dtype}")
         t = x.detach()
         if t.dtype != torch.float64:
             t = t.to(torch.float32)
         return t, False
+    kind = np.asarray(x).dtype.kind if isinstance(x, np.ndarray) else None
+    if kind is not None and kind not in "iuf":
+        # complex would silently lose its imaginary part, object arrays hide anything: refuse both
+        raise AttnflowError(f"attention weights must be real numbers; got an array of dtype {x.dtype}")
     try:
         arr = np.ascontiguousarray(x, dtype=np.float64)  # torch rejects negative strides (a[::-1])
     except (TypeError, ValueError) as exc:

@@ -9,12 +9,15 @@ image) is one labelled tensor per method::
 - ``target``: what is explained. Text: a token position (targets are the tokens themselves).
   Generation: a generated token, explained by the position that predicted it
   (``target_positions[i] = m - 1 + i`` for an ``m``-token prompt). Image: the classifier's read-out
-  (the CLS token, or the mean of the patch rows for mean-pooled models).
+  (the CLS token, or the mean of the patch rows for mean-pooled models). Seq2seq (encoder-decoder):
+  a target token, explained by the decoder position that predicted it (``target_positions[i] = S + i``
+  for ``S`` source tokens).
 - ``layer``: 0-based; layer ``l`` is the output of the ``(l+1)``-th Transformer layer (rollout's
   ``R_{l+1}``).
 - ``source``: what the target draws on. Text: the input tokens. Generation: the prompt tokens
   followed by the generated tokens (``sources[:input_length]`` is the prompt). Image: the patches in
-  row-major order of ``grid``.
+  row-major order of ``grid``. Seq2seq: the source tokens, the decoder's start token, then the target
+  tokens (``sources[:input_length]`` is the source); layers are the decoder's.
 
 Methods differ in cost (flow needs one max-flow per target, source and layer), so a method may be
 computed for some targets and layers only: those cells are NaN in ``scores[method]``, and
@@ -40,7 +43,28 @@ from attnflow.results.presenter import presenter
 from attnflow.results.ranking import ranked
 from attnflow.results.words import is_content
 
-KINDS = ("text", "generation", "image")
+KINDS = ("text", "generation", "image", "seq2seq")
+
+
+def label_index(labels: Sequence[str], target: Any, default: int) -> int:
+    """``target`` as an index into ``labels``: an index (negative counts from the end; digits as text
+    allowed), a label (first match, surrounding spaces ignored), or None for ``default``."""
+    n = len(labels)
+    if target is None:
+        return default
+    if isinstance(target, str) and target.strip().lstrip("-").isdigit():
+        target = int(target.strip())
+    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+        if not -n <= target < n:
+            raise AttnflowError(f"target {target} is outside the {n} targets")
+        return int(target) % n
+    if isinstance(target, str):
+        for i, label in enumerate(labels):
+            if label.strip() == target.strip():
+                return i
+        shown = ", ".join(repr(t) for t in labels[:20])
+        raise AttnflowError(f"no target {target!r}; the targets are {shown}")
+    raise AttnflowError(f"target must be an index or a target's label; got {target!r}")
 
 
 class _DenseScores(Mapping):
@@ -63,7 +87,7 @@ class _DenseScores(Mapping):
 class Attribution:
     """Scores of one or more methods for one input; see the module docstring for the axes.
 
-    kind: "text", "generation" or "image".
+    kind: "text", "generation", "image" or "seq2seq".
     sources, targets: labels of the source and target axes; ``target_positions[i]`` is the position
         in the model's sequence whose rows explain target ``i`` (None for a mean-pooled read-out).
     blocks: method -> :class:`Block` (use ``scores``, ``row()``, ``top()`` to read them).
@@ -75,6 +99,8 @@ class Attribution:
     params: every setting that produced the scores (residual, head_fusion, causal_norm, solver, ...).
     grid: image patch grid (rows, cols); image: the image as the model saw it, ``(H, W[, 3])`` in [0, 1].
     meta: kind-specific extras (a generation's completion and token ids, special-token positions).
+    original: images: the image as given (colours kept, at most 256 pixels on its longer side), for
+        figures that show the scores over the user's own picture.
     """
 
     kind: str
@@ -93,6 +119,7 @@ class Attribution:
     grid: tuple[int, int] | None = None
     image: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    original: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -131,6 +158,8 @@ class Attribution:
                                     f"sources; got {s}")
         if self.image is not None:
             self.image = np.asarray(self.image)
+        if self.original is not None:
+            self.original = np.asarray(self.original)
 
     def _check_block(self, name: str, block: Block) -> None:
         values = block.values
@@ -184,22 +213,7 @@ class Attribution:
     def target_index(self, target: Any = None) -> int:
         """A target by index (negative counts from the end; digits as text allowed) or by its label
         (first match, surrounding spaces ignored); None is the default target."""
-        n = self.n_targets
-        if target is None:
-            return self.target
-        if isinstance(target, str) and target.strip().lstrip("-").isdigit():
-            target = int(target.strip())
-        if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
-            if not -n <= target < n:
-                raise AttnflowError(f"target {target} is outside the {n} targets")
-            return int(target) % n
-        if isinstance(target, str):
-            for i, label in enumerate(self.targets):
-                if label.strip() == target.strip():
-                    return i
-            shown = ", ".join(repr(t) for t in self.targets[:20])
-            raise AttnflowError(f"no target {target!r}; the targets are {shown}")
-        raise AttnflowError(f"target must be an index or a target's label; got {target!r}")
+        return label_index(self.targets, target, self.target)
 
     def row(self, method: str | None = None, target: Any = None) -> np.ndarray:
         """``(layers, sources)``: how ``target`` draws on every source at every layer."""

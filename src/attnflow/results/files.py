@@ -26,6 +26,20 @@ def check_output(path: str | os.PathLike, suffixes: tuple[str, ...] | None = Non
         raise AttnflowError(f"cannot write {str(target)!r}: it is a folder")
     if not target.parent.exists():
         raise AttnflowError(f"cannot write {str(target)!r}: the folder {str(target.parent)!r} does not exist")
+    if not target.parent.is_dir():
+        raise AttnflowError(f"cannot write {str(target)!r}: {str(target.parent)!r} is a file, not a folder")
+    check_writable(target.parent, f"cannot write {str(target)!r}")
+
+
+def check_writable(folder: str | os.PathLike, what: str) -> None:
+    """Refuse a folder no file can be created in (permissions, a read-only file system), by creating
+    one: permission bits alone say nothing for root or on read-only mounts."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".attnflow-probe-", dir=folder)
+    except OSError as exc:
+        raise AttnflowError(f"{what}: {exc.strerror or type(exc).__name__} in {str(folder)!r}") from exc
+    os.close(fd)
+    os.remove(probe)
 
 
 @contextmanager

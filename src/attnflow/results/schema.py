@@ -2,13 +2,13 @@
 
 JSON (version 2), what ``--json`` and :meth:`Attribution.to_json` write::
 
-    {"schema": "attnflow.attribution", "version": 2, "kind": "text" | "generation" | "image",
+    {"schema": "attnflow.attribution", "version": 2, "kind": "text" | "generation" | "image" | "seq2seq",
      "model": ..., "input": ..., "prediction": ..., "params": {...},
      "sources": [labels], "input_length": m, "targets": [labels], "target_positions": [int | null],
      "target": default target index, "method": default method, "n_layers": L,
      "scores": {method: {"targets": [i, ...], "layers": [l, ...], "values": [[[...]]]}},
      "grid": [rows, cols] | null, "image": {"dtype": "uint8", "shape": [...], "base64": ...} | null,
-     "meta": {...}}
+     "meta": {...}, "original": {as "image"} (images only: the picture as given, at most 256 px)}
 
 ``values[i][k]`` is target ``targets[i]`` at layer ``layers[k]`` over every source: only computed cells
 are stored (JSON has no NaN). ``.npz`` holds the same header as JSON text plus one float64 array per
@@ -84,6 +84,8 @@ def to_dict(result: Any) -> dict[str, Any]:
     out["scores"] = {m: {"targets": list(b.targets), "layers": list(b.layers), "values": b.values.tolist()}
                      for m, b in result.blocks.items()}
     out["image"] = _image_to_json(result.image)
+    if result.original is not None:
+        out["original"] = _image_to_json(result.original)
     return out
 
 
@@ -109,13 +111,14 @@ def _from_v2(cls: type, data: dict[str, Any], arrays: dict[str, Any] | None = No
         values = np.asarray(values, dtype=float).reshape(len(targets), len(layers), len(data["sources"]))
         blocks[method] = Block(values, tuple(int(t) for t in targets), tuple(int(k) for k in layers))
     image = arrays.get("__image__") if arrays is not None else _image_from_json(data.get("image"))
+    original = arrays.get("__original__") if arrays is not None else _image_from_json(data.get("original"))
     return cls(kind=data["kind"], sources=data["sources"], targets=data["targets"],
                        target_positions=data["target_positions"], blocks=blocks, n_layers=int(data["n_layers"]),
                        target=data.get("target", 0), method=data.get("method"), input=data.get("input"),
                        input_length=data.get("input_length"), prediction=data.get("prediction"),
                        model=data.get("model"), params=dict(data.get("params") or {}),
                        grid=tuple(data["grid"]) if data.get("grid") else None, image=image,
-                       meta=dict(data.get("meta") or {}))
+                       meta=dict(data.get("meta") or {}), original=original)
 
 
 # ------------------------------------------------------------------------- attnflow 0.1 files
@@ -247,6 +250,8 @@ def save(result: Any, path: Any) -> str:
     arrays = {f"scores.{m}": b.values for m, b in result.blocks.items()}
     if result.image is not None:
         arrays["image"] = np.asarray(result.image)
+    if result.original is not None:
+        arrays["original"] = np.asarray(result.original)
     head = header(result)
     head["scores"] = {m: {"targets": list(b.targets), "layers": list(b.layers)} for m, b in result.blocks.items()}
 
@@ -268,8 +273,9 @@ def load(path: Any, cls: type) -> Any:
                 with np.load(p, allow_pickle=False) as data:
                     head = json.loads(str(data["header"]))
                     arrays = {m: data[f"scores.{m}"] for m in head["scores"]}
-                    if "image" in data.files:
-                        arrays["__image__"] = data["image"]
+                    for name in ("image", "original"):
+                        if name in data.files:
+                            arrays[f"__{name}__"] = data[name]
             except (OSError, ValueError, KeyError) as exc:
                 raise AttnflowError(f"not an attnflow .npz result ({exc})") from exc
             return _from_v2(cls, head, arrays)

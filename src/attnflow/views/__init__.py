@@ -14,11 +14,16 @@ from attnflow.results.presenter import register
 
 def plot(result: Any, path: Any, **options: Any) -> str:
     """The kind's figure: layers x tokens panels (text), bars + prompt x layers map for one generated
-    token (generation), overlays (image). ``options`` go to the figure function of that kind."""
+    token (generation), overlays (image), targets x sources + one target's layers x sources
+    (seq2seq). ``options`` go to the figure function of that kind."""
     if result.kind == "generation":
         from attnflow.views.generation import save_generation_figure
 
         return save_generation_figure(result, path, **options)
+    if result.kind == "seq2seq":
+        from attnflow.views.seq2seq import save_seq2seq_figure
+
+        return save_seq2seq_figure(result, path, **options)
     if result.kind == "image":
         from attnflow.views.image import save_overlays
 

@@ -14,7 +14,7 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.results.words import is_content
 from attnflow.views.files import figure_format, save_figure
-from attnflow.views.labels import plain
+from attnflow.views.labels import figure_title, plain
 
 
 def generation_figure(result: Any, target: Any = None, method: str | None = None, content_only: bool = False,
@@ -54,8 +54,9 @@ def generation_figure(result: Any, target: Any = None, method: str | None = None
     map_ax.set_yticks(range(0, result.n_layers, step), [str(k + 1) for k in range(0, result.n_layers, step)])
     map_ax.set_ylabel("layer")
     fig.colorbar(image, ax=map_ax, shrink=0.8)
-    if title:
-        fig.suptitle(plain(title), fontsize=11)
+    heading = figure_title(result, title)
+    if heading:
+        fig.suptitle(heading, fontsize=11)
     return fig
 
 

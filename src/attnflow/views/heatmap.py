@@ -9,7 +9,7 @@ import numpy as np
 
 from attnflow.errors import AttnflowError
 from attnflow.views.files import figure_format, save_figure
-from attnflow.views.labels import label_room, plain, short, thinned, token_fontsize
+from attnflow.views.labels import figure_title, label_room, short, thinned, token_fontsize
 
 # Side by side up to this many tokens (the paper's layout); above it the panels are stacked so each
 # gets the full page width and long inputs keep legible columns.
@@ -72,8 +72,9 @@ def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, titl
         ax.plot([target], [1.0], marker="v", color="#b45309", markersize=7, clip_on=False,
                 transform=ax.get_xaxis_transform())
         fig.colorbar(image, ax=ax, shrink=0.85, pad=0.01)
-    if title:
-        fig.suptitle(plain(title), fontsize=11)
+    heading = figure_title(result, title)
+    if heading:
+        fig.suptitle(heading, fontsize=11)
     return fig
 
 

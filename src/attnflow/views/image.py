@@ -9,6 +9,7 @@ import numpy as np
 
 from attnflow.errors import AttnflowError
 from attnflow.views.files import save_figure
+from attnflow.views.labels import plain, settings_line
 
 
 def _panels(results: list[Any], methods: Any) -> list[tuple[Any, str]]:
@@ -23,14 +24,24 @@ def _panels(results: list[Any], methods: Any) -> list[tuple[Any, str]]:
     return panels
 
 
-def overlay_figure(results: list[Any], methods: Any = None, columns: int = 4, alpha: float = 0.7,
+def _file_name(result: Any) -> str:
+    return Path(str(result.input)).name if result.input else "image"
+
+
+def picture(result: Any) -> np.ndarray:
+    """What the scores are drawn on: the picture as given when the result keeps it, else as the model saw it."""
+    return result.original if getattr(result, "original", None) is not None else result.image
+
+
+def overlay_figure(results: list[Any], methods: Any = None, columns: int = 4, alpha: float = 0.6,
                    cmap: str = "inferno", inputs: bool = False, layer: int = -1) -> Any:
     """One panel per (image result, method) at ``layer`` (default the top), ``columns`` per row: the
-    image in grey or colour with the scores on top, stretched over the whole image. With
-    ``inputs=True`` each row starts with the bare image of the row's first panel (for one image per
-    row, one method per column). Each panel is scaled to its own min..max, so colours compare
-    patches within a panel, not across panels. Patches are drawn as blocks (no smoothing): the
-    scores are per patch."""
+    picture as given (:attr:`Attribution.original`, else the image as the model saw it) with the
+    patch scores on top, stretched over the whole picture, the file name and method in the title and a
+    colour bar of the scores beside it. With ``inputs=True`` each row starts with the bare picture of
+    the row's first panel (for one image per row, one method per column). Each panel has its own
+    colour scale (its min..max), so colours compare patches within a panel, not across panels.
+    Patches are drawn as blocks (no smoothing): the scores are per patch."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -39,26 +50,33 @@ def overlay_figure(results: list[Any], methods: Any = None, columns: int = 4, al
     panels = _panels(results, methods)
     cols = min(columns, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols + inputs, figsize=(2.6 * (cols + inputs), 2.8 * rows), squeeze=False,
+    fig, axes = plt.subplots(rows, cols + inputs, figsize=(3.1 * (cols + inputs), 3.0 * rows + 0.4), squeeze=False,
                              constrained_layout=True)
     for ax in axes.flat:
         ax.axis("off")
     if inputs:
         for r in range(rows):
-            _show_image(axes[r, 0], panels[r * cols][0].image)
-            axes[r, 0].set_title("input", fontsize=9)
+            first = panels[r * cols][0]
+            _show_image(axes[r, 0], picture(first))
+            axes[r, 0].set_title(plain(f"{_file_name(first)}\ninput"), fontsize=9)
     for i, (result, method) in enumerate(panels):
         ax = axes[i // cols, i % cols + inputs]
-        extent = _show_image(ax, result.image)
+        extent = _show_image(ax, picture(result))
         s = np.asarray(result.grid_scores(method, layer), dtype=float)
-        span = s.max() - s.min()
-        ax.imshow((s - s.min()) / span if span > 0 else np.zeros_like(s), cmap=cmap, alpha=alpha, extent=extent,
-                  interpolation="nearest", vmin=0, vmax=1)
+        low, high = float(s.min()), float(s.max())
+        shown = ax.imshow(s, cmap=cmap, alpha=alpha, extent=extent, interpolation="nearest", vmin=low,
+                          vmax=high if high > low else low + 1e-12)
         title = f"{method}  pred {result.prediction}"
         explained = result.params.get("explained_class")
         if method == "grad-rollout" and explained is not None and explained != result.prediction:
             title += f" (for {explained})"
-        ax.set_title(title, fontsize=9)
+        ax.set_title(plain(f"{_file_name(result)}\n{title}"), fontsize=9)
+        bar = fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.02)
+        bar.ax.tick_params(labelsize=7)
+        bar.solids.set_alpha(1.0)
+    settings = settings_line(panels[0][0])
+    if settings:
+        fig.suptitle(settings, fontsize=9)
     return fig
 
 

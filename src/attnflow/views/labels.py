@@ -36,3 +36,29 @@ def label_room(inches: float, fontsize: float) -> int:
 
 def token_fontsize(n: int) -> float:
     return 9.0 if n <= 30 else 7.0 if n <= 80 else 6.0
+
+
+# Settings that change the scores, in the order a figure title names them (key in params, label).
+SETTINGS = (("weighting", "weighting"), ("residual", "residual"), ("head_fusion", "head fusion"),
+            ("causal_norm", "causal norm"), ("discard_ratio", "discard ratio"))
+
+
+def settings_line(result: object) -> str:
+    """The settings a result was computed with, for figure titles: ``residual 0.5 · head fusion mean``
+    (causal normalisation is named for decoders, "off" when unset)."""
+    params = dict(getattr(result, "params", None) or {})
+    causal = getattr(result, "kind", None) == "generation" or bool((getattr(result, "meta", None) or {}).get("causal"))
+    if causal and params.get("causal_norm") is None:
+        params["causal_norm"] = "off"
+    return plain("  \u00b7  ".join(f"{label} {params[key]}" for key, label in SETTINGS if params.get(key) is not None))
+
+
+def figure_title(result: object, title: str | None = None, limit: int = 80) -> str:
+    """A figure's title: ``title`` (default: the input text, cut to ``limit`` characters; "" for none)
+    over the settings line."""
+    if title is None:
+        text = getattr(result, "input", None)
+        title = text if isinstance(text, str) else ""
+    title = title if len(title) <= limit else title[: limit - 3] + "..."
+    settings = settings_line(result)
+    return "\n".join(line for line in (plain(title), settings) if line)

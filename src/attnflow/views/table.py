@@ -22,6 +22,8 @@ def _number(score: float) -> str:
 def _who(result: Any, t: int) -> str:
     position = result.target_positions[t]
     label = escape(result.targets[t])
+    if result.kind == "seq2seq":
+        return f"target token {t} ({label})"
     return f"position {position} ({label})" if position is not None else label
 
 
@@ -52,14 +54,29 @@ def method_table(result: Any, k: int = 5, layer: int = -1, target: Any = None, s
 
 
 def generation_table(result: Any, k: int = 3, content_only: bool = False, method: str | None = None) -> Table:
-    """Rows = generated tokens, cells = the ``k`` prompt tokens each draws on most (mean over layers)."""
+    """Rows = generated (or target) tokens, cells = the ``k`` prompt (source) tokens each draws on most:
+    mean over layers for a generation, the top decoder layer for an encoder-decoder result."""
     method = method or result.method
-    table = Table(title=f"{method}, mean over layers", title_justify="left")
+    seq2seq = result.kind == "seq2seq"
+    # Rollout's source share is 1 - r^layers for every target by construction and raw's is 1; only
+    # flow's says something (docs/architectures.md), so only flow gets the column.
+    share_column = seq2seq and method == "flow"
+    layer = -1 if seq2seq else "mean"
+    where = "top decoder layer" if seq2seq else "mean over layers"
+    table = Table(title=f"{method}, {where}", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("token")
-    table.add_column(f"top {k} prompt tokens")
+    table.add_column(f"top {k} {'source' if seq2seq else 'prompt'} tokens")
+    if share_column:
+        table.add_column("source share", justify="right")
     for i, piece in enumerate(result.targets):
-        entries = result.top(k, method=method, target=i, layer="mean", content_only=content_only)
+        if i not in result.computed[method].targets:
+            continue
+        entries = result.top(k, method=method, target=i, layer=layer, content_only=content_only)
+        if share_column:
+            share = float(result.layer_scores(method, i, layer)[: result.input_length].sum())
+            table.add_row(str(i), escape(repr(piece)), _cell(entries, quoted=True), f"{share:.2f}")
+            continue
         table.add_row(str(i), escape(repr(piece)), _cell(entries, quoted=True))
     return table
 
@@ -67,7 +84,7 @@ def generation_table(result: Any, k: int = 3, content_only: bool = False, method
 def result_table(result: Any, k: int = 5, **options: Any) -> Table:
     """The table a result prints as: per generated token for a generation, per layer for one method,
     per method for several."""
-    if result.kind == "generation":
+    if result.kind == "generation" or (result.kind == "seq2seq" and len(result.methods) == 1):
         return generation_table(result, k, **options)
     if len(result.methods) == 1 and result.kind == "text":
         return layer_table(result, k, **options)

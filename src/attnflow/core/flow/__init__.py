@@ -10,8 +10,12 @@ Solvers (all return the same unnormalised values; see each module for its algori
 
 - ``"networkx"``: :mod:`.oracle`, the paper's semantics, one Edmonds-Karp per pair; the test oracle.
 - ``"scipy"``: :mod:`.scipy_pairs`, one integer-scaled scipy max-flow per pair (the peer baseline).
-- ``"engine"``: :mod:`.engine`, warm-started push-relabel compiled with numba; exact, the default.
-- ``"auto"``: the fastest exact solver available (``"engine"``).
+- ``"engine"``: :mod:`.engine`, warm-started push-relabel on the dense graph, compiled with numba.
+- ``"certified"``: :mod:`.certified`, max-flow on a sparse sub-network certified by a cut of the
+  full graph (:mod:`.cuts` gives the cut bounds and the layer-1/layer-2 closed forms).
+- ``"torch"``: :mod:`.batched`, synchronous push-relabel on dense tensors, many pairs at once, on a
+  CUDA device when one is present (the path for a GPU; exact, slow on a CPU).
+- ``"auto"``: :mod:`.auto`, the faster of the two numba solvers per layer; the default.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from attnflow.core.flow import engine, oracle, scipy_pairs
+from attnflow.core.flow import auto, batched, certified, engine, oracle, scipy_pairs
 from attnflow.core.fusion import augmented
 from attnflow.core.inputs import as_stack
 from attnflow.errors import AttnflowError
@@ -30,14 +34,15 @@ SOLVERS: dict[str, Callable[..., np.ndarray]] = {
     "networkx": oracle.solve,
     "scipy": scipy_pairs.solve,
     "engine": engine.solve,
+    "certified": certified.solve,
+    "torch": batched.solve,
+    "auto": auto.solve,
 }
 
 
 def _solver(name: str) -> Callable[..., np.ndarray]:
-    if name == "auto":
-        return SOLVERS.get("engine", SOLVERS["scipy"])
     if name not in SOLVERS:
-        raise AttnflowError(f"solver must be one of {['auto', *SOLVERS]}; got {name!r}")
+        raise AttnflowError(f"solver must be one of {sorted(SOLVERS)}; got {name!r}")
     return SOLVERS[name]
 
 
@@ -71,7 +76,8 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     positions: query positions (sources); all when None. Negative indices count from the end.
     layers: 0-based layer indices (``-1`` = top layer); all when None.
     normalize: divide each row by its sum (the paper's code does); False returns raw max-flow values.
-    solver: ``"auto"`` | ``"engine"`` | ``"networkx"`` | ``"scipy"`` (see module docstring).
+    solver: ``"auto"`` | ``"certified"`` | ``"engine"`` | ``"torch"`` | ``"networkx"`` | ``"scipy"``
+        (see module docstring); every one but ``"scipy"`` is exact.
     mask: optional padding mask, True for real tokens; padded tokens are left out of the graph and
         their rows/columns in the result are 0.
     progress: optional ``progress(done_rows, total_rows)`` callback.
@@ -132,7 +138,8 @@ def _solve_all(solve, a, mask_np, layer_idx, pos_idx, out, tick) -> None:
         keep = mask_np[b, pos_idx]  # requested positions that are real tokens
         sub_pos = new_index[pos_idx[keep]]
         for h in range(a.shape[1]):
-            sub = a[b, h][:, real][:, :, real]
+            # Nothing padded (the usual case): the graph as it is, without two copies of it.
+            sub = a[b, h] if len(real) == n else a[b, h][:, real][:, :, real]
             values = solve(np.ascontiguousarray(sub), layer_idx, sub_pos, progress=tick) if len(sub_pos) else None
             if values is not None:
                 full = np.zeros((len(layer_idx), len(sub_pos), n))

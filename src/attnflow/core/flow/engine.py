@@ -298,12 +298,20 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
 def _source_row(a, top, q0, part, parts, out):
     """Max flow from ``(top, q0)`` to the input tokens ``j`` with ``j % parts == part``, written
     into ``out`` (``(n,)``, left 0 elsewhere)."""
+    _source_sinks(a, top, q0, np.arange(part, a.shape[1], parts), out)
+
+
+@njit(cache=True)
+def _source_sinks(a, top, q0, sinks, out):
+    """Max flow from ``(top, q0)`` to each input token in ``sinks`` (one warm chain), into ``out``."""
     n = a.shape[1]
     if top == 1:
-        for j in range(part, n, parts):
+        for j in sinks:
             out[j] = a[0, q0, j]
         return
     pos, cnt = _reachable(a, top, q0)
+    wanted = np.zeros(n, np.bool_)
+    wanted[sinks] = True
     size = (top + 1) * n
     big = 2
     for m in range(1, top):
@@ -329,7 +337,7 @@ def _source_row(a, top, q0, part, parts, out):
         ex[(top - 1) * n + k] = a[top - 1, q0, k]
     for i0 in range(cnt[0]):
         j = pos[0, i0]
-        if j % parts != part:
+        if not wanted[j]:
             continue
         for i in range(cnt[1]):  # hand the old sink's inflow back to the nodes it came through
             k = pos[1, i]
@@ -381,3 +389,10 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
         if progress is not None:
             progress(stop - start)
     return out.reshape(len(layers), len(positions), n)
+
+
+def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarray:
+    """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``)."""
+    out = np.zeros(a.shape[-1])
+    _source_sinks(np.ascontiguousarray(a, dtype=np.float64), top, q, np.asarray(sinks, dtype=np.int64), out)
+    return out[sinks]

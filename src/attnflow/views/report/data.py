@@ -1,5 +1,5 @@
 """What the HTML report embeds: one :class:`~attnflow.results.Attribution` checked and turned into one
-JSON payload for the page (text, generation and image results alike).
+JSON payload for the page (text, generation, encoder-decoder and image results alike).
 
 Payload: ``kind``, ``title``, ``model``, ``prediction``, ``params``, ``sources``, ``input_length``,
 ``targets``, ``target_positions``, ``targets_are_sources`` (text: clicking a token makes it the
@@ -18,6 +18,7 @@ import numpy as np
 
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution
+from attnflow.views.image import picture
 
 ORDER = ("raw", "rollout", "flow", "grad-rollout")
 
@@ -90,5 +91,5 @@ def payload(result: Any, title: str | None = None) -> dict[str, Any]:
         "target_positions": list(result.target_positions), "targets_are_sources": result.kind == "text",
         "target": result.target, "method": result.method, "n_layers": result.n_layers,
         "grid": list(result.grid) if result.grid else None,
-        "image": _image_uri(result.image) if result.image is not None else None, "methods": methods,
+        "image": _image_uri(picture(result)) if result.image is not None else None, "methods": methods,
     }

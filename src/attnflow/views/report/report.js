@@ -31,6 +31,8 @@
   const $ = (id) => document.getElementById(id);
   const kind = data.kind;
   const isGen = kind === "generation";
+  const isSeq = kind === "seq2seq"; // encoder-decoder: source tokens, the decoder's start token, targets
+  const decoded = isGen || isSeq; // targets are tokens the model produced, shown in their own row
   const isImage = kind === "image";
   const textTargets = data.targets_are_sources; // text: clicking a source token makes it the target
   const L = data.n_layers;
@@ -43,6 +45,10 @@
     target: data.target,
   };
   const shown = data.sources.slice(0, m); // the input sources that get coloured
+  // Sources the decoder reads before the first target (the start token of a seq2seq result; none for a
+  // generation): target k's own column is m + lead + k.
+  // (A generation saved with its prompt columns only has fewer sources than that: no lead then.)
+  const lead = decoded ? Math.max(0, data.sources.length - data.targets.length - m) : 0;
 
   const display = (t) => (t === "" ? "\u2205" : t.replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5"));
   const entryOf = (name) => data.methods.find((e) => e.name === name);
@@ -72,11 +78,12 @@
     });
   }
 
-  // A generated token's scores on the generated tokens before it (sources after the prompt).
+  // A generated (target) token's scores on what the decoder read before it: the lead tokens, then
+  // the earlier targets (sources after the input).
   function generatedScores(row) {
-    if (!isGen || !row) return [];
+    if (!decoded || !row) return [];
     const out = [];
-    for (let k = 0; k < state.target && m + k < row.length; k++) out.push(row[m + k]);
+    for (let k = 0; k < lead + state.target && m + k < row.length; k++) out.push(row[m + k]);
     return out;
   }
 
@@ -176,8 +183,9 @@
       el.classList.toggle("missing", !row);
       el.classList.toggle("target", textTargets && i === data.target_positions[state.target]);
     });
+    leadEls.forEach((span, k) => paint(span, earlier[k], max, "decoder start"));
     targetEls.forEach((span, k) => {
-      paint(span, k < earlier.length ? earlier[k] : undefined, max, `generated token ${k}`);
+      paint(span, lead + k < earlier.length ? earlier[lead + k] : undefined, max, `${isSeq ? "target" : "generated"} token ${k}`);
       span.classList.toggle("selected", k === state.target);
     });
     document.querySelectorAll("#methods button").forEach((b) => {
@@ -187,13 +195,20 @@
     $("layer-value").textContent = String(state.layer + 1);
     $("legend-max").textContent = max > 0 ? max.toPrecision(3) : "0";
     const label = display(data.targets[state.target]);
-    const who = isGen ? `generated token ${state.target} “${label}”`
+    let sourceShare = "";
+    if (isSeq && row) {
+      let sum = 0;
+      for (let j = 0; j < m; j++) sum += row[j];
+      sourceShare = ` · source share ${sum.toFixed(2)}`;
+    }
+    const who = isSeq ? `target token ${state.target} “${label}”${sourceShare}`
+      : isGen ? `generated token ${state.target} “${label}”`
       : isImage ? `target: ${label}` : `target: position ${data.target_positions[state.target]} “${label}”`;
     $("target-label").textContent = who;
     const entry = entryOf(state.method);
     let note = entry.note || "";
     if (!rows) {
-      note = `${state.method} has no scores for ${isGen ? "generated token" : "position"} ${state.target}: `
+      note = `${state.method} has no scores for ${isGen ? "generated token" : isSeq ? "target token" : "position"} ${state.target}: `
         + `${entry.note}. Pick a highlighted target or another method.`;
     } else if (!row) {
       note = `${state.method} was not computed at layer ${state.layer + 1}; pick another layer.`;
@@ -211,8 +226,9 @@
   const meta = [];
   if (data.model) meta.push(`model: ${data.model}`);
   if (data.prediction !== undefined && data.prediction !== null) meta.push(`prediction: ${data.prediction}`);
-  meta.push(isImage ? `${data.grid[0]}×${data.grid[1]} patches` : `${m} ${isGen ? "prompt " : ""}tokens`);
-  meta.push(`${L} layers`);
+  meta.push(isImage ? `${data.grid[0]}×${data.grid[1]} patches`
+    : `${m} ${isGen ? "prompt " : isSeq ? "source " : ""}tokens`);
+  meta.push(`${L} ${isSeq ? "decoder " : ""}layers`);
   const settings = Object.entries(data.params || {}).filter(([, v]) => v !== null && v !== false)
     .map(([k, v]) => `${k}: ${v}`);
   if (settings.length) meta.push(settings.join(", "));
@@ -220,6 +236,7 @@
   $("legend-text").textContent = "colour = score at the chosen layer, scaled to the row's maximum";
   const oneTarget = textTargets && data.methods.every((e) => e.targets.length === 1);
   $("tokens-heading").textContent = isGen ? "prompt (coloured by what the chosen generated token draws on)"
+    : isSeq ? "source (coloured by what the chosen target token draws on)"
     : oneTarget ? "input tokens (this result holds one target; make the report with attnflow.explain_maps or "
       + "`attnflow explain --html` to click any token as the target)"
       : "input tokens (click one to make it the target)";
@@ -243,6 +260,7 @@
   slider.addEventListener("input", () => { state.layer = Number(slider.value) - 1; render(); });
 
   let sourceEls = [];
+  let leadEls = [];
   let targetEls = [];
   if (isImage) {
     // The patches as a grid of cells laid over the image (the page's own data: URI, allowed by the CSP).
@@ -265,20 +283,24 @@
   } else {
     sourceEls = makeTokens($("tokens"), shown, "input");
   }
-  if (isGen) {
+  if (decoded) {
     $("generated-block").hidden = false;
+    if (isSeq) $("generated-heading").textContent = "target tokens (click one to see what it draws on; the "
+      + "first token is the decoder's start token, read but never predicted)";
+    leadEls = makeTokens($("generated"), data.sources.slice(m, m + lead), "start");
+    leadEls.forEach((span) => { span.classList.add("lead"); span.tabIndex = -1; });
     targetEls = makeTokens($("generated"), data.targets, "generated");
   }
   const choose = (ev) => {
     const span = ev.target.closest(".tok");
     if (!span) return;
-    if (isGen && span.dataset.kind !== "generated") return; // prompt tokens are never targets here
+    if (decoded && span.dataset.kind !== "generated") return; // prompt/source tokens are never targets here
     state.target = Number(span.dataset.index);
     render();
   };
   const byKey = (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); choose(ev); } };
   if (!isImage) {
-    const clickable = isGen ? $("generated") : $("tokens");
+    const clickable = decoded ? $("generated") : $("tokens");
     clickable.addEventListener("click", choose);
     clickable.addEventListener("keydown", byKey);
   }
