@@ -117,7 +117,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     Returns the :class:`~attnflow.results.Attribution` of :func:`attnflow.explain` with
     ``meta["faithfulness"]`` = :meth:`Faithfulness.to_dict` (per method and layer: ``spearman`` with
     the leave-one-out logit drop, AOPC ``comprehensiveness`` and ``sufficiency``; see
-    ``docs/faithfulness.md``); :func:`report` turns it back into a :class:`Faithfulness`.
+    ``docs/faithfulness.md``); :func:`faithfulness_report` turns it back into a :class:`Faithfulness`.
     """
     _check_text(text)
     if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
@@ -145,7 +145,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     return result
 
 
-def report(result: Attribution) -> Faithfulness:
+def faithfulness_report(result: Attribution) -> Faithfulness:
     """The :class:`Faithfulness` a result carries (``meta["faithfulness"]``), e.g. after ``attnflow.load``."""
     data = result.meta.get("faithfulness") if isinstance(result.meta, dict) else None
     if data is None:
