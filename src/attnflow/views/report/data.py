@@ -6,6 +6,10 @@ Payload: ``kind``, ``title``, ``model``, ``prediction``, ``params``, ``sources``
 target), ``target`` and ``method`` (what the page opens on), ``n_layers``, ``grid`` and ``image``
 (a PNG data URI, images only), and per method ``{"name", "targets", "layers", "rows", "note"}`` with
 ``rows[i][k]`` = computed target ``targets[i]`` at computed layer ``layers[k]`` over every source.
+Sink-aware colour scale (:mod:`attnflow.views.scale`): ``special`` (special-token positions) and per
+method ``sinks[i]`` / ``sink_shares[i]`` (the dominant source of computed target ``targets[i]`` and its
+share of the top layer's row, or null). ``faithfulness``: the result's faithfulness record when it
+carries one (``attnflow faithfulness``), else null.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution
 from attnflow.views.image import picture
+from attnflow.views.scale import sink, sink_share
 
 ORDER = ("raw", "rollout", "flow", "grad-rollout")
 
@@ -80,8 +85,11 @@ def payload(result: Any, title: str | None = None) -> dict[str, Any]:
     methods = []
     for name in _method_order(result.methods):
         block = result.blocks[name]
+        sinks = [sink(result, name, t) for t in block.targets]
+        shares = [None if j is None else round(sink_share(result, name, t), 4) for j, t in zip(sinks, block.targets)]
         methods.append({"name": name, "targets": list(block.targets), "layers": list(block.layers),
-                        "rows": _rounded(block.values), "note": _note(result, name)})
+                        "rows": _rounded(block.values), "note": _note(result, name), "sinks": sinks,
+                        "sink_shares": shares})
     default_title = result.input if isinstance(result.input, str) and result.input else " ".join(result.sources)
     return {
         "kind": result.kind, "title": _title(title or default_title), "model": result.model,
@@ -92,4 +100,11 @@ def payload(result: Any, title: str | None = None) -> dict[str, Any]:
         "target": result.target, "method": result.method, "n_layers": result.n_layers,
         "grid": list(result.grid) if result.grid else None,
         "image": _image_uri(picture(result)) if result.image is not None else None, "methods": methods,
+        "special": [int(j) for j in (result.meta or {}).get("special", []) if 0 <= int(j) < result.n_sources],
+        "faithfulness": _faithfulness(result),
     }
+
+
+def _faithfulness(result: Attribution) -> dict | None:
+    data = (result.meta or {}).get("faithfulness")
+    return data if isinstance(data, dict) and isinstance(data.get("methods"), dict) else None
