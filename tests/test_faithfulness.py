@@ -151,7 +151,8 @@ def test_cli_prints_the_table_and_writes_json_and_report(monkeypatch, capsys, tm
     code, stdout, stderr = run_cli(monkeypatch, capsys, "faithfulness", TEXT, "--method", "rollout",
                                    "--json", str(out), "--html", str(html))
     assert code == 0, stderr
-    assert "faithfulness to the predicted class" in stdout and "rho  compr  suff" in stdout
+    flat = " ".join(stdout.split())
+    assert "faithfulness to the predicted class 'plural'" in flat and "rho compr suff" in flat
     loaded = attnflow.load(out)
     again = faithfulness_report(loaded)
     data = json.loads(out.read_text())["meta"]["faithfulness"]

@@ -30,9 +30,10 @@ def faithfulness_table(result: Any) -> Table:
     data = faithfulness_record(result)
     levels = "/".join(f"{round(100 * f)}" for f in data["fractions"])
     what = "next token" if (data.get("meta") or {}).get("head") == "decoder" else "class"
-    title = (f"faithfulness to the predicted {what} {escape(repr(data['label']))} (p = {data['probability']:.2f}): "
-             f"rho = Spearman with leave-one-out logit drop (↑), compr./suff. = AOPC at {levels} % deleted (↑ / ↓)")
-    table = Table(title=title, title_justify="left")
+    title = f"faithfulness to the predicted {what} {escape(repr(data['label']))} (p = {data['probability']:.2f})"
+    caption = (f"rho: Spearman with the leave-one-out logit drop (higher is better); compr. / suff.: AOPC "
+               f"comprehensiveness (higher is better) / sufficiency (lower is better), top {levels} % deleted / kept")
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     table.add_column("layer", justify="right")
     methods = list(data["methods"])
     for m in methods:  # one column per method keeps 80 columns enough for three methods
