@@ -14,7 +14,7 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.results.words import is_content
 from attnflow.views.files import figure_format, save_figure
-from attnflow.views.labels import figure_title, plain
+from attnflow.views.labels import figure_title, plain, wrapped
 from attnflow.views.scale import legend, left_out, scale_max, sink_share
 
 
@@ -61,7 +61,8 @@ def generation_figure(result: Any, target: Any = None, method: str | None = None
     note = "  (grey: punctuation/common words, not ranked)" if content_only else ""
     scale_note = legend(result, excluded, share=sink_share(result, method, i) if sink_aware else None)
     bar_ax.set_title(plain(f"generated token {i}: {result.targets[i]!r}{note}"
-                           + (f"\n{scale_note}; hatched bars exceed the axis" if scale_note else "")), fontsize=10)
+                           + (f"\n{wrapped(scale_note + '; hatched bars exceed the axis', width)}"
+                              if scale_note else "")), fontsize=10)
     image = map_ax.imshow(rows, aspect="auto", origin="lower", cmap="Blues", vmin=0, vmax=scale_max(rows, excluded))
     map_ax.set_xticks(range(m), labels, rotation=90, fontsize=8)
     step = max(1, result.n_layers // 10)

@@ -9,7 +9,7 @@ import numpy as np
 
 from attnflow.errors import AttnflowError
 from attnflow.views.files import figure_format, save_figure
-from attnflow.views.labels import figure_title, label_room, plain, short, thinned, token_fontsize
+from attnflow.views.labels import figure_title, label_room, plain, short, thinned, token_fontsize, wrapped
 from attnflow.views.scale import legend, left_out, scale_max, sink_share
 
 # Side by side up to this many tokens (the paper's layout); above it the panels are stacked so each
@@ -77,7 +77,7 @@ def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, titl
                 label.set_color("#8c959f")
         note = legend(result, excluded, quote=lambda tok: repr(short(tok)), share=sink_share(result, method, t))
         if note:
-            ax.set_xlabel(plain(_wrapped(note, panel_w)), fontsize=7, color="#656d76")
+            ax.set_xlabel(plain(wrapped(note, panel_w)), fontsize=7, color="#656d76")
         # The target's column: a marker above the panel, in axes coordinates vertically.
         ax.plot([target], [1.0], marker="v", color="#b45309", markersize=7, clip_on=False,
                 transform=ax.get_xaxis_transform())
@@ -86,12 +86,6 @@ def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, titl
     if heading:
         fig.suptitle(heading, fontsize=11)
     return fig
-
-
-def _wrapped(text: str, inches: float) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.wrap(text, max(30, int(inches * 14))))
 
 
 def save_heatmaps(result: Any, path: Any, *, methods: Any = None, target: Any = None, title: str | None = None,
