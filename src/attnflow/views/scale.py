@@ -19,8 +19,6 @@ import numpy as np
 
 SINK_SHARE = 0.5
 
-REASONS = ("target", "special", "sink", "common")
-
 
 def dominant(values: Any, skip: Any = ()) -> tuple[int, float] | None:
     """``(position, share)`` of the one source, outside ``skip``, holding more than ``SINK_SHARE`` of
