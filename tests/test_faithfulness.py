@@ -104,16 +104,22 @@ def test_classifier_numbers_equal_an_independent_loop():
 
 
 def test_evaluate_takes_plain_scores_and_replacement():
-    """A toy 'model' whose logit is the sum of the ids it sees: LOO = the id itself, so a score equal to
-    the ids correlates perfectly and its reverse perfectly negatively; replacement by id 0 = deletion."""
-    predict = lambda batch: np.array([[sum(s), 0.0] for s in batch])  # noqa: E731
+    """A toy 'model' whose logit is a tenth of the sum of the ids it sees: LOO = id / 10, so a score equal
+    to the ids correlates perfectly and its reverse perfectly negatively; replacement by id 0 = deletion."""
+    predict = lambda batch: np.array([[sum(s) / 10, 0.0] for s in batch])  # noqa: E731
     ids = [5, 3, 9, 1, 7, 2]
     scores = {"same": np.array(ids, float), "reverse": -np.array(ids, float)}
     found = evaluate(predict, ids, scores, output=0, target=5)
-    np.testing.assert_allclose(found.loo[:5], ids[:5])
+    np.testing.assert_allclose(found.loo[:5], np.array(ids[:5]) / 10)
     assert found.spearman["same"][0] == pytest.approx(1) and found.spearman["reverse"][0] == pytest.approx(-1)
     assert found.comprehensiveness["same"][0] > found.comprehensiveness["reverse"][0]
     assert found.sufficiency["same"][0] < found.sufficiency["reverse"][0]
+    # ties go to the earlier position: with flat scores the top 1 is position 0, the top 2 positions 0, 1
+    flat = evaluate(predict, ids, {"flat": np.ones(6)}, output=0, target=5)
+    sigmoid = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731  (p of output 0 when the other logit is 0)
+    full = sigmoid(2.7)
+    assert flat.comprehensiveness["flat"][0] == pytest.approx(np.mean([full - sigmoid(2.2), full - sigmoid(1.9)]))
+    assert flat.sufficiency["flat"][0] == pytest.approx(np.mean([full - sigmoid(0.7), full - sigmoid(1.0)]))
     replaced = evaluate(predict, ids, scores, output=0, target=5, fill_id=0)
     np.testing.assert_allclose(replaced.loo, found.loo)
     with pytest.raises(AttnflowError, match="at least 2 tokens"):
