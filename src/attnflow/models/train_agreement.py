@@ -34,8 +34,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-from transformers import (BertConfig, BertForSequenceClassification, MegatronBertConfig,
-                          MegatronBertForSequenceClassification, PreTrainedTokenizerFast)
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    MegatronBertConfig,
+    MegatronBertForSequenceClassification,
+    PreTrainedTokenizerFast,
+)
 
 from attnflow.data import agreement, ptb_agreement
 
