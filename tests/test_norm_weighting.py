@@ -253,3 +253,44 @@ def test_norm_weighted_rows_are_stochastic(heads, n, fusion, seed):
     same = norm_weighted(alpha, torch.full((heads, n), 3.0, dtype=torch.float64), "mean")
     np.testing.assert_allclose(same.numpy(), alpha.mean(0).numpy(), atol=1e-12)
     assert math.isclose(float(norm_weighted(alpha, norms * 7.0, fusion).sum()), float(c.sum()), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("kind,strategy", [("llama", "rows"), ("llama", "incremental"), ("mistral", "rows"),
+                                           ("gpt2", "incremental")])
+def test_generation_with_norm_weighting_equals_one_teacher_forced_pass(kind, strategy, tokenizer):
+    import attnflow
+
+    config, cls, attn_path, reader = CASES[kind]
+    model = _build(config, cls)
+    torch.manual_seed(2)
+    prompt = "The keys to the cabinet"
+    gen = attnflow.generate(model, tokenizer, prompt, max_new_tokens=6, min_new_tokens=6, do_sample=True,
+                            weighting="norm", causal_norm="keys", strategy=strategy)
+    assert gen.params["weighting"] == "norm"
+    m = gen.input_length
+    ids = tokenizer(prompt)["input_ids"] + gen.meta["generated_ids"]
+    assert len(ids) == m + 6
+    if kind == "mistral":
+        assert m + 6 > config.sliding_window  # the cached steps see a window, not every key
+    naive = naive_norm_maps(model, {"input_ids": torch.tensor([ids])}, attn_path, reader)  # (layers, N, N)
+    full = np.asarray(attnflow.rollout(torch.from_numpy(naive)[:, None], causal_norm="keys"))
+    rows = gen.dense("rollout")  # (targets, layers, sources)
+    np.testing.assert_allclose(rows[:, :, : m + 5], full[:, m - 1: m + 5, : m + 5].transpose(1, 0, 2), atol=1e-5)
+
+
+def test_explain_with_norm_weighting(tokenizer):
+    import attnflow
+
+    config, cls, attn_path, reader = CASES["bert"]
+    model = _build(config, cls)
+    result = attnflow.explain(TEXT, model, tokenizer=tokenizer, method="all", weighting="norm")
+    assert result.params["weighting"] == "norm"
+    naive = naive_norm_maps(model, dict(tokenizer(TEXT, return_tensors="pt")), attn_path, reader)
+    expected = np.asarray(attnflow.rollout(torch.from_numpy(naive)[:, None]))[:, result.target_positions[result.target]]
+    np.testing.assert_allclose(result.row("rollout"), expected, atol=1e-5)
+    flow = np.asarray(attnflow.flow(torch.from_numpy(naive)[:, None], positions=[result.target_positions[result.target]], solver="networkx"))
+    np.testing.assert_allclose(result.row("flow"), flow[:, 0], atol=1e-5)
+    plain = attnflow.explain(TEXT, model, tokenizer=tokenizer, method="rollout")
+    assert plain.params["weighting"] == "attention"
+    with pytest.raises(AttnflowError, match="grad-rollout"):
+        attnflow.explain(TEXT, model, tokenizer=tokenizer, method="grad-rollout", weighting="norm")
