@@ -294,3 +294,25 @@ def test_explain_with_norm_weighting(tokenizer):
     assert plain.params["weighting"] == "attention"
     with pytest.raises(AttnflowError, match="grad-rollout"):
         attnflow.explain(TEXT, model, tokenizer=tokenizer, method="grad-rollout", weighting="norm")
+
+
+def test_image_norm_weighting_on_the_bundled_digits_vit():
+    import attnflow
+    from attnflow.capture.vision import capture_images, load_vision_model
+    from attnflow.models.train_digits_vit import digits_split
+
+    vit = load_vision_model()
+    images = list(digits_split()["test_images"][:2])
+    results = attnflow.explain_image(images, vit, method="all", weighting="norm")
+    pixels = capture_images(vit, images[:1]).pixel_values
+    path = next(name for name, _ in vit.named_modules() if name.endswith("0.attention")).replace(".0.", ".{}.")
+    naive = naive_norm_maps(vit, {"pixel_values": pixels}, path, LLAMA)
+    r = np.asarray(attnflow.rollout(torch.from_numpy(naive)[:, None]))
+    first = results[0]
+    assert first.params["weighting"] == "norm" and first.grid == (4, 4)
+    np.testing.assert_allclose(first.row("rollout"), r[:, 0, 1:], atol=1e-5)  # CLS row over the patches
+    assert np.isfinite(first.dense("flow")).all() and (first.dense("flow") >= 0).all()
+    plain = attnflow.explain_image(images[0], vit)
+    assert plain.params["weighting"] == "attention" and not np.allclose(plain.row(), first.row("rollout"), atol=1e-3)
+    with pytest.raises(AttnflowError, match="grad-rollout"):
+        attnflow.explain_image(images[0], vit, method="grad-rollout", weighting="norm")
