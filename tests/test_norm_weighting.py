@@ -316,3 +316,32 @@ def test_image_norm_weighting_on_the_bundled_digits_vit():
     assert plain.params["weighting"] == "attention" and not np.allclose(plain.row(), first.row("rollout"), atol=1e-3)
     with pytest.raises(AttnflowError, match="grad-rollout"):
         attnflow.explain_image(images[0], vit, method="grad-rollout", weighting="norm")
+
+
+def test_cli_weighting_norm_end_to_end(monkeypatch, capsys, tmp_path, minilm_path):
+    import json
+
+    from cli_runner import run_cli
+
+    import attnflow
+
+    out = tmp_path / "r.json"
+    code, stdout, err = run_cli(monkeypatch, capsys, "explain", "The keys to the cabinet", "--model", minilm_path,
+                                "--weighting", "norm", "--json", str(out))
+    assert code == 0, err
+    saved = json.loads(out.read_text())
+    assert saved["params"]["weighting"] == "norm"
+    expected = attnflow.explain("The keys to the cabinet", minilm_path, weighting="norm")
+    np.testing.assert_allclose(attnflow.load(out).row(), expected.row(), atol=1e-6)
+    code, _, err = run_cli(monkeypatch, capsys, "explain", "x y", "--model", minilm_path, "--weighting", "norms")
+    assert code == 2 and "weighting" in err and not list(tmp_path.glob("*.tmp"))
+    png = tmp_path / "digit.png"
+    from PIL import Image
+
+    from attnflow.models.train_digits_vit import digits_split
+
+    Image.fromarray((digits_split()["test_images"][0] * 255).astype("uint8")).save(png)
+    code, stdout, err = run_cli(monkeypatch, capsys, "explain-image", str(png), "--weighting", "norm", "--json",
+                                str(tmp_path / "i.json"))
+    assert code == 0, err
+    assert json.loads((tmp_path / "i.json").read_text())["params"]["weighting"] == "norm"
