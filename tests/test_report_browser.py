@@ -115,11 +115,22 @@ class Page:
         assert self.page.get_attribute("body", "data-layer") == str(layer)
 
 
-def _assert_row(page: Page, expected: np.ndarray, kind: str = "input") -> None:
+def _left_out(top_row: np.ndarray, target: int | None, special=()) -> set[int]:
+    """The sink-aware scale's exclusions, from the definition: the target, special tokens, and a
+    non-target source holding more than half of the top layer's row."""
+    out = set(special) | ({target} if target is not None else set())
+    share = np.asarray(top_row) / np.sum(top_row)
+    out |= {int(j) for j in np.flatnonzero(share > 0.5) if j != target}
+    return out
+
+
+def _assert_row(page: Page, expected: np.ndarray, kind: str = "input", left_out=()) -> None:
     np.testing.assert_allclose(page.scores(kind), expected, rtol=RTOL, atol=ATOL)
-    # The highlight itself: background alpha is the score over the row's maximum.
-    # Chromium keeps alpha in 1/255 steps.
-    np.testing.assert_allclose(page.alphas(kind), expected / expected.max(), atol=5e-3)
+    # The highlight itself: background alpha is the score over the maximum of the sources the
+    # sink-aware scale keeps (the left-out ones saturate). Chromium keeps alpha in 1/255 steps.
+    kept = [j for j in range(len(expected)) if j not in set(left_out)]
+    top = expected[kept].max() if kept else expected.max()
+    np.testing.assert_allclose(page.alphas(kind), np.minimum(1, expected / top), atol=5e-3)
 
 
 def _explanations(n: int, layers: int, seed: int = 0, tokens: list[str] | None = None):
@@ -147,7 +158,7 @@ def test_switching_method_and_layer_shows_the_explanations_numbers(context, tmp_
         assert page.page.get_attribute("body", "data-method") == method
         for layer in (0, 2, 3):
             page.set_layer(layer)
-            _assert_row(page, result.row(method)[layer])
+            _assert_row(page, result.row(method)[layer], left_out=_left_out(result.row(method)[-1], 0))
     page.clean()
 
 
@@ -158,7 +169,7 @@ def test_the_page_opens_on_the_method_and_target_of_the_result(context, tmp_path
     result.to_html(str(path))
     page = Page(context, path.as_uri())
     assert page.page.get_attribute("body", "data-method") == "flow"
-    _assert_row(page, result.row("flow")[-1])
+    _assert_row(page, result.row("flow")[-1], left_out=_left_out(result.row("flow")[-1], 0))
     page.clean()
 
 
@@ -176,12 +187,12 @@ def test_clicking_a_token_makes_it_the_target(context, tmp_path):
     for method in ("raw", "rollout"):
         page.page.click(f"#methods button[data-method='{method}']")
         page.set_layer(1)
-        _assert_row(page, maps.row(method, 4)[1])
+        _assert_row(page, maps.row(method, 4)[1], left_out=_left_out(maps.row(method, 4)[-1], 4))
     page.page.click("#methods button[data-method='flow']")
     assert page.scores() == [None] * 7
     assert "position 0 only" in page.page.text_content("#note")
     page.page.click(".tok[data-kind='input'][data-index='0']")
-    _assert_row(page, maps.row("flow", 0)[1])
+    _assert_row(page, maps.row("flow", 0)[1], left_out=_left_out(maps.row("flow", 0)[-1], 0))
     page.clean()
 
 
@@ -212,7 +223,7 @@ def test_512_tokens_render_quickly(context, tmp_path):
     assert float(page.page.get_attribute("body", "data-ready-ms")) < 10_000
     assert len(page.scores()) == n
     page.page.click(".tok[data-kind='input'][data-index='300']")
-    _assert_row(page, maps.row("rollout", 300)[5])
+    _assert_row(page, maps.row("rollout", 300)[5], left_out=_left_out(maps.row("rollout", 300)[5], 300))
     page.clean()
 
 
@@ -243,7 +254,13 @@ def test_clicking_a_generated_token_updates_the_prompt(context, tmp_path):
         earlier = np.asarray(data["rows"][g][1][5:5 + g])  # earlier generated tokens, from "rows"
         np.testing.assert_allclose(page.scores(), expected, rtol=RTOL)
         np.testing.assert_allclose(page.scores("generated")[:g], earlier, rtol=RTOL)
-        np.testing.assert_allclose(page.alphas(), expected / max(expected.max(), earlier.max()), atol=5e-3)
+        # sink-aware scale: the predicting position (the last earlier token, source m - 1 + g) and a
+        # token holding more than half of the top layer's row are left out of the scale
+        row_top = np.asarray(data["rows"][g][-1])
+        both = np.concatenate([expected, earlier])
+        gone = _left_out(row_top[: 5 + g], 4 + g)
+        kept = [j for j in range(len(both)) if j not in gone]
+        np.testing.assert_allclose(page.alphas(), np.minimum(1, expected / both[kept].max()), atol=5e-3)
     page.clean()
 
 
@@ -306,4 +323,48 @@ def test_long_input_loads_other_targets_lazily_from_the_same_file(context, tmp_p
         np.testing.assert_allclose(page.alphas(), expected / expected.max(), atol=0.03)
         note = page.page.text_content("#note") or ""
         assert ("within 3%" in note) == (encoding == "log8")
+    page.clean()
+
+
+def test_sink_aware_scale_leaves_target_special_and_sink_out_and_says_so(context, tmp_path):
+    """A row whose token 'sink' holds 0.6 at the top layer, [CLS] special, target 'w3': by default the
+    colours are scaled to the largest of the other tokens and the legend names all three; unticking
+    the box scales to the whole row again."""
+    tokens = ["[CLS]", "sink", "a", "w3", "b"]
+    row = np.array([[0.1, 0.3, 0.2, 0.3, 0.1], [0.15, 0.6, 0.1, 0.1, 0.05]])  # (layers, sources)
+    result = attnflow.Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(5)),
+                                  blocks={"rollout": attnflow.results.Block.rows(row[None], [3])}, n_layers=2,
+                                  target=3, meta={"special": [0]})
+    path = tmp_path / "sink.html"
+    result.to_html(str(path))
+    page = Page(context, path.as_uri())
+    legend = page.page.text_content("#legend-text")
+    assert "the target “w3”" in legend and "special tokens “[CLS]”" in legend and "“sink” (holds 0.60" in legend
+    top = row[-1]
+    np.testing.assert_allclose(page.alphas(), np.minimum(1, top / max(top[2], top[4])), atol=5e-3)
+    page.page.uncheck("#skip-target")
+    np.testing.assert_allclose(page.alphas(), top / top.max(), atol=5e-3)
+    assert "outside" not in page.page.text_content("#legend-text")
+    page.clean()
+
+
+def test_faithfulness_table_in_the_report(context, tmp_path):
+    result = _explanations(6, 3)
+    nan = None
+    result.meta["faithfulness"] = {
+        "output": 1, "label": "plural", "logit": 3.0, "probability": 0.9, "positions": [1, 2, 3, 4, 5],
+        "loo": [nan, 0.1, 0.2, 0.3, 0.4, 0.5], "fractions": [0.1, 0.2, 0.5], "deletion": "delete",
+        "methods": {m: {"spearman": [0.1 * i, -0.5, nan], "comprehensiveness": [0.2, 0.3, 0.4],
+                        "sufficiency": [0.05, 0.06, 0.07]} for i, m in enumerate(result.methods, start=1)}}
+    path = tmp_path / "faith.html"
+    result.to_html(str(path))
+    page = Page(context, path.as_uri())
+    assert page.page.is_visible("#faith-block")
+    rows = page.page.eval_on_selector_all("#faith tbody tr", "trs => trs.map(r => [...r.cells].map(c => c.textContent))")
+    assert [r[0] for r in rows] == ["3", "2", "1"]  # top layer first
+    methods = list(result.methods)
+    i = methods.index("rollout")
+    assert rows[2][1 + 3 * i: 4 + 3 * i] == [f"+{0.1 * (i + 1):.2f}", "+0.20", "+0.05"]
+    assert rows[0][1 + 3 * i] == "–"  # NaN (None) shows as a dash
+    assert "plural" in page.page.text_content("#faith-text")
     page.clean()

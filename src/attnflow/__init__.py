@@ -29,7 +29,7 @@ _LAZY = {
     "load_model": "attnflow.capture", "load_vision_model": "attnflow.capture",
     "Attribution": "attnflow.results", "load": "attnflow.results",
     "explain": "attnflow.api", "explain_attentions": "attnflow.api", "explain_image": "attnflow.api",
-    "explain_maps": "attnflow.api", "generate": "attnflow.api",
+    "explain_maps": "attnflow.api", "generate": "attnflow.api", "faithfulness": "attnflow.api", "faithfulness_report": "attnflow.api",
     "batch": "attnflow.api", "BatchRun": "attnflow.api",
 }
 

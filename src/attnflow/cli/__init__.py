@@ -17,6 +17,7 @@ from attnflow.cli import app_command as _app_command  # noqa: F401
 from attnflow.cli import batch as _batch  # noqa: F401
 from attnflow.cli import explain as _explain  # noqa: F401  (command modules register themselves)
 from attnflow.cli import explain_image as _explain_image  # noqa: F401
+from attnflow.cli import faithfulness as _faithfulness  # noqa: F401
 from attnflow.cli import generate as _generate  # noqa: F401
 from attnflow.cli import perturbation as _perturbation  # noqa: F401
 from attnflow.cli import reproduce as _reproduce  # noqa: F401

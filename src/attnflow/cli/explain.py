@@ -55,6 +55,7 @@ def explain(
     residual: float = typer.Option(0.5, min=0.0, max=1.0, help="Weight of the residual connection: A = (1-r)W + rI."),
     head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
     top: int = typer.Option(5, min=1, help="How many top tokens to print."),
+    content_only: bool = typer.Option(False, "--content-only", help="Leave punctuation and very common words out of the ranking and out of the figure's colour scale."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the scores as JSON to this file."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the layers x tokens heatmap (.png/.svg/.pdf)."),
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
@@ -104,12 +105,13 @@ def explain(
     console = Console()
     if result.prediction is not None:
         console.print(f"prediction: [bold]{result.prediction}[/bold]")
-    result.print(top)
+    result.print(top, content_only=content_only)
     if json_out is not None:
         result.to_json(json_out)
         console.print(f"wrote {json_out}")
     if png_out is not None:
-        result.plot(png_out)  # titled with the text and every setting
+        # titled with the text and every setting
+        result.plot(png_out, **({"content_only": content_only} if result.kind == "text" else {}))
         console.print(f"wrote {png_out}")
     if report is not None:
         report.to_html(html_out)

@@ -9,7 +9,8 @@ import numpy as np
 
 from attnflow.errors import AttnflowError
 from attnflow.views.files import figure_format, save_figure
-from attnflow.views.labels import figure_title, label_room, short, thinned, token_fontsize
+from attnflow.views.labels import figure_title, label_room, plain, short, thinned, token_fontsize, wrapped
+from attnflow.views.scale import legend, left_out, scale_max, sink_share
 
 # Side by side up to this many tokens (the paper's layout); above it the panels are stacked so each
 # gets the full page width and long inputs keep legible columns.
@@ -33,12 +34,14 @@ def _panels(result: Any, methods: Any, target: Any) -> tuple[list[str], int]:
 
 
 def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, title: str | None = None,
-                   layout: str = "auto") -> Any:
+                   layout: str = "auto", sink_aware: bool = True, content_only: bool = False) -> Any:
     """One panel per method of a text :class:`~attnflow.results.Attribution` for one target (default:
     the result's own target and every method computed for it): rows = layers 1..L (layer 1 at the
     bottom), columns = input tokens, each panel on its own colour scale (methods differ in range),
     the target column marked with a triangle. layout: ``"auto"``, ``"columns"`` (side by side) or
-    ``"rows"`` (stacked)."""
+    ``"rows"`` (stacked). sink_aware (default): the target, special tokens and a detected sink are
+    left out of each panel's colour scale (drawn saturated; see :mod:`attnflow.views.scale`), and the
+    panel says so under its tokens; content_only: punctuation and very common words too."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -59,8 +62,9 @@ def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, titl
     target = result.target_positions[t]
     for ax, method in zip(axes.ravel(), methods):
         scores = np.asarray(result.row(method, t), dtype=float)
+        excluded = left_out(result, method, t, sink_aware=sink_aware, content_only=content_only)
         image = ax.imshow(scores, aspect="auto", origin="lower", cmap="Blues", vmin=0,
-                          interpolation="nearest")
+                          vmax=scale_max(scores, excluded), interpolation="nearest")
         ax.set_title(f"{method}  (target: {short(tokens[target])} @ {target})", fontsize=10)
         rows = thinned(layers, 16)
         ax.set_yticks(rows, [str(i + 1) for i in rows], fontsize=8)
@@ -68,6 +72,12 @@ def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, titl
         ticks = thinned(n, label_room(panel_w - 1.2, fontsize), keep=(target,))
         ax.set_xticks(ticks, [short(tokens[i]) for i in ticks], rotation=90, fontsize=fontsize)
         ax.get_xticklabels()[ticks.index(target)].set_fontweight("bold")
+        for tick, label in zip(ticks, ax.get_xticklabels()):
+            if tick in excluded:
+                label.set_color("#8c959f")
+        note = legend(result, excluded, quote=lambda tok: repr(short(tok)), share=sink_share(result, method, t))
+        if note:
+            ax.set_xlabel(plain(wrapped(note, panel_w)), fontsize=7, color="#656d76")
         # The target's column: a marker above the panel, in axes coordinates vertically.
         ax.plot([target], [1.0], marker="v", color="#b45309", markersize=7, clip_on=False,
                 transform=ax.get_xaxis_transform())
@@ -79,8 +89,8 @@ def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, titl
 
 
 def save_heatmaps(result: Any, path: Any, *, methods: Any = None, target: Any = None, title: str | None = None,
-                  dpi: int = 150, layout: str = "auto") -> str:
+                  dpi: int = 150, layout: str = "auto", sink_aware: bool = True, content_only: bool = False) -> str:
     """Write :func:`heatmap_figure` to ``path`` (PNG, SVG or PDF by extension), atomically."""
     figure_format(path)
-    return save_figure(heatmap_figure(result, methods=methods, target=target, title=title, layout=layout), path,
-                       dpi=dpi)
+    return save_figure(heatmap_figure(result, methods=methods, target=target, title=title, layout=layout,
+                                      sink_aware=sink_aware, content_only=content_only), path, dpi=dpi)

@@ -20,6 +20,13 @@ def plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
+def wrapped(text: str, inches: float) -> str:
+    """``text`` broken into lines that fit about ``inches`` of a small (7-10 pt) figure font."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, max(30, int(inches * 14))))
+
+
 def thinned(n: int, room: int, keep: tuple[int, ...] = ()) -> list[int]:
     """At most about ``room`` evenly spaced positions out of ``n``, always including ``keep``."""
     step = max(1, int(np.ceil(n / max(1, room))))

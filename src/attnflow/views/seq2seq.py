@@ -16,12 +16,15 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.views.files import figure_format, save_figure
 from attnflow.views.labels import label_room, plain, short, thinned, token_fontsize
+from attnflow.views.scale import legend, left_out, scale_max, sink_share
 
 
 def seq2seq_figure(result: Any, target: Any = None, method: str | None = None, layer: int = -1,
-                   title: str | None = None) -> Any:
+                   title: str | None = None, sink_aware: bool = True) -> Any:
     """``result``: an Attribution of kind "seq2seq"; ``target``: the target token (index or text;
-    default the result's own); ``layer``: the decoder layer of the left panel (0-based, -1 = top)."""
+    default the result's own); ``layer``: the decoder layer of the left panel (0-based, -1 = top).
+    sink_aware (default): the right panel's colour scale leaves out the target's own input position,
+    special tokens and a dominant token (:mod:`attnflow.views.scale`), and says so."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -60,7 +63,12 @@ def seq2seq_figure(result: Any, target: Any = None, method: str | None = None, l
     left.set_title(f"{method}, decoder layer {layer + 1}: source | start + target prefix", fontsize=10)
     fig.colorbar(image, ax=left, shrink=0.85, pad=0.01)
     per_layer = np.ma.masked_invalid(dense[t, :, :width])
-    image = right.imshow(per_layer, aspect="auto", origin="lower", cmap="Blues", vmin=0, interpolation="nearest")
+    excluded = left_out(result, method, t, sink_aware=sink_aware)
+    image = right.imshow(per_layer, aspect="auto", origin="lower", cmap="Blues", vmin=0,
+                         vmax=scale_max(dense[t, :, :width], excluded), interpolation="nearest")
+    note = legend(result, excluded, quote=lambda tok: repr(short(tok)), share=sink_share(result, method, t))
+    if note:
+        right.set_xlabel(plain(note), fontsize=7, color="#656d76", wrap=True)
     step = max(1, n_layers // 10)
     right.set_yticks(range(0, n_layers, step), [str(k + 1) for k in range(0, n_layers, step)])
     right.set_ylabel("decoder layer")
@@ -74,7 +82,7 @@ def seq2seq_figure(result: Any, target: Any = None, method: str | None = None, l
 
 
 def save_seq2seq_figure(result: Any, path: Any, target: Any = None, method: str | None = None, layer: int = -1,
-                        title: str | None = None, dpi: int = 120) -> str:
+                        title: str | None = None, dpi: int = 120, sink_aware: bool = True) -> str:
     """Write :func:`seq2seq_figure` to ``path`` (PNG, SVG or PDF by extension), atomically."""
     figure_format(path)
-    return save_figure(seq2seq_figure(result, target, method, layer, title), path, dpi=dpi)
+    return save_figure(seq2seq_figure(result, target, method, layer, title, sink_aware), path, dpi=dpi)

@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attnflow.views.scale import dominant, target_source
+
 
 def _cell(entries: list[tuple[int, str, float]], quoted: bool = False) -> str:
     # tokens are data, not markup: "[/INST]" or "[CLS]" must print as themselves
@@ -19,6 +21,35 @@ def _number(score: float) -> str:
     return f"{score:.2f}" if score == 0 or abs(score) >= 0.01 else f"{score:.1e}"
 
 
+def _flag(result: Any, method: str, t: int, layer: Any) -> str:
+    """A warning for a row dominated by one token other than the target (more than half its mass;
+    see :mod:`attnflow.views.scale`): its ranking then says more about that token than the input."""
+    me = target_source(result, t)
+    found = dominant(result.layer_scores(method, t, layer), () if me is None else (me,))
+    if found is None:
+        return ""
+    j, share = found
+    return f"[bold yellow]{escape(repr(result.sources[j]))} {share:.2f}[/bold yellow]"
+
+
+def _add_rows(table: Table, rows: list[tuple[list[str], str]]) -> Table:
+    """Add ``(cells, flag)`` rows; a "dominated by" column (and a caption saying what it means) only
+    when some row is flagged."""
+    flagged = any(flag for _, flag in rows)
+    if flagged:
+        table.add_column("dominated by")
+        table.caption = "dominated by: one token other than the target holds more than half of the row's mass"
+        table.caption_justify = "left"
+    for cells, flag in rows:
+        table.add_row(*cells, *([flag] if flagged else []))
+    return table
+
+
+def _specials(result: Any) -> tuple[int, ...]:
+    """Special tokens ([CLS], [SEP]): never content, so ``content_only`` leaves them out too."""
+    return tuple(int(j) for j in (result.meta or {}).get("special", []))
+
+
 def _who(result: Any, t: int) -> str:
     position = result.target_positions[t]
     label = escape(result.targets[t])
@@ -27,30 +58,37 @@ def _who(result: Any, t: int) -> str:
     return f"position {position} ({label})" if position is not None else label
 
 
-def layer_table(result: Any, k: int = 5, method: str | None = None, target: Any = None) -> Table:
-    """Rows = layers (top layer first), cells = the ``k`` best sources of one method."""
+def layer_table(result: Any, k: int = 5, method: str | None = None, target: Any = None,
+                content_only: bool = False) -> Table:
+    """Rows = layers (top layer first), cells = the ``k`` best sources of one method (with
+    ``content_only``, punctuation and very common words left out); a row where one token other than
+    the target holds more than half of the mass is flagged."""
     method = method or result.method
     t = result.target_index(target)
     table = Table(title=f"{method}: {_who(result, t)}", title_justify="left")
     table.add_column("layer", justify="right")
     table.add_column(f"top {k} tokens")
-    for layer in range(result.n_layers - 1, -1, -1):
-        if layer in result.computed[method].layers:
-            table.add_row(str(layer + 1), _cell(result.top(k, method=method, target=t, layer=layer)))
-    return table
+    skip = _specials(result) if content_only else ()
+    rows = [([str(layer + 1), _cell(result.top(k, method=method, target=t, layer=layer, skip=skip,
+                                               content_only=content_only))], _flag(result, method, t, layer))
+            for layer in range(result.n_layers - 1, -1, -1) if layer in result.computed[method].layers]
+    return _add_rows(table, rows)
 
 
 def method_table(result: Any, k: int = 5, layer: int = -1, target: Any = None, skip: tuple[int, ...] = (),
-                 methods: Any = None) -> Table:
-    """Rows = methods, cells = the ``k`` best sources at ``layer`` (the top layer by default)."""
+                 methods: Any = None, content_only: bool = False) -> Table:
+    """Rows = methods, cells = the ``k`` best sources at ``layer`` (the top layer by default); rows
+    dominated by one token are flagged as in :func:`layer_table`."""
     t = result.target_index(target)
     shown = layer % result.n_layers + 1
     table = Table(title=f"top tokens for {_who(result, t)}, layer {shown}", title_justify="left")
     table.add_column("method")
     table.add_column(f"top {k} tokens")
-    for method in methods or [m for m in result.methods if t in result.computed[m].targets]:
-        table.add_row(method, _cell(result.top(k, method=method, target=t, layer=layer, skip=skip)))
-    return table
+    skip = (*skip, *(_specials(result) if content_only else ()))
+    rows = [([method, _cell(result.top(k, method=method, target=t, layer=layer, skip=skip, content_only=content_only))],
+             _flag(result, method, t, layer))
+            for method in methods or [m for m in result.methods if t in result.computed[m].targets]]
+    return _add_rows(table, rows)
 
 
 def generation_table(result: Any, k: int = 3, content_only: bool = False, method: str | None = None) -> Table:
@@ -69,16 +107,16 @@ def generation_table(result: Any, k: int = 3, content_only: bool = False, method
     table.add_column(f"top {k} {'source' if seq2seq else 'prompt'} tokens")
     if share_column:
         table.add_column("source share", justify="right")
+    rows = []
     for i, piece in enumerate(result.targets):
         if i not in result.computed[method].targets:
             continue
         entries = result.top(k, method=method, target=i, layer=layer, content_only=content_only)
+        cells = [str(i), escape(repr(piece)), _cell(entries, quoted=True)]
         if share_column:
-            share = float(result.layer_scores(method, i, layer)[: result.input_length].sum())
-            table.add_row(str(i), escape(repr(piece)), _cell(entries, quoted=True), f"{share:.2f}")
-            continue
-        table.add_row(str(i), escape(repr(piece)), _cell(entries, quoted=True))
-    return table
+            cells.append(f"{float(result.layer_scores(method, i, layer)[: result.input_length].sum()):.2f}")
+        rows.append((cells, _flag(result, method, i, layer)))
+    return _add_rows(table, rows)
 
 
 def result_table(result: Any, k: int = 5, **options: Any) -> Table:

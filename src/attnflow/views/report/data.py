@@ -5,8 +5,12 @@ Payload: ``kind``, ``title``, ``model``, ``prediction``, ``params``, ``sources``
 ``targets``, ``target_positions``, ``targets_are_sources`` (text: clicking a token makes it the
 target), ``target`` and ``method`` (what the page opens on), ``n_layers``, ``grid`` and ``image``
 (a PNG data URI, images only), and per method ``{"name", "targets", "layers", "embedded", "rows",
-"lazy", "note"}``: ``targets`` are the computed targets, ``rows[i][k]`` is target ``embedded[i]`` at
-computed layer ``layers[k]`` over every source.
+"lazy", "note", "sinks", "sink_shares"}``: ``targets`` are the computed targets, ``rows[i][k]`` is
+target ``embedded[i]`` at computed layer ``layers[k]`` over every source.
+Sink-aware colour scale (:mod:`attnflow.views.scale`): ``special`` (special-token positions) and per
+method ``sinks[i]`` / ``sink_shares[i]`` (the dominant source of computed target ``targets[i]`` and its
+share of the top layer's row, or null). ``faithfulness``: the result's faithfulness record when it
+carries one (``attnflow faithfulness``), else null.
 
 Long inputs: a report holding every target of a long input would be large (raw and rollout for the
 512 targets of a 512-token, 30-layer model are 15.7 million numbers, 42 MB as base64 float16), and
@@ -38,6 +42,7 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution
 from attnflow.views.image import picture
+from attnflow.views.scale import sink, sink_share
 
 ORDER = ("raw", "rollout", "flow", "grad-rollout")
 
@@ -134,8 +139,10 @@ def _methods(result: Attribution) -> tuple[list[dict[str, Any]], dict[str, str]]
     methods, chunks = [], {}
     for number, name in enumerate(names):
         block = result.blocks[name]
+        sinks = [sink(result, name, t) for t in block.targets]
+        shares = [None if j is None else round(sink_share(result, name, t), 4) for j, t in zip(sinks, block.targets)]
         entry = {"name": name, "targets": list(block.targets), "layers": list(block.layers),
-                 "note": _note(result, name), "lazy": None}
+                 "note": _note(result, name), "lazy": None, "sinks": sinks, "sink_shares": shares}
         if total <= LAZY_ABOVE or len(block.targets) == 1:
             entry.update(embedded=list(block.targets), rows=_rounded(block.values))
             methods.append(entry)
@@ -171,4 +178,11 @@ def payload(result: Any, title: str | None = None) -> dict[str, Any]:
         "grid": list(result.grid) if result.grid else None,
         "image": _image_uri(picture(result)) if result.image is not None else None, "methods": methods,
         "chunks": chunks,
+        "special": [int(j) for j in (result.meta or {}).get("special", []) if 0 <= int(j) < result.n_sources],
+        "faithfulness": _faithfulness(result),
     }
+
+
+def _faithfulness(result: Attribution) -> dict | None:
+    data = (result.meta or {}).get("faithfulness")
+    return data if isinstance(data, dict) and isinstance(data.get("methods"), dict) else None

@@ -145,9 +145,38 @@
     return out;
   }
 
-  // The target often dominates its own row (e.g. [CLS] under rollout); leaving it out of the
-  // scale lets the other tokens' differences show. Values shown stay the true ones.
-  const skipped = (j) => textTargets && $("skip-target").checked && j === data.target_positions[state.target];
+  // Sink-aware scale (on by default): the target dominates its own row (e.g. [CLS] under rollout),
+  // special tokens and an attention sink (a decoder's first token) take most of the mass whatever the
+  // input says; leaving them out of the scale lets the other tokens' differences show. They are drawn
+  // saturated; the values shown stay the true ones. Which token is a row's sink is decided in Python
+  // (attnflow/views/scale.py) and shipped per method and target.
+  const special = new Set(data.special || []);
+  function sinkOf() {
+    const entry = entryOf(state.method);
+    const i = entry.targets.indexOf(state.target);
+    return i < 0 || !entry.sinks ? { at: null, share: null } : { at: entry.sinks[i], share: entry.sink_shares[i] };
+  }
+  const targetSource = () => {
+    const p = data.target_positions[state.target];
+    return isImage || p === null || p === undefined ? -1 : p;
+  };
+  const skipped = (j) => !isImage && $("skip-target").checked
+    && (j === targetSource() || special.has(j) || j === sinkOf().at);
+  function legendText() {
+    const base = "colour = score at the chosen layer, scaled to the row's maximum";
+    if (isImage || !$("skip-target").checked) return base;
+    const name = (j) => `“${display(data.sources[j])}”`;
+    const parts = [];
+    const t = targetSource();
+    if (t >= 0) parts.push(`the target ${name(t)}`);
+    const specials = [...special].filter((j) => j !== t && j < m);
+    if (specials.length) parts.push(`special tokens ${specials.slice(0, 4).map(name).join(" ")}`);
+    const s = sinkOf();
+    if (s.at !== null && s.at !== undefined) {
+      parts.push(`the dominant token ${name(s.at)} (holds ${Number(s.share).toFixed(2)} of the top layer's row)`);
+    }
+    return parts.length ? `${base} outside ${parts.join(", ")}: those are drawn saturated` : base;
+  }
   const colour = (v, max) => (max > 0 ? Math.max(0, v) / max : 0);
 
   function paint(el, value, max, label) {
@@ -254,6 +283,7 @@
     $("layer").value = String(state.layer + 1);
     $("layer-value").textContent = String(state.layer + 1);
     $("legend-max").textContent = max > 0 ? max.toPrecision(3) : "0";
+    $("legend-text").textContent = legendText();
     const label = display(data.targets[state.target]);
     let sourceShare = "";
     if (isSeq && row) {
@@ -287,6 +317,53 @@
     document.body.dataset.layer = String(state.layer);
     document.body.dataset.target = String(state.target);
     if (!isImage) renderHeatmap(rows);
+    markFaithfulness();
+  }
+
+  // The faithfulness table (attnflow faithfulness): per layer (top first), each method's Spearman
+  // with leave-one-out, AOPC comprehensiveness and sufficiency; the chosen method and layer are marked.
+  function renderFaithfulness() {
+    const f = data.faithfulness;
+    if (!f) return;
+    $("faith-block").hidden = false;
+    const levels = f.fractions.map((x) => Math.round(100 * x)).join("/");
+    const what = f.meta && f.meta.head === "decoder" ? "next token" : "class";
+    $("faith-text").textContent = `Against the model's own prediction (the ${what} “${display(f.label)}”, `
+      + `p = ${Number(f.probability).toFixed(2)}): rho = Spearman correlation with the leave-one-out drop of its `
+      + `logit (higher is better); compr. / suff. = AOPC comprehensiveness (higher is better) and sufficiency `
+      + `(lower is better) when the top ${levels} % of the tokens are deleted / kept.`;
+    const table = $("faith");
+    const methods = Object.keys(f.methods);
+    const head = table.createTHead().insertRow();
+    ["layer"].concat(...methods.map((name) => [`${name} rho`, `${name} compr.`, `${name} suff.`])).forEach((h) => {
+      const th = document.createElement("th");
+      th.textContent = h;
+      head.appendChild(th);
+    });
+    const body = table.createTBody();
+    const layers = f.methods[methods[0]].spearman.length;
+    const cell = (v) => (v === null || v === undefined ? "–" : (v >= 0 ? "+" : "") + v.toFixed(2));
+    for (let l = layers - 1; l >= 0; l--) {
+      const tr = body.insertRow();
+      tr.dataset.layer = String(l);
+      tr.insertCell().textContent = String(l + 1);
+      methods.forEach((name) => {
+        ["spearman", "comprehensiveness", "sufficiency"].forEach((key) => {
+          const td = tr.insertCell();
+          td.textContent = cell(f.methods[name][key][l]);
+          td.dataset.method = name;
+        });
+      });
+    }
+  }
+  function markFaithfulness() {
+    if (!data.faithfulness) return;
+    document.querySelectorAll("#faith tbody tr").forEach((tr) => {
+      tr.classList.toggle("current", Number(tr.dataset.layer) === state.layer);
+    });
+    document.querySelectorAll("#faith td[data-method]").forEach((td) => {
+      td.classList.toggle("current", td.dataset.method === state.method);
+    });
   }
 
   // Static parts.
@@ -301,7 +378,6 @@
     .map(([k, v]) => `${k}: ${v}`);
   if (settings.length) meta.push(settings.join(", "));
   $("meta").textContent = meta.join(" · ");
-  $("legend-text").textContent = "colour = score at the chosen layer, scaled to the row's maximum";
   const oneTarget = textTargets && data.methods.every((e) => e.targets.length === 1);
   $("tokens-heading").textContent = isGen ? "prompt (coloured by what the chosen generated token draws on)"
     : isSeq ? "source (coloured by what the chosen target token draws on)"
@@ -320,7 +396,8 @@
     b.addEventListener("click", () => { state.method = name; render(); });
     $("methods").appendChild(b);
   });
-  if (!textTargets) $("skip-wrap").hidden = true;
+  if (isImage) $("skip-wrap").hidden = true;
+  renderFaithfulness();
   $("skip-target").addEventListener("change", () => render());
   const slider = $("layer");
   slider.max = String(L);

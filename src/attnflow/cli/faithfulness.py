@@ -1,0 +1,60 @@
+"""``attnflow faithfulness``: how faithful raw attention, rollout and flow are to the model's own
+prediction on one input (leave-one-out Spearman and AOPC, per method and layer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from attnflow.cli.app import app
+from attnflow.cli.checks import check_text
+from attnflow.cli.explain import CausalNorm, Fusion, Method
+from attnflow.cli.outputs import check_outputs
+from attnflow.cli.progress import progress_bar
+
+
+@app.command()
+def faithfulness(
+    text: str = typer.Argument(..., help="The input text, quoted."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A sequence classifier or a decoder: a folder, a "
+                                        ".gguf file, a hub id, or 'smollm2'. Default: the bundled agreement model. A "
+                                        "bare encoder (no prediction head) is refused."),
+    method: Method = typer.Option(Method.all, help="raw, rollout, flow, all three, or grad-rollout (classifiers)."),
+    residual: float = typer.Option(0.5, min=0.0, max=1.0, help="Weight of the residual connection: A = (1-r)W + rI."),
+    head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
+    causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'). Off by default."),
+    truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result with its faithfulness numbers as JSON."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML report (with the faithfulness table)."),
+) -> None:
+    """Measure, per method and layer, how well the scores match the model's own behaviour on TEXT:
+    Spearman correlation with leave-one-out importance (the drop of the predicted class's logit, or
+    of a decoder's predicted next token's, when one token is deleted), and ferret's AOPC
+    comprehensiveness (delete the top 10/20/50 %: higher is better) and sufficiency (keep only them:
+    lower is better). See docs/faithfulness.md.
+
+        attnflow faithfulness "The keys to the cabinet" --model smollm2 --html report.html
+    """
+    check_text(text)
+    check_outputs(json=json_out, html=html_out)
+    from attnflow.api import faithfulness as measure
+    from attnflow.views.faithfulness import faithfulness_table
+
+    options = dict(residual=residual, head_fusion=head_fusion.value, truncate=truncate,
+                   causal_norm=causal_norm.value if causal_norm else None)
+    chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
+    with progress_bar("leave-one-out and AOPC passes") as bar:
+        result = measure(text, model, method=chosen, progress=bar, **options)
+    console = Console()
+    if result.prediction is not None:
+        console.print(f"prediction: [bold]{result.prediction}[/bold]")
+    console.print(faithfulness_table(result))
+    if json_out is not None:
+        result.to_json(json_out)
+        console.print(f"wrote {json_out}")
+    if html_out is not None:
+        result.to_html(html_out)
+        console.print(f"wrote {html_out}")
