@@ -345,3 +345,21 @@ def test_cli_weighting_norm_end_to_end(monkeypatch, capsys, tmp_path, minilm_pat
                                 str(tmp_path / "i.json"))
     assert code == 0, err
     assert json.loads((tmp_path / "i.json").read_text())["params"]["weighting"] == "norm"
+
+
+def test_batch_with_norm_weighting_equals_explain(tmp_path, tokenizer):
+    import attnflow
+
+    config, cls, _, _ = CASES["llama"]
+    model = _build(config, cls)
+    texts = ["a b", "the keys to the old cabinet are", "she said"]
+    run = attnflow.batch(texts, model, tokenizer=tokenizer, out=tmp_path / "out", methods="rollout,flow",
+                         engine="local", batch_size=3, weighting="norm")
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(tmp_path / "out" / "rows").to_pylist()
+    assert len(rows) == 6 and run.failed == 0
+    for row in rows:
+        alone = attnflow.explain(texts[row["id"]], model, tokenizer=tokenizer, method=row["method"], weighting="norm")
+        np.testing.assert_allclose(np.asarray(row["scores"]), alone.row(row["method"]), atol=1e-5)
+        assert run.result(row["id"]).params["weighting"] == "norm"
