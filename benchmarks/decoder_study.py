@@ -194,6 +194,8 @@ def figure(results: dict[str, list[dict]], path: str, model_name: str) -> None:
                     label=f"{weighting}" + ("" if norm is None else f" +{norm}"))
         g = _mean([r["grad x input"]["rho_without_first"][0] for r in items])
         ax.axhline(g, color="#2471a3", lw=1, label=f"grad x input ({g:+.2f})")
+        p = _mean([r["position"]["rho_without_first"][0] for r in items])
+        ax.axhline(p, color="#2471a3", lw=1, ls="--", label=f"position: later = higher ({p:+.2f})")
         ax.axhline(0, color="black", lw=0.5)
         ax.set_title(method)
         ax.set_xlabel("layer")
@@ -215,7 +217,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", default=None, help="write every prompt's numbers here")
     parser.add_argument("--figure", default=None, help="write the per-layer figure here (.png)")
+    parser.add_argument("--replot", default=None, help="redraw the table and --figure from a --json file; no model")
     args = parser.parse_args()
+    name = {"smollm2": "SmolLM2-135M", "gemma3": "Gemma 3 270M"}
+    if args.replot:
+        saved = json.loads(Path(args.replot).read_text())
+        print("\n".join(table(saved["results"])))
+        if args.figure:
+            figure(saved["results"], args.figure, name[saved["model"]])
+        return
     torch.set_num_threads(args.threads)
     quiet_transformers()
     started = time.perf_counter()
@@ -242,7 +252,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "results": results}, indent=0))
     if args.figure:
-        figure(results, args.figure, {"smollm2": "SmolLM2-135M", "gemma3": "Gemma 3 270M"}[args.model])
+        figure(results, args.figure, name[args.model])
 
 
 if __name__ == "__main__":
