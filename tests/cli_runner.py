@@ -12,7 +12,7 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     capsys.readouterr()  # what came before (a model loaded in Python shows transformers' bars) is not the CLI's
     monkeypatch.setattr(sys, "argv", ["attnflow", *args])
     try:
-        main()
+        main(fast_exit=False)  # the test process must survive a simulated Ctrl-C
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

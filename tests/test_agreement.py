@@ -45,24 +45,32 @@ def test_odd_sizes_are_refused():
         agreement.splits(0, {"test": 3})
 
 
-def test_tokenizer_knows_every_generated_word():
+@pytest.mark.parametrize(("arch", "last"), [("gpt2-blocks", "[EOS]"), ("bert", None)])
+def test_tokenizer_knows_every_generated_word(arch, last):
     from attnflow.models.train_agreement import build_tokenizer
 
-    tok = build_tokenizer()
-    ids = tok([e.text for e in agreement.splits(0, SMALL)["train"]])["input_ids"]
+    tok = build_tokenizer(arch)
+    texts = [e.text for e in agreement.splits(0, SMALL)["train"]]
+    ids = tok(texts)["input_ids"]
     assert all(tok.unk_token_id not in row and row[0] == tok.cls_token_id for row in ids)
     assert tok("The KEY")["input_ids"] == tok("the key")["input_ids"]
+    ends = {tok.convert_ids_to_tokens(row[-1]) for row in ids}
+    assert ends == {last} if last else all(len(row) == len(t.split()) + 1 for row, t in zip(ids, texts))
 
 
-def test_bundled_model_loads_offline_and_reaches_its_reported_accuracy():
+@pytest.mark.parametrize(("name", "architecture"), [("agreement", "MegatronBertForSequenceClassification"),
+                                                    ("agreement_bert", "BertForSequenceClassification")])
+def test_bundled_model_loads_offline_and_reaches_its_reported_accuracy(name, architecture):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from attnflow.models import bundled_model_path
     from attnflow.models.train_agreement import accuracy
 
-    path = bundled_model_path("agreement")
+    path = bundled_model_path(name)
     model = AutoModelForSequenceClassification.from_pretrained(path).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
+    assert type(model).__name__ == architecture and not model.config.is_decoder  # bidirectional
+    assert (path / "model.safetensors").stat().st_size < 6_000_000
     assert model.config.num_hidden_layers == 6 and model.config.num_attention_heads == 8
     assert model.config.hidden_size == 128 and model.config.id2label == {0: "singular", 1: "plural"}
     report = json.loads((path / "training.json").read_text())
@@ -73,6 +81,20 @@ def test_bundled_model_loads_offline_and_reaches_its_reported_accuracy():
     with torch.no_grad():
         logits = model(**tokenizer(["the key to the cabinets", "the keys to the cabinet"], return_tensors="pt")).logits
     assert logits.argmax(-1).tolist() == [0, 1]
+
+
+def test_training_script_writes_a_folder_that_loads_back(tmp_path):
+    """Both architectures of the table train end to end (a few steps on a tiny split) and reload offline."""
+    from attnflow.capture import load_model
+    from attnflow.models.train_agreement import train
+
+    tiny = {"train": 128, "validation": 16, "test": 16, "unseen": 16}
+    for arch in ("gpt2-blocks", "bert"):
+        report = train(tmp_path / arch, seed=3, epochs=1, arch=arch, sizes=tiny)
+        assert report["arch"] == arch and report["sizes"] == tiny and len(report["validation_by_epoch"]) == 1
+        model, tokenizer = load_model(str(tmp_path / arch))
+        with torch.no_grad():
+            assert model(**tokenizer(["the key"], return_tensors="pt")).logits.shape == (1, 2)
 
 
 def test_unknown_bundled_model_is_an_actionable_error():

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.stats import spearmanr
 
-from attnflow.evaluation.correlation import cls_scores, correlate, spearman, summarize
+from attnflow.evaluation.correlation import cls_scores, correlate, spearman, spearman_dense, summarize
 
 
 @pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
@@ -61,3 +61,21 @@ def test_cls_scores_take_row_zero_of_each_method():
     assert got["flow"].shape == (3, 5)
     np.testing.assert_allclose(got["flow"].sum(-1), 1.0)
     np.testing.assert_allclose(got["flow"][0], got["rollout"][0])  # one layer: flow = rollout = A_1
+
+
+def test_spearman_dense_is_the_papers_formula_on_a_hand_worked_example():
+    # CLS, two tied words, the end token (blank-out score 0); dense ranks x -> [3, 2, 2, 1], y -> [4, 2, 3, 1]
+    x, y = np.array([0.5, 0.1, 0.1, 0.0]), np.array([3.0, 1.0, 2.0, 0.0])
+    assert spearman_dense(x, y) == pytest.approx(1 - 6 * 2 / (4 * 15))  # d = (-1, 0, -1, 0): 0.8
+    assert spearman(x, y) == pytest.approx(spearmanr(x, y).statistic)
+    assert abs(spearman(x, y) - 0.8) > 0.01  # the tie rule changes the value: which one is used matters
+    # a constant side gives a number, not NaN (ranks all 1); and the layer axis broadcasts
+    assert spearman_dense(np.ones(4), y) == pytest.approx(1 - 6 * (9 + 1 + 4 + 0) / 60)
+    np.testing.assert_allclose(spearman_dense(np.stack([x, y]), y), [0.8, 1.0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 25).flatmap(lambda n: st.tuples(st.permutations(range(n)), st.permutations(range(n)))))
+def test_spearman_dense_equals_spearman_without_ties(pair):
+    x, y = (np.asarray(p, dtype=float) for p in pair)
+    assert spearman_dense(x, y) == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)

@@ -91,9 +91,9 @@ def test_decoder_numbers_equal_an_independent_loop(tiny_llama):
 
 
 def test_classifier_numbers_equal_an_independent_loop():
-    from attnflow.capture.load import cached_model
-
     import copy
+
+    from attnflow.capture.load import cached_model
 
     model, tokenizer = cached_model(None)  # the bundled agreement classifier
     # float64 so that one pass per sequence (the oracle) and batched passes agree to the last digits

@@ -148,8 +148,9 @@ def test_an_out_of_range_target_is_refused_from_the_tokenizer_before_the_weights
     (model / "model.safetensors").write_bytes(b"\0" * 64)
     out = tmp_path / "out"
     out.mkdir()
+    # the bundled tokenizer writes [CLS] + 5 words + [EOS]
     refused(monkeypatch, capsys, out, "explain", "the keys to the cabinet", "--model", str(model), "--target", "40",
-            "--json", "r.json", message="target position 40 is outside the input's 6 tokens")
+            "--json", "r.json", message="target position 40 is outside the input's 7 tokens")
 
 
 def cli_in_fresh_python(*args: str, cwd: Path | None = None) -> tuple[int, str, str, list[str]]:

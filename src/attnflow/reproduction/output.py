@@ -14,14 +14,33 @@ from rich import box
 from rich.table import Table
 
 from attnflow.reproduction.paper import PAPER, TABLES
+from attnflow.reproduction.run import Reproduction
 from attnflow.results.files import write_text
 from attnflow.views.files import save_figure
 
 METHOD_NAMES = {"raw": "Raw", "rollout": "Rollout", "flow": "Flow"}
+GRADIENT_NAMES = {"sum": "|sum_d grad|", "norm": "||grad||_2"}
 
 
-def tables(summary: dict) -> list[Table]:
+def describe(run: Reproduction) -> str:
+    """One line naming what was measured: model folder, protocol, gradient score."""
+    data = "" if run.data == "templates" else f", data {run.data}"
+    return (f"model {Path(run.model).name}{data}, protocol {run.protocol}, gradient {GRADIENT_NAMES[run.gradient]}, "
+            f"{run.examples} examples")
+
+
+def residue_note(run: Reproduction) -> str | None:
+    """A warning when Table 2's gradient score is rounding residue on this model (LayerNorm invariance)."""
+    if not run.gradient_is_residue:
+        return None
+    return (f"note: sum_d of the gradient is rounding residue on this model (median |sum_d g| / ||g||_2 = "
+            f"{run.gradient_residue:.1e}): LayerNorm ignores shifts along the all-ones vector, so Table 2 ranks "
+            "float32 noise, as the paper's did; --gradient norm ranks by ||g||_2 (docs/reproduction.md)")
+
+
+def tables(run: Reproduction) -> list[Table]:
     """Tables 1 and 2 in the paper's layout (methods x layers): each method's row (ours), then the paper's."""
+    summary = run.summary
     out = []
     for importance, title in TABLES.items():
         n = int(max(summary[("raw", importance)]["n"]))
@@ -40,23 +59,26 @@ def tables(summary: dict) -> list[Table]:
     return out
 
 
-def write_csv(summary: dict, path: Path) -> None:
-    """One row per (importance, method, layer): ours (mean, std, n) and the paper's (mean, std)."""
+def write_csv(run: Reproduction, path: Path) -> None:
+    """One row per (importance, method, layer): ours (mean, std, n), the paper's (mean, std), and
+    the protocol and gradient score they were measured with."""
+    summary = run.summary
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["importance", "method", "layer", "mean", "std", "n", "paper_mean", "paper_std"])
+    w.writerow(["importance", "method", "layer", "mean", "std", "n", "paper_mean", "paper_std", "protocol", "gradient"])
     for importance in TABLES:
         for method in METHOD_NAMES:
             ours = summary[(method, importance)]
             for layer in range(len(ours["mean"])):
                 pm, ps = PAPER[(method, importance)][layer]
                 w.writerow([importance, method, layer + 1, f"{ours['mean'][layer]:.4f}", f"{ours['std'][layer]:.4f}",
-                            int(ours["n"][layer]), pm, ps])
+                            int(ours["n"][layer]), pm, ps, run.protocol, run.gradient])
     write_text(path, buf.getvalue())
 
 
-def write_plot(summary: dict, path: Path) -> None:
+def write_plot(run: Reproduction, path: Path) -> None:
     """Correlation vs layer, one panel per importance score, one colour per method, paper dashed."""
+    summary = run.summary
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,5 +99,6 @@ def write_plot(summary: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("Spearman's rho with importance (CLS row)")
     axes[1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(describe(run), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)

@@ -15,7 +15,7 @@ from attnflow.errors import AttnflowError
 from attnflow.results.words import is_content
 from attnflow.views.files import figure_format, save_figure
 from attnflow.views.labels import figure_title, plain, wrapped
-from attnflow.views.scale import legend, left_out, scale_max, sink_share
+from attnflow.views.scale import left_out, legend, scale_max, sink_share
 
 
 def generation_figure(result: Any, target: Any = None, method: str | None = None, content_only: bool = False,

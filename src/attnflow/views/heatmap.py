@@ -10,7 +10,7 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.views.files import figure_format, save_figure
 from attnflow.views.labels import figure_title, label_room, plain, short, thinned, token_fontsize, wrapped
-from attnflow.views.scale import legend, left_out, scale_max, sink_share
+from attnflow.views.scale import left_out, legend, scale_max, sink_share
 
 # Side by side up to this many tokens (the paper's layout); above it the panels are stacked so each
 # gets the full page width and long inputs keep legible columns.

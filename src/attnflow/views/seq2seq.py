@@ -16,7 +16,7 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.views.files import figure_format, save_figure
 from attnflow.views.labels import label_room, plain, short, thinned, token_fontsize
-from attnflow.views.scale import legend, left_out, scale_max, sink_share
+from attnflow.views.scale import left_out, legend, scale_max, sink_share
 
 
 def seq2seq_figure(result: Any, target: Any = None, method: str | None = None, layer: int = -1,

@@ -7,10 +7,6 @@ target), ``target`` and ``method`` (what the page opens on), ``n_layers``, ``gri
 (a PNG data URI, images only), and per method ``{"name", "targets", "layers", "embedded", "rows",
 "lazy", "note", "sinks", "sink_shares"}``: ``targets`` are the computed targets, ``rows[i][k]`` is
 target ``embedded[i]`` at computed layer ``layers[k]`` over every source.
-Sink-aware colour scale (:mod:`attnflow.views.scale`): ``special`` (special-token positions) and per
-method ``sinks[i]`` / ``sink_shares[i]`` (the dominant source of computed target ``targets[i]`` and its
-share of the top layer's row, or null). ``faithfulness``: the result's faithfulness record when it
-carries one (``attnflow faithfulness``), else null.
 
 Long inputs: a report holding every target of a long input would be large (raw and rollout for the
 512 targets of a 512-token, 30-layer model are 15.7 million numbers, 42 MB as base64 float16), and
@@ -28,6 +24,11 @@ into the same file as its own ``<script type="application/octet-stream">`` block
   values under ``2**-20`` of the row's maximum read as 0), each layer's bytes stored as differences
   from the layer below (mod 256). The page colours by the value over the
   row's maximum, which this keeps to well under one colour step; it says when it shows such values.
+
+Sink-aware colour scale (:mod:`attnflow.views.scale`): ``special`` (special-token positions) and per
+method ``sinks[i]`` / ``sink_shares[i]`` (the dominant source of computed target ``targets[i]`` and its
+share of the top layer's row, or null). ``faithfulness``: the result's faithfulness record when it
+carries one (``attnflow faithfulness``), else null.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@
   // Long inputs: targets other than the opening one sit in compressed chunks (see data.py), each in
   // its own <script type="application/octet-stream"> block of this file, decoded on first use.
   const LOG8_OCTAVES = 20;
-  const unpacked = new Map(); // chunk id -> {target: [row per computed layer]}
+  const decodedChunks = new Map(); // chunk id -> {target: [row per computed layer]}
   const loading = new Map(); // chunk id -> promise
   async function inflate(id) {
     const text = document.getElementById(`attnflow-chunk-${id}`).textContent;
@@ -72,11 +72,11 @@
     if (e >= 0) return entry.rows[e];
     const chunk = entry.lazy && entry.lazy.chunks.find((c) => c.targets.includes(target));
     if (!chunk) return null;
-    if (unpacked.has(chunk.id)) return unpacked.get(chunk.id)[target];
+    if (decodedChunks.has(chunk.id)) return decodedChunks.get(chunk.id)[target];
     if (!loading.has(chunk.id)) {
       document.body.dataset.loading = "1";
       loading.set(chunk.id, inflate(chunk.id).then((bytes) => {
-        unpacked.set(chunk.id, decodeChunk(bytes, entry.lazy.encoding, chunk.targets, entry.layers.length,
+        decodedChunks.set(chunk.id, decodeChunk(bytes, entry.lazy.encoding, chunk.targets, entry.layers.length,
           data.sources.length));
         loading.delete(chunk.id);
         if (!loading.size) delete document.body.dataset.loading;
