@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/batch.py
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/long_flow.py
+	$(PY) benchmarks/report_render.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
