@@ -541,9 +541,11 @@ def test_requests_are_checked_with_a_sentence_each():
             ({"text": "hi", "methods": []}, True, "choose at least one method"),
             ({"text": "hi", "methods": ["grad-rollout"]}, False, "this model is not a classifier"),
             ({"text": "hi", "methods": ["rollout"], "residual": 1.5}, True, "residual must lie between 0 and 1"),
-            ({"text": "hi", "methods": ["rollout"], "weighting": "norm"}, True, "weighting must be one of attention")):
+            ({"text": "hi", "methods": ["rollout"], "weighting": "norms"}, True, "weighting must be one of attention")):
         with pytest.raises(AttnflowError, match=message):
             options.text_request(body, classifier)
+    assert options.text_request({"text": "hi", "methods": ["rollout"], "weighting": "norm"}, True).extra == {
+        "weighting": "norm"}
     with pytest.raises(AttnflowError, match="number of new tokens must lie between 1 and 256; got 0"):
         options.generate_request({"prompt": "x", "max_new_tokens": 0})
     # greedy ignores the sampling fields (a page sends whatever its hidden inputs hold)

@@ -36,12 +36,14 @@ _LAZY = {
 __all__ = ["AttnflowError", "AttnflowWarning", "LongFlowWarning", "capture", *_LAZY]
 
 
-def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False, head_fusion: str | None = None) -> Any:
+def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False, head_fusion: str | None = None,
+            weighting: str = "attention") -> Any:
     """Run ``model`` on ``text`` (a string or a list of strings) and return its attention maps (every
     head, or fused per layer while the model runs with ``head_fusion="mean"``); see
     :func:`attnflow.capture.text.capture`. (Defined here because the name is also the capture
     package's, which would otherwise shadow the function once the package is loaded.)"""
-    return _capture_package.capture(model, tokenizer, text, truncate=truncate, head_fusion=head_fusion)
+    return _capture_package.capture(model, tokenizer, text, truncate=truncate, head_fusion=head_fusion,
+                                    weighting=weighting)
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ from attnflow.api.batching.plan import fingerprint, plan, token_lengths
 from attnflow.api.batching.shard import Settings, ShardOutput, ShardTask
 from attnflow.api.batching.store import SHARD_KEY, Store
 from attnflow.api.text import TEXT_METHODS, resolve_methods
+from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
 from attnflow.results.rows import ERRORS, ROWS, SCHEMA, VERSION, pyarrow, read_result
 
@@ -122,7 +123,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
           target: Any = None, text_column: str | None = None, id_column: str | None = None,
           label_column: str | None = None, images: bool = False, maps: bool = False, truncate: bool = False,
           residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto", causal_norm: str | None = None,
-          engine: str = "auto", scheduler: Any = None, workers: int | None = None, shard_size: int = 64,
+          weighting: str = "attention", engine: str = "auto", scheduler: Any = None, workers: int | None = None, shard_size: int = 64,
           batch_size: int = 32, device: str = "auto", progress: Progress | None = None) -> BatchRun:
     """Explain every row of ``data`` and write the rows to the folder ``out`` (see docs/batch.md).
 
@@ -134,6 +135,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
         model (with ``tokenizer``) works with the local engine only: Dask workers load their own.
     methods: "rollout", "flow", "raw", "grad-rollout", "all", "rollout,flow" or a list.
     target: as in :func:`attnflow.explain` ("cls", "last", a position; None: each model's default).
+    weighting: "attention" or "norm", as in :func:`attnflow.explain` (not with grad-rollout).
     maps: also keep every target's scores (``out/maps/``; flow then costs one max-flow per target).
     engine: "auto" (with ``scheduler``: that Dask cluster; else this process while that is quicker than
         starting a LocalCluster, which then takes over, see :func:`attnflow.api.batching.engine.run_auto`),
@@ -151,6 +153,10 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     options = dict(methods=methods, head_fusion=head_fusion, engine=engine, device=device, shard_size=shard_size,
                    batch_size=batch_size, workers=workers, scheduler=scheduler, target=target, maps=maps)
     names = _check(options, images)
+    check_weighting(weighting)
+    if weighting == "norm" and "grad-rollout" in names:
+        raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
+                            "use weighting='attention' for it")
     pyarrow()
     loaded_model = model is not None and not isinstance(model, (str, bytes)) and not hasattr(model, "__fspath__")
     if loaded_model and engine == "dask" or loaded_model and scheduler is not None:
@@ -172,14 +178,14 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
                                                                   type(model).__name__),
                 "methods": names, "target": target_value, "images": images, "maps": maps, "residual": residual,
                 "head_fusion": head_fusion, "solver": solver, "causal_norm": causal_norm, "truncate": truncate,
-                "id_type": inputs.id_type, "label_type": inputs.label_type}
+                **({"weighting": weighting} if weighting != "attention" else {}), "id_type": inputs.id_type, "label_type": inputs.label_type}
     shown_model = recorded["model"] if loaded_model else _model_label(model_name, images)
     header = {"schema": SCHEMA, "version": VERSION, "model": shown_model, "methods": names,
-              "params": {k: recorded[k] for k in ("residual", "head_fusion", "causal_norm", "solver", "truncate",
-                                                    "target")}}
+              "params": {**{k: recorded[k] for k in ("residual", "head_fusion", "causal_norm", "solver", "truncate",
+                                                     "target")}, "weighting": weighting}}
     settings = Settings(model=model_name, methods=tuple(names), target=target_value, images=images, maps=maps,
                         residual=residual, head_fusion=head_fusion, solver=solver, causal_norm=causal_norm,
-                        truncate=truncate, batch_size=batch_size, device=device, id_type=inputs.id_type,
+                        truncate=truncate, weighting=weighting, batch_size=batch_size, device=device, id_type=inputs.id_type,
                         label_type=inputs.label_type, header=header)
     plan_record = [{"name": s.name, "rows": len(s.rows), "hash": fingerprint(inputs, s)} for s in shards]
     store = Store.open(out, recorded, inputs.source, len(inputs), plan_record)

@@ -60,13 +60,16 @@ def _name(image: Any, i: int) -> str:
 
 def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", target_class: Any = None,
                   residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto",
-                  progress: Callable[[int, int], None] | None = None) -> Attribution | list[Attribution]:
+                  progress: Callable[[int, int], None] | None = None,
+                  weighting: str = "attention") -> Attribution | list[Attribution]:
     """Explain one image (a path, PIL image or array) or a list of them (one batch).
 
     model: a folder (``str`` or ``pathlib.Path``) or hub id (loaded once and reused), or a loaded image
         classifier; None uses the bundled digits ViT.
     method: "raw", "rollout", "flow", "grad-rollout", "all" (the first three) or a list of these.
     target_class: the class grad-rollout explains (index or label; None = each image's predicted class).
+    weighting: "attention" or "norm" (attention times the length of each patch's transformed value
+        vector, Kobayashi et al. 2020; see :func:`attnflow.explain`); not with grad-rollout.
 
     Returns one :class:`Attribution` for one image, a list for a list. An image far from what the
     model was trained on (shrunk or enlarged a lot, squashed, a colour photo for a grey model) gets an
@@ -77,7 +80,8 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
     batch = [images] if single else list(images)
     if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         model = cached_vision_model(model)
-    maps = capture_images(model, batch, gradients="grad-rollout" in methods, target=target_class)
+    maps = capture_images(model, batch, gradients="grad-rollout" in methods, target=target_class, weighting=weighting,
+                          head_fusion=head_fusion)
     values = {m: image_rows(maps, m, residual=residual, head_fusion=head_fusion, solver=solver, progress=progress)
               for m in methods}
     label = lambda i: str(maps.labels.get(int(i), int(i)))  # noqa: E731
@@ -86,7 +90,8 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
     rows, cols = layout.grid
     sources = [f"patch ({r}, {c})" for r in range(rows) for c in range(cols)]
     read_out = "[CLS]" if layout.pooling == "cls" else "mean of patches"
-    params = {"residual": residual, "head_fusion": head_fusion, "solver": solver, "pooling": layout.pooling}
+    params = {"residual": residual, "head_fusion": head_fusion, "solver": solver, "pooling": layout.pooling,
+              "weighting": weighting}
     settings = image_settings(model)
     out = []
     for i in range(len(batch)):

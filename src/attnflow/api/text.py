@@ -28,6 +28,7 @@ from attnflow.core.fusion import check_residual
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.methods import FLOW_ALL_MAX, METHODS, method_rows
 from attnflow.core.methods import resolve_methods as _resolve_methods
+from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution, Block
 
@@ -148,7 +149,8 @@ def _before_loading(text: str, name: str, *, target: Any, truncate: bool, causal
 
 
 def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: str | None,
-            truncate: bool, causal_norm: str | None = None, residual: float = 0.5) -> Prepared:
+            truncate: bool, causal_norm: str | None = None, residual: float = 0.5,
+            weighting: str = "attention") -> Prepared:
     """Load the model if given by name or path (reused between calls, see
     :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve ``target``. Everything
     that can be refused without the model is refused before it loads."""
@@ -157,6 +159,7 @@ def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: 
         raise AttnflowError(f"explaining needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
     check_residual(residual)
     check_causal_norm(causal_norm)
+    check_weighting(weighting)
     target = check_target(target)
     if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         name = resolve_model(model)
@@ -172,7 +175,7 @@ def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: 
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
                             "(its queries see the whole input)")
     # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
-    maps = capture(model, tokenizer, text, truncate=truncate, head_fusion=head_fusion)
+    maps = capture(model, tokenizer, text, truncate=truncate, head_fusion=head_fusion, weighting=weighting)
     return prepared(maps, text, model, tokenizer, target=target)
 
 
@@ -240,9 +243,12 @@ def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, 
 
 def _explain(text: str, model: Any, tokenizer: Any, *, methods: list[str], shown: str, target: Any, targets: Any,
              flow_targets: str, residual: float, head_fusion: str, solver: str, truncate: bool,
-             progress: Progress | None, causal_norm: str | None) -> Attribution:
+             progress: Progress | None, causal_norm: str | None, weighting: str = "attention") -> Attribution:
+    if weighting == "norm" and "grad-rollout" in methods:
+        raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
+                            "use weighting='attention' for it")
     run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
-                  causal_norm=causal_norm, residual=residual)
+                  causal_norm=causal_norm, residual=residual, weighting=weighting)
     return attribute(run, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets, residual=residual,
                      head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
                      causal_norm=causal_norm)
@@ -258,7 +264,7 @@ def attribute(run: Prepared, *, methods: list[str], shown: str, targets: Any, fl
     blocks = _blocks(run.maps, methods, rows_for, residual=residual, head_fusion=head_fusion, solver=solver,
                      causal_norm=causal_norm, progress=progress, grad=run.grad_rollout)
     params = {"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm, "solver": solver,
-              "truncate": truncate}
+              "truncate": truncate, "weighting": run.maps.weighting}
     return _text_result(run.maps, blocks, target=run.target, method=shown, text=text, prediction=run.prediction,
                         model=run.name, params=params)
 
@@ -266,7 +272,7 @@ def attribute(run: Prepared, *, methods: list[str], shown: str, targets: Any, fl
 def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = None,
             residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto", truncate: bool = False,
             progress: Progress | None = None, causal_norm: str | None = None,
-            target_text: str | None = None) -> Attribution:
+            target_text: str | None = None, weighting: str = "attention") -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
@@ -278,6 +284,10 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
         the next token), "cls" for encoders.
     causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
         :mod:`attnflow.core.causal`. Other arguments as in :func:`attnflow.rollout` / :func:`attnflow.flow`.
+    weighting: "attention" (the paper's: each layer's attention weights) or "norm": each key's
+        weight times the length of its transformed value vector ``||(x_j W_V^h + b_V^h) W_O^h||``,
+        summed over heads, rows normalised (Kobayashi et al. 2020), then the residual and the
+        methods as before; see :mod:`attnflow.core.weighting`. Recorded in ``result.params``.
 
     target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
         forced; ``text`` is then the source and the result is of kind "seq2seq" (see
@@ -290,6 +300,7 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
 
         if causal_norm is not None:
             raise AttnflowError("causal_norm is for decoder-only models; encoder-decoder rollout has no such option")
+        refuse_seq2seq_norm(weighting)
         return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, target=target,
                                residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate,
                                progress=progress)
@@ -297,7 +308,14 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     return _explain(text, model, tokenizer, methods=methods, shown=shown, target=target, targets="target",
                     flow_targets="target",
                     residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
-                    causal_norm=causal_norm)
+                    causal_norm=causal_norm, weighting=weighting)
+
+
+def refuse_seq2seq_norm(weighting: str) -> None:
+    check_weighting(weighting)
+    if weighting != "attention":
+        raise AttnflowError("the norm weighting is for encoder-only and decoder-only models; encoder-decoder "
+                            "rollout uses attention weights (weighting='attention')")
 
 
 def _encoder_decoder(model: Any) -> bool:
@@ -315,21 +333,21 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  methods: Any = ("raw", "rollout", "flow"), method: str | None = None, target: Any = None,
                  flow_targets: str = "auto", residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto",
                  truncate: bool = False, progress: Progress | None = None,
-                 causal_norm: str | None = None, targets: str = "auto") -> Attribution:
+                 causal_norm: str | None = None, targets: str = "auto", weighting: str = "attention") -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
     ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
     names the one a report opens on (default: rollout when computed, else the first of ``methods``).
     ``targets="auto"`` computes every target up to ``MAPS_ALL_MAX`` tokens and the explained one
     above (``"all"`` always). One forward pass, plus one differentiable pass when ``methods``
-    includes "grad-rollout" (sequence classifiers only)."""
+    includes "grad-rollout" (sequence classifiers only). ``weighting`` as in :func:`explain`."""
     names, shown = _shown(methods, method, TEXT_METHODS)
     if targets not in ("auto", "all"):
         raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} "
                             "(use explain for one target)")
     return _explain(text, model, tokenizer, methods=names, shown=shown, target=target,
                     targets=targets, flow_targets=flow_targets, residual=residual, head_fusion=head_fusion,
-                    solver=solver, truncate=truncate, progress=progress, causal_norm=causal_norm)
+                    solver=solver, truncate=truncate, progress=progress, causal_norm=causal_norm, weighting=weighting)
 
 
 def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int = 0,

@@ -17,10 +17,11 @@ from typing import Any
 
 from attnflow.errors import AttnflowError
 
-# name -> (label, api keyword arguments). Attention weights are what every api call uses today; a
-# norm-based weighting will be one more row.
+# name -> (label, api keyword arguments) added to explain_maps / generate / explain_image.
 WEIGHTINGS: dict[str, tuple[str, dict[str, Any]]] = {
     "attention": ("attention weights", {}),
+    "norm": ("norm-based: weight x length of the transformed value vector (Kobayashi et al. 2020)",
+             {"weighting": "norm"}),
 }
 
 # name -> (label, Attribution.top keyword arguments) for ranking a generated token's prompt tokens.

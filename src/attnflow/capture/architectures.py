@@ -13,6 +13,15 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   transformers' ``_can_record_outputs``) of encoder-decoder models, checked against tiny models in
   the architecture matrix test; a norm-based weighting needs their value and output projections
   (``value`` / ``output``).
+- ``value`` / ``output`` / ``qkv``: for the norm weighting (:mod:`attnflow.core.weighting`), the
+  attention module's value projection and output projection, as dotted paths from the module that
+  returns the attention weights (``../`` climbs to its parent: BERT's output projection sits in the
+  ``BertSelfOutput`` beside ``BertSelfAttention``), and how a fused query/key/value projection lays
+  out its output: None (the module outputs the values only), ``"concat"`` (queries, then keys, then
+  values: GPT-2's ``Conv1D`` ``c_attn``, Phi-3's ``qkv_proj``) or ``"interleaved"`` (per head its
+  query, key and value: GPT-NeoX's ``query_key_value``). Set in :data:`PROJECTIONS`, each row checked
+  against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
+  type without them is refused for the norm weighting.
 - ``fixes``: corrections applied while attnflow runs the model (see :func:`architecture_fixes`).
 
 Rows are plain data: add one for a new family (and a case to ``tests/test_architectures_matrix.py``,
@@ -26,7 +35,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +58,7 @@ class Architecture:
     value: str | None = None
     output: str | None = None
     fixes: tuple[str, ...] = ()
+    qkv: str | None = None
 
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder", "vision", "unsupported")
@@ -116,7 +126,28 @@ ARCHITECTURES: dict[str, Architecture] = {
         "mobilenet_v1", "mobilenet_v2")},
 }
 
+# Value and output projections of decoder-only, encoder and vision rows, for the norm weighting (see the
+# module docstring). Every entry has a case in tests/test_norm_weighting.py (a test enforces it).
+_LLAMA_LIKE = dict(value="v_proj", output="o_proj")
+PROJECTIONS: dict[str, dict[str, str]] = {
+    **{t: dict(value="value", output="../output.dense") for t in ("bert", "roberta", "electra", "xlm-roberta")},
+    "distilbert": dict(value="v_lin", output="out_lin"),
+    **{t: _LLAMA_LIKE for t in (
+        "llama", "gemma", "qwen3", "olmo", "granite", "smollm3", "stablelm", "mistral", "mixtral", "starcoder2",
+        "gemma2", "gemma3_text", "qwen2")},
+    "phi": dict(value="v_proj", output="dense"),
+    "opt": dict(value="v_proj", output="out_proj"),
+    "gpt2": dict(value="c_attn", output="c_proj", qkv="concat"),
+    "phi3": dict(value="qkv_proj", output="o_proj", qkv="concat"),
+    "gpt_neox": dict(value="query_key_value", output="dense", qkv="interleaved"),
+    **{t: _LLAMA_LIKE for t in ("vit", "deit", "beit", "dinov2")},
+}
+QKV_LAYOUTS = (None, "concat", "interleaved")
+for _type, _names in PROJECTIONS.items():
+    ARCHITECTURES[_type] = replace(ARCHITECTURES[_type], **_names)
+
 for _type, _row in ARCHITECTURES.items():  # a typo in a row must fail on import, not on a user's model
+    assert _row.qkv in QKV_LAYOUTS, (_type, _row.qkv)
     assert _row.family in FAMILIES, (_type, _row.family)
     assert (_row.family == "unsupported") == (_row.unsupported is not None), _type
 

@@ -37,9 +37,11 @@ from attnflow.capture.architectures import architecture_fixes, layer_windows, re
 from attnflow.capture.hooks import streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
+from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion, fuse_heads
 from attnflow.core.incremental import IncrementalRollout, window_columns
 from attnflow.core.rollout import rollout_rows
+from attnflow.core.weighting import check_weighting, norm_weighted
 from attnflow.errors import AttnflowError
 
 _REFUSED = {"num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "assistant_model": None,
@@ -109,8 +111,14 @@ class _Steps:
     as the chosen strategy needs: ``W[l, q, :q+1]`` for the prompt block and each cached row."""
 
     def __init__(self, n_layers: int, m: int, capacity: int, head_fusion: str, strategy: str,
-                 tracker: IncrementalRollout, from_output: bool, windows: list[int | None] | None = None) -> None:
+                 tracker: IncrementalRollout, from_output: bool, windows: list[int | None] | None = None,
+                 projections: list[Any] | None = None) -> None:
         self.from_output = from_output
+        # Norm weighting: each call's value projection outputs (only the new positions: earlier keys are
+        # cached), turned into per-head norms kept for every position, since later steps attend to them.
+        self.projections, self.pending = projections, {}
+        self.norms: torch.Tensor | None = None  # (layers, heads, capacity)
+        self.capacity = capacity
         self.windows = list(windows or [])  # per layer: the sliding window, or None (full attention)
         self.n_layers, self.m, self.head_fusion = n_layers, m, head_fusion
         self.strategy, self.tracker = strategy, tracker
@@ -121,6 +129,22 @@ class _Steps:
         self.calls = 0
         self.layers_seen = 0
 
+    def values(self, layer: int, projected: Any) -> None:
+        self.pending[layer] = projected.detach()
+
+    def _norms(self, layer: int, w: torch.Tensor, first: int) -> torch.Tensor:
+        """Store the norms of this call's new positions (from ``first``) and return layer ``layer``'s
+        norms ``(heads, positions so far)``."""
+        projected = self.pending.pop(layer, None)
+        if projected is None:
+            raise AttnflowError(f"layer {layer}'s value projection did not run before its attention; the architecture "
+                                "table names the wrong module for the norm weighting")
+        new = self.projections[layer].head_norms(projected, w.shape[0])[0]  # (heads, new positions)
+        if self.norms is None:
+            self.norms = torch.zeros(self.n_layers, w.shape[0], self.capacity, dtype=torch.float32)
+        self.norms[layer, :, first:first + new.shape[-1]] = new
+        return self.norms[layer, :, :first + new.shape[-1]]
+
     def layer(self, layer: int, weights: Any) -> None:
         if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
             raise AttnflowError("an attention module returned no attention weights; load the model with "
@@ -128,15 +152,14 @@ class _Steps:
         if weights.shape[0] != 1:  # e.g. beams from the model's own generation_config
             raise AttnflowError(f"generate tracks one sequence; the model ran {weights.shape[0]} at once "
                                 "(pass num_beams=1 and num_return_sequences=1)")
-        w = weights[0].detach().to(device="cpu", dtype=torch.float32)
-        fused = fuse_heads(w, self.head_fusion)  # (queries, keys)
-        queries, keys = fused.shape
+        w = weights[0].detach().to(device="cpu", dtype=torch.float32)  # (heads, queries, keys)
+        queries, keys = w.shape[-2:]
         self.layers_seen += 1
         if self.calls == 0:
             if queries != self.m or keys != self.m:
                 raise AttnflowError(f"the prompt pass gave attention over {queries} x {keys} positions; expected "
                                     f"{self.m} x {self.m}")
-            self.w[layer, : self.m, : self.m] = fused
+            self.w[layer, : self.m, : self.m] = self._fuse(layer, w, slice(0, self.m), 0)
             return
         if queries != 1:
             raise AttnflowError(f"a generation step fed {queries} tokens at once; only one-token cached steps "
@@ -144,8 +167,15 @@ class _Steps:
         t = self.position
         # a sliding-window layer's cached step returns only its window's keys: the most recent ones
         window = self.windows[layer] if layer < len(self.windows) else None
+        columns = window_columns(keys, t + 1, window, layer)
         self.row[layer, : t + 1] = 0
-        self.row[layer, window_columns(keys, t + 1, window, layer)] = fused[0]
+        self.row[layer, columns] = self._fuse(layer, w, columns, t)[0]
+
+    def _fuse(self, layer: int, w: torch.Tensor, columns: slice, first: int) -> torch.Tensor:
+        """``(queries, keys)``: the heads of ``w`` fused, or norm-weighted over the keys at ``columns``."""
+        if self.projections is None:
+            return fuse_heads(w, self.head_fusion)
+        return norm_weighted(w, self._norms(layer, w, first)[:, columns], self.head_fusion)
 
     def end_call(self, output: Any) -> None:
         """After each forward call: every layer must have reported; store the new row."""
@@ -177,13 +207,16 @@ class _Steps:
 
 def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int = 20, *,
                      residual: float = 0.5, head_fusion: str = "mean", causal_norm: str | None = None,
-                     strategy: str = "auto", **generate_kwargs: Any) -> GenerationTrace:
+                     strategy: str = "auto", weighting: str = "attention", **generate_kwargs: Any) -> GenerationTrace:
     """Generate a completion of ``prompt`` with a loaded causal LM and roll out attention for every
     generated token (see :class:`GenerationTrace`).
 
     max_new_tokens: how many tokens to generate at most (generation may stop earlier at EOS).
     residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
     strategy: "auto" (the cheaper), "rows" or "incremental"; see the module docstring. Same numbers.
+    weighting: "attention" or "norm" (each layer's map weighted by the lengths of the transformed
+        value vectors, :mod:`attnflow.core.weighting`; the norms of earlier positions are kept, as
+        their keys and values are cached).
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling.
     """
@@ -196,6 +229,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     if strategy not in STRATEGIES:
         raise AttnflowError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
     check_head_fusion(head_fusion)
+    check_weighting(weighting)
     ensure_eager(model)
     enc = encode(tokenizer, [prompt])
     m = enc["input_ids"].shape[1]
@@ -204,11 +238,12 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         raise AttnflowError(f"prompt ({m} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's {limit}")
     tracker = IncrementalRollout(residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
     modules = streamable_modules(model)
+    found = projections(model, modules) if weighting == "norm" else None
     n_layers = len(modules) or int(model.config.num_hidden_layers)
     if strategy == "auto":
         strategy = choose_strategy(m, max_new_tokens, n_layers)
     steps = _Steps(n_layers, m, m + max_new_tokens, head_fusion, strategy, tracker, from_output=not modules,
-                   windows=layer_windows(model))
+                   windows=layer_windows(model), projections=found)
     device = next(model.parameters()).device
     kwargs = {"do_sample": False, **generate_kwargs, "max_new_tokens": max_new_tokens,
               "return_dict_in_generate": False, "use_cache": True}

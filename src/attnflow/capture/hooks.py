@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from attnflow.core.fusion import fuse_heads
+from attnflow.core.weighting import norm_weighted
 from attnflow.errors import AttnflowError
 
 
@@ -115,15 +116,36 @@ class Reducer:
     ``head_fusion`` "mean" / "max" / "min": ``buffer[:, i, 0]`` = the fused ``(q, k)`` map (float32);
     None: ``buffer[:, i]`` = every head. The buffer ``(batch, layers, 1 or heads, q, k)`` is made on
     the first call, when the number of heads is known.
+
+    ``projections`` (one :class:`attnflow.capture.values.Projection` per layer) switch to the norm
+    weighting: the value projection's output of layer ``i`` arrives first (:meth:`values`), and the
+    fused map kept is :func:`attnflow.core.weighting.norm_weighted` of the weights and those norms.
     """
 
-    def __init__(self, n_layers: int, head_fusion: str | None) -> None:
-        self.n_layers, self.head_fusion = n_layers, head_fusion
+    def __init__(self, n_layers: int, head_fusion: str | None, projections: list[Any] | None = None) -> None:
+        if projections is not None and head_fusion is None:
+            raise AttnflowError("the norm weighting fuses the heads while the model runs; pass head_fusion "
+                                "'mean', 'max' or 'min'")
+        self.n_layers, self.head_fusion, self.projections = n_layers, head_fusion, projections
         self.buffer: torch.Tensor | None = None
         self.calls = 0
+        self.pending: dict[int, torch.Tensor] = {}
 
     def end_call(self, output: Any) -> None:
         """The whole model has run (nothing to do: every layer was kept as it came)."""
+
+    def values(self, layer: int, projected: Any) -> None:
+        """Layer ``layer``'s value projection output ``(batch, n, width)``, kept until its weights come."""
+        self.pending[layer] = projected.detach()
+
+    def weighted(self, layer: int, w: torch.Tensor) -> torch.Tensor:
+        """The norm-weighted fused map ``(batch, q, k)`` of layer ``layer``'s weights ``w``."""
+        projected = self.pending.pop(layer, None)
+        if projected is None:
+            raise AttnflowError(f"layer {layer}'s value projection did not run before its attention; the architecture "
+                                "table names the wrong module for the norm weighting")
+        norms = self.projections[layer].head_norms(projected, w.shape[1])
+        return norm_weighted(w.to(device="cpu", dtype=torch.float32), norms, self.head_fusion)
 
     def layer(self, layer: int, weights: Any) -> None:
         self.calls += 1
@@ -141,6 +163,9 @@ class Reducer:
                                 f"{tuple(self.buffer[:, 0].shape)} (per-layer windows are not supported here)")
         if self.head_fusion is None:
             target.copy_(w)
+            return
+        if self.projections is not None:
+            target[:, 0] = self.weighted(layer, w)
             return
         target[:, 0] = fuse_heads(w.to(device="cpu", dtype=torch.float32), self.head_fusion)  # no copy for float32
 
@@ -163,6 +188,25 @@ def _install(model: Any, modules: list[AttentionModule]) -> None:
         model._attnflow_streaming_layers = len(modules)
 
 
+def _install_values(model: Any, projections: list[Any]) -> None:
+    """Hooks on the value projections (norm weighting), installed once per model like :func:`_install`;
+    they hand the projection's output to the active receiver only when it asks for values."""
+    with _INSTALL:
+        if getattr(model, "_attnflow_value_layers", None) == len(projections):
+            return
+        for layer, projection in enumerate(projections):
+            projection.value.register_forward_hook(_value_hook(layer))
+        model._attnflow_value_layers = len(projections)
+
+
+def _value_hook(layer: int) -> Any:
+    def hook(module: Any, args: Any, output: Any) -> None:
+        receiver = _ACTIVE.get()
+        if receiver is not None and getattr(receiver, "projections", None) is not None:
+            receiver.values(layer, output)
+    return hook
+
+
 def _layer_hook(layer: int, index: int) -> Any:
     def hook(module: Any, args: Any, output: Any) -> None:
         receiver = _ACTIVE.get()
@@ -181,8 +225,12 @@ def _end_hook(module: Any, args: Any, output: Any) -> None:
 def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iterator[Any]:
     """For the duration of the block, every forward call of ``model`` in this thread hands layer
     ``i``'s attention (``output[index]`` of ``modules[i]``) to ``receiver.layer(i, weights)`` and,
-    once the whole model has run, its output to ``receiver.end_call(output)``."""
+    once the whole model has run, its output to ``receiver.end_call(output)``. A receiver with
+    ``projections`` (norm weighting) also gets each value projection's output first:
+    ``receiver.values(i, output)``."""
     _install(model, modules)
+    if getattr(receiver, "projections", None) is not None:
+        _install_values(model, receiver.projections)
     receiver.model = model
     token = _ACTIVE.set(receiver)
     try:

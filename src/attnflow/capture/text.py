@@ -16,8 +16,10 @@ import torch
 from attnflow.capture.architectures import architecture_fixes, check_text_model
 from attnflow.capture.hooks import Reducer, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
+from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
+from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
 
 
@@ -75,18 +77,22 @@ def encode(tokenizer: Any, texts: list[str], *, side: str = "right", max_length:
     return out
 
 
-def run_streaming(model: Any, inputs: dict, head_fusion: str | None, **forward: Any) -> tuple[torch.Tensor, Any]:
+def run_streaming(model: Any, inputs: dict, head_fusion: str | None, *, weighting: str = "attention",
+                  **forward: Any) -> tuple[torch.Tensor, Any]:
     """One forward pass of ``model`` on ``inputs`` (already on the model's device) with the attention
     reduced layer by layer (:class:`attnflow.capture.hooks.Reducer`). Returns the buffer
-    ``(batch, layers, 1 or heads, n, n)`` and the model's output (which holds no attentions)."""
+    ``(batch, layers, 1 or heads, n, n)`` and the model's output (which holds no attentions).
+    ``weighting="norm"`` keeps the norm-based maps instead (:mod:`attnflow.core.weighting`)."""
+    check_weighting(weighting)
     modules = streamable_modules(model)
+    found = projections(model, modules) if weighting == "norm" else None
     owners = sorted({m.owner or type(model).__name__ for m in modules})
     if len(owners) > 1:
         raise AttnflowError(f"{type(model).__name__} has {len(owners)} self-attention stacks ({', '.join(owners)}), "
                             "e.g. an encoder and a decoder; this capture takes one stack (encoders or decoders)")
     with torch.no_grad():
         if modules:
-            reducer = Reducer(len(modules), head_fusion)
+            reducer = Reducer(len(modules), head_fusion, found)
             with streaming(model, modules, reducer):
                 out = model(**inputs, **forward)  # no output_attentions: transformers keeps no tuple
             if reducer.calls != len(modules) or reducer.buffer is None:
@@ -115,7 +121,7 @@ def _takes(model: Any, name: str) -> bool:
 
 
 def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool = False,
-            head_fusion: str | None = None) -> AttentionMaps:
+            head_fusion: str | None = None, weighting: str = "attention") -> AttentionMaps:
     """Run ``model`` on ``text`` (a string or a list of strings) and return its attention maps.
 
     One string gives ``attentions`` of shape ``(layers, heads, n, n)``; a list gives a RIGHT-padded
@@ -131,6 +137,9 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
         layer while the model runs (the heads axis then has length 1 and ``maps.head_fusion`` says
         how), which is all that the methods need unless per-head results are wanted: ``heads`` times
         less memory (see :mod:`attnflow.capture.hooks`).
+    weighting: ``"attention"`` (the weights) or ``"norm"``: each key's weight times the length of
+        its transformed value vector, summed over heads, rows normalised (Kobayashi et al. 2020; see
+        :mod:`attnflow.core.weighting`); needs a fused ``head_fusion``.
 
     ``logits`` are kept for models with one output per input (classifiers); language models'
     per-position logits (``n x vocabulary`` numbers) are not computed beyond the last position and
@@ -141,6 +150,10 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
         raise AttnflowError("text must be a non-empty string (or a list of non-empty strings)")
     check_text_model(model)
     check_head_fusion(head_fusion)
+    check_weighting(weighting)
+    if weighting == "norm" and head_fusion is None:
+        raise AttnflowError("the norm weighting sums the heads while the model runs; pass head_fusion 'mean', "
+                            "'max' or 'min'")
     ensure_eager(model)
     limit = max_length(model, tokenizer)
     enc = encode(tokenizer, texts)
@@ -158,7 +171,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     causal = is_causal(model)
     forward = {"logits_to_keep": 1} if causal and _takes(model, "logits_to_keep") else {}
     with architecture_fixes(model):
-        stacked, out = run_streaming(model, inputs, head_fusion, **forward)
+        stacked, out = run_streaming(model, inputs, head_fusion, weighting=weighting, **forward)
     mask = enc["attention_mask"].bool()
     tokens = [token_strings(tokenizer, ids) for ids in enc["input_ids"].tolist()]
     special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]
@@ -168,6 +181,6 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     if isinstance(text, str):
         return AttentionMaps(stacked[0], tokens[0], mask=None, causal=causal, special=special_idx[0],
                              input_ids=enc["input_ids"][0], logits=None if logits is None else logits[0],
-                             head_fusion=head_fusion)
+                             head_fusion=head_fusion, weighting=weighting)
     return AttentionMaps(stacked, tokens, mask=mask, causal=causal, special=special_idx,
-                         input_ids=enc["input_ids"], logits=logits, head_fusion=head_fusion)
+                         input_ids=enc["input_ids"], logits=logits, head_fusion=head_fusion, weighting=weighting)

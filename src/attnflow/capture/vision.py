@@ -22,6 +22,8 @@ import torch
 from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path, stack_attentions
 from attnflow.capture.gradients import capture_gradients, resolve_classes
 from attnflow.capture.load import cached, check_model_path, ensure_eager, load_pretrained, read_config, resolve_model
+from attnflow.capture.text import run_streaming
+from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
 
 # Per-architecture facts (model_type -> how the classifier pools), instead of forking model code.
@@ -218,9 +220,13 @@ def layout_for(model: Any, pixel_values: torch.Tensor, n_tokens: int) -> Layout:
     return Layout(grid=grid, prefix=prefix, pooling="mean" if mean_pooled or prefix == 0 else "cls")
 
 
-def capture_images(model: Any, images: list[Any], *, gradients: bool = False, target: Any = None) -> ImageMaps:
+def capture_images(model: Any, images: list[Any], *, gradients: bool = False, target: Any = None,
+                   weighting: str = "attention", head_fusion: str = "mean") -> ImageMaps:
     """Run a vision classifier on ``images`` (one batch) and collect attention (and, with
-    ``gradients=True``, the gradient of ``target``'s logit, default the predicted class)."""
+    ``gradients=True``, the gradient of ``target``'s logit, default the predicted class).
+
+    ``weighting="norm"`` collects the norm-based maps instead (:mod:`attnflow.core.weighting`), the
+    heads fused by ``head_fusion`` while the model runs (``attentions`` then has one head)."""
     if not isinstance(images, (list, tuple)) or not images:
         raise AttnflowError("images must be a non-empty list of paths, PIL images or arrays")
     refuse_unsupported(model)
@@ -229,7 +235,16 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
     pixel_values, shown = preprocess(list(images), settings, originals)
     pixel_values = pixel_values.to(next(model.parameters()).device)
     grads = classes = None
-    if gradients:
+    check_weighting(weighting)
+    if weighting == "norm" and gradients:
+        raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
+                            "use weighting='attention' for it")
+    if weighting == "norm":
+        attentions, out = run_streaming(model, {"pixel_values": pixel_values}, head_fusion, weighting="norm")
+        logits = out.logits.detach().float().cpu()
+        if target is not None:
+            classes = resolve_classes(target, logits, getattr(model.config, "id2label", None))
+    elif gradients:
         got = capture_gradients(model, {"pixel_values": pixel_values}, target)
         attentions, grads, logits, classes = got.attentions, got.gradients, got.logits, got.target
     else:

@@ -40,6 +40,7 @@ def batch(
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of listing them as failed."),
     residual: float = typer.Option(0.5, help="Weight of the residual connection: A = (1-r)W + rI."),
     head_fusion: str = typer.Option("mean", help="How heads are combined: mean, max or min."),
+    weighting: str = typer.Option("attention", help="attention (the weights) or norm (weight x length of the transformed value vector, Kobayashi et al. 2020)."),
     engine: str = typer.Option("auto", help="auto (with --scheduler: that cluster; else this process while that is quicker than starting a local Dask cluster, which then takes over), dask (a local cluster at once), or local (this process, no Dask)."),
     scheduler: Optional[str] = typer.Option(None, help="A running Dask scheduler: tcp://HOST:PORT or a scheduler file. Default: start a local cluster."),
     workers: Optional[int] = typer.Option(None, help="Worker processes of the local cluster (default: one per core)."),
@@ -78,7 +79,7 @@ def batch(
     try:
         run = run_batch(str(input), model, out=out, methods=methods, target=target, text_column=text_column,
                         id_column=id_column, label_column=label_column, images=images, maps=maps, truncate=truncate,
-                        residual=residual, head_fusion=head_fusion, engine=engine, scheduler=scheduler,
+                        residual=residual, head_fusion=head_fusion, weighting=weighting, engine=engine, scheduler=scheduler,
                         workers=workers, shard_size=shard_size, batch_size=batch_size, device=device,
                         progress=progress)
     except BatchInterrupted as stop:

@@ -28,6 +28,16 @@ class CausalNorm(str, Enum):
     sink = "sink"
 
 
+class Weighting(str, Enum):
+    attention = "attention"
+    norm = "norm"
+
+
+WEIGHTING_HELP = ("How much each key contributes to a query in each layer: 'attention' (the weights, the paper's) "
+                  "or 'norm' (weight x length of the key's transformed value vector, Kobayashi et al. 2020; "
+                  "see docs/decoders.md).")
+
+
 class Fusion(str, Enum):
     mean = "mean"
     max = "max"
@@ -52,6 +62,7 @@ def explain(
     html_out: Optional[Path] = typer.Option(
         None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
     causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
+    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
     target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
@@ -72,7 +83,7 @@ def explain(
     chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
     shown = "rollout" if method == Method.all else method.value
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
-                   causal_norm=causal_norm.value if causal_norm else None)
+                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
     with progress_bar("attention flow", unit="rows") as bar:
         if target_text is not None:
             # Encoder-decoder: one result holds every target token (flow: while cheap), so it is the report.

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
-from attnflow.cli.explain import Method
+from attnflow.cli.explain import WEIGHTING_HELP, Method, Weighting
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
@@ -22,6 +22,7 @@ def explain_image(
     method: Method = typer.Option(Method.rollout, help="raw | rollout | flow | grad-rollout (gradient-weighted rollout) | all."),
     target: Optional[str] = typer.Option(None, "--class", help="Class grad-rollout explains (index or label). Default: the predicted class."),
     residual: float = typer.Option(0.5, min=0.0, max=1.0, help="Weight of the residual connection for rollout and flow: A = (1-r)W + rI."),
+    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the overlays here (.png), one panel per image and method."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON (one image at a time)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained HTML report (one image at a time)."),
@@ -43,7 +44,7 @@ def explain_image(
 
     with progress_bar("attention flow", unit="rows") as bar:
         results = explain(list(images), model, method=method.value, target_class=target, residual=residual,
-                          progress=bar)
+                          progress=bar, weighting=weighting.value)
     console = Console()
     for path, result in zip(images, results):
         explained = result.params.get("explained_class")

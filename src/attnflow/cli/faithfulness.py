@@ -11,7 +11,7 @@ from rich.console import Console
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.explain import CausalNorm, Fusion, Method
+from attnflow.cli.explain import WEIGHTING_HELP, CausalNorm, Fusion, Method, Weighting
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 
@@ -26,6 +26,7 @@ def faithfulness(
     residual: float = typer.Option(0.5, min=0.0, max=1.0, help="Weight of the residual connection: A = (1-r)W + rI."),
     head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
     causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'). Off by default."),
+    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result with its faithfulness numbers as JSON."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML report (with the faithfulness table)."),
@@ -44,7 +45,7 @@ def faithfulness(
     from attnflow.views.faithfulness import faithfulness_table
 
     options = dict(residual=residual, head_fusion=head_fusion.value, truncate=truncate,
-                   causal_norm=causal_norm.value if causal_norm else None)
+                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
     chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
     with progress_bar("leave-one-out and AOPC passes") as bar:
         result = measure(text, model, method=chosen, progress=bar, **options)

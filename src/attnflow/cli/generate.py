@@ -11,7 +11,7 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.explain import CausalNorm
+from attnflow.cli.explain import WEIGHTING_HELP, CausalNorm, Weighting
 from attnflow.cli.outputs import check_outputs
 from attnflow.errors import AttnflowError
 
@@ -29,6 +29,7 @@ def generate(
     sample: bool = typer.Option(False, help="Sample instead of greedy decoding."),
     seed: int = typer.Option(0, help="Random seed for --sample."),
     causal_norm: Optional[CausalNorm] = typer.Option(None, help="Receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
+    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained interactive HTML report."),
@@ -53,7 +54,7 @@ def generate(
     lm, tokenizer = cached_model(model, task="generation")
     torch.manual_seed(seed)
     result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
-                           causal_norm=causal_norm.value if causal_norm else None)
+                           causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
     if token is not None:  # before any file is written; the files open on this token
         result = result.with_target(token)
     console = Console()

@@ -24,6 +24,8 @@ class AttentionMaps:
     head_fusion: None when ``attentions`` holds every head; ``"mean"``, ``"max"`` or ``"min"`` when
         the heads were fused that way while the model ran (the methods must then be asked for the
         same fusion: the per-head maps are gone).
+    weighting: ``"attention"`` when the maps are the attention weights, ``"norm"`` when they are the
+        norm-based maps of :mod:`attnflow.core.weighting` (heads then always fused during capture).
     """
 
     attentions: Any
@@ -34,6 +36,7 @@ class AttentionMaps:
     input_ids: Any = None
     logits: Any = None
     head_fusion: str | None = None
+    weighting: str = "attention"
 
     @property
     def n_layers(self) -> int:

@@ -52,8 +52,11 @@ SETTINGS = (("weighting", "weighting"), ("residual", "residual"), ("head_fusion"
 
 def settings_line(result: object) -> str:
     """The settings a result was computed with, for figure titles: ``residual 0.5 · head fusion mean``
-    (causal normalisation is named for decoders, "off" when unset)."""
+    (causal normalisation is named for decoders, "off" when unset; the weighting only when it is not
+    the paper's attention weights)."""
     params = dict(getattr(result, "params", None) or {})
+    if params.get("weighting") == "attention":
+        del params["weighting"]
     causal = getattr(result, "kind", None) == "generation" or bool((getattr(result, "meta", None) or {}).get("causal"))
     if causal and params.get("causal_norm") is None:
         params["causal_norm"] = "off"

@@ -39,6 +39,7 @@ class Settings:
     solver: str = "auto"
     causal_norm: str | None = None
     truncate: bool = False
+    weighting: str = "attention"
     batch_size: int = 32
     device: str = "auto"
     id_type: str = "int64"
@@ -214,7 +215,8 @@ def explain_texts(texts: list[str], settings: Settings, model: Any, tokenizer: A
     from attnflow.capture.text import capture
 
     try:
-        batch = capture(model, tokenizer, texts, truncate=settings.truncate)
+        batch = capture(model, tokenizer, texts, truncate=settings.truncate, weighting=settings.weighting,
+                        head_fusion=None if settings.weighting == "attention" else settings.head_fusion)
     except Exception as exc:  # noqa: BLE001  one bad text must not fail its neighbours: capture each alone
         if len(texts) == 1:
             return [exc]
@@ -244,7 +246,8 @@ def one_of(batch: Any, b: int) -> Any:
         logits = logits[:n]
     return AttentionMaps(attentions=batch.attentions[b, :, :, :n, :n], tokens=list(batch.tokens[b][:n]), mask=None,
                          causal=batch.causal, special=list(batch.special[b]),
-                         input_ids=batch.input_ids[b, :n] if batch.input_ids is not None else None, logits=logits)
+                         input_ids=batch.input_ids[b, :n] if batch.input_ids is not None else None, logits=logits,
+                         head_fusion=batch.head_fusion, weighting=batch.weighting)
 
 
 def _image_rows(task: ShardTask, settings: Settings, model: Any, _tokenizer: Any) -> tuple[list, list, list]:
@@ -273,14 +276,14 @@ def _image_rows(task: ShardTask, settings: Settings, model: Any, _tokenizer: Any
         try:
             results = explain_image([image for _, _, image in chunk], model, method=list(settings.methods),
                                     residual=settings.residual, head_fusion=settings.head_fusion,
-                                    solver=settings.solver)
+                                    solver=settings.solver, weighting=settings.weighting)
         except Exception:  # noqa: BLE001  find the image that fails, keep the others
             results = []
             for _, _, image in chunk:
                 try:
                     results.append(explain_image([image], model, method=list(settings.methods),
                                                  residual=settings.residual, head_fusion=settings.head_fusion,
-                                                 solver=settings.solver)[0])
+                                                 solver=settings.solver, weighting=settings.weighting)[0])
                 except Exception as exc:  # noqa: BLE001
                     results.append(exc)
         for (k, path, _), result in zip(chunk, results):
