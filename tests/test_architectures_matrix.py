@@ -93,6 +93,8 @@ CASES = [
     _case("DistilBERT", "encoder", "DistilBertModel", "DistilBertConfig", dim=32, n_layers=2, n_heads=4, hidden_dim=64),
     _case("ALBERT", "encoder", "AlbertModel", "AlbertConfig", "shared layers", embedding_size=16, **BERTISH),
     _case("ELECTRA", "encoder", "ElectraModel", "ElectraConfig", embedding_size=16, **BERTISH),
+    _case("Megatron-BERT", "encoder", "MegatronBertModel", "MegatronBertConfig", "pre-LayerNorm blocks (the bundled agreement model)",
+          **BERTISH),
     _case("DeBERTa-v2", "encoder", "DebertaV2Model", "DebertaV2Config", "disentangled relative attention",
           relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"], **BERTISH),
     _case("MPNet", "encoder", "MPNetModel", "MPNetConfig", "relative position bias", **BERTISH),

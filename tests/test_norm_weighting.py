@@ -69,6 +69,8 @@ CASES = {
                 "encoder.layer.{}.attention.self", BERT),
     "xlm-roberta": (T.XLMRobertaConfig(vocab_size=30522, **SMALL), T.XLMRobertaModel,
                     "encoder.layer.{}.attention.self", BERT),
+    "megatron-bert": (T.MegatronBertConfig(vocab_size=30522, **SMALL), T.MegatronBertModel,
+                      "encoder.layer.{}.attention.self", BERT),
     "distilbert": (T.DistilBertConfig(vocab_size=30522, dim=32, n_layers=2, n_heads=4, hidden_dim=37),
                    T.DistilBertModel, "transformer.layer.{}.attention", _linear("v_lin", "out_lin")),
     "llama": (T.LlamaConfig(vocab_size=30522, **GQA), T.LlamaForCausalLM, "model.layers.{}.self_attn", LLAMA),

@@ -23,6 +23,9 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
   type without them is refused for the norm weighting.
 - ``fixes``: corrections applied while attnflow runs the model (see :func:`architecture_fixes`).
+- ``attention_class``: for a family whose model classes declare no ``_can_record_outputs`` (older
+  modelling code), the class name of the module that returns ``(output, attention weights)``, so that
+  streaming capture and the norm weighting can hook it (:func:`attnflow.capture.hooks.attention_modules`).
 
 Rows are plain data: add one for a new family (and a case to ``tests/test_architectures_matrix.py``,
 which generates the supported-architectures table in ``docs/architectures.md``). A model type without
@@ -59,6 +62,7 @@ class Architecture:
     output: str | None = None
     fixes: tuple[str, ...] = ()
     qkv: str | None = None
+    attention_class: str | None = None
 
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder", "vision", "unsupported")
@@ -88,6 +92,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     # ------------------------------------------------------------------ encoders (generic rules)
     **{t: Architecture("encoder") for t in (
         "bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "mpnet", "modernbert", "xlm-roberta")},
+    # pre-LayerNorm BERT (GPT-2's block; the bundled agreement model); its classes declare no recorder
+    "megatron-bert": Architecture("encoder", attention_class="MegatronBertSelfAttention"),
     # ------------------------------------------------------------------ decoders
     **{t: Architecture("decoder") for t in (
         "gpt2", "llama", "gemma", "qwen3", "phi", "gpt_neox", "opt", "bloom", "gptj", "gpt_bigcode", "stablelm", "olmo",
@@ -130,7 +136,8 @@ ARCHITECTURES: dict[str, Architecture] = {
 # module docstring). Every entry has a case in tests/test_norm_weighting.py (a test enforces it).
 _LLAMA_LIKE = dict(value="v_proj", output="o_proj")
 PROJECTIONS: dict[str, dict[str, str]] = {
-    **{t: dict(value="value", output="../output.dense") for t in ("bert", "roberta", "electra", "xlm-roberta")},
+    **{t: dict(value="value", output="../output.dense") for t in (
+        "bert", "roberta", "electra", "xlm-roberta", "megatron-bert")},
     "distilbert": dict(value="v_lin", output="out_lin"),
     **{t: _LLAMA_LIKE for t in (
         "llama", "gemma", "qwen3", "olmo", "granite", "smollm3", "stablelm", "mistral", "mixtral", "starcoder2",

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from attnflow.capture.architectures import architecture
 from attnflow.core.fusion import fuse_heads
 from attnflow.core.weighting import norm_weighted
 from attnflow.errors import AttnflowError
@@ -74,7 +75,8 @@ def _matches(module: Any, name: str, spec: tuple[Any, str | None, int, str | Non
 
 def attention_modules(model: Any, key: str = "attentions") -> list[AttentionModule]:
     """The modules that produce ``key`` (``"attentions"``, ``"cross_attentions"``) in layer order,
-    found as transformers finds them for ``output_attentions``. Empty when the model declares none."""
+    found as transformers finds them for ``output_attentions``, or, for a model that declares none,
+    by the architecture table's ``attention_class``. Empty when neither names them."""
     from transformers import PreTrainedModel
 
     found: list[AttentionModule] = []
@@ -94,6 +96,10 @@ def attention_modules(model: Any, key: str = "attentions") -> list[AttentionModu
                 walk(child, child_path, specs, owner)
 
     walk(model, "", _specs(model, key), "")
+    row = architecture(model)
+    if not found and key == "attentions" and row is not None and row.attention_class:
+        found = [AttentionModule(name, module, 1, "") for name, module in model.named_modules()
+                 if type(module).__name__ == row.attention_class]
     return found
 
 
