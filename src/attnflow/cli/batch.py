@@ -11,20 +11,6 @@ from attnflow.cli.app import app
 from attnflow.errors import AttnflowError
 
 
-def _bar():
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
-    from rich.text import Text
-
-    class Rate(ProgressColumn):
-        def render(self, task) -> Text:  # noqa: ANN001
-            speed = task.finished_speed or task.speed
-            return Text("" if speed is None else f"{speed:.1f} rows/s")
-
-    return Progress(TextColumn("rows"), BarColumn(), MofNCompleteColumn(), Rate(), TextColumn("ETA"),
-                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-
-
 @app.command()
 def batch(
     input: Path = typer.Argument(..., help="A .jsonl, .csv or .parquet file with a 'text' column (optional 'id', 'label')."),
@@ -55,26 +41,19 @@ def batch(
 
         attnflow batch data.csv --scheduler tcp://10.0.0.5:8786 --out /shared/run
     """
+    import sys
+
     from rich.console import Console
 
     from attnflow.api.batch import BatchInterrupted
     from attnflow.api.batch import batch as run_batch
     from attnflow.capture.load import quiet_transformers
+    from attnflow.cli.progress import ProgressBar
 
     quiet_transformers()
     if workers is not None and workers < 1:
         raise AttnflowError(f"--workers must be a positive integer; got {workers}")
-    bar = _bar()
-    task = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal task
-        if task is None:
-            bar.start()
-            task = bar.add_task("rows", total=total, completed=done)
-        else:
-            bar.update(task, completed=done)
-
+    progress = ProgressBar("rows", 1, "rows", Console(file=sys.stderr))
     console = Console()
     try:
         run = run_batch(str(input), model, out=out, methods=methods, target=target, text_column=text_column,
@@ -83,13 +62,11 @@ def batch(
                         workers=workers, shard_size=shard_size, batch_size=batch_size, device=device,
                         progress=progress)
     except BatchInterrupted as stop:
-        if task is not None:
-            bar.stop()
+        progress.stop()
         print_interrupted(stop.run)
         raise SystemExit(130) from None  # not KeyboardInterrupt: the CLI's generic line would follow
     finally:
-        if task is not None:  # stopping a bar that never started prints an empty line
-            bar.stop()
+        progress.stop()
     console.print(run.summary(), soft_wrap=True, highlight=False)
     if run.failed:
         console.print(f"failed rows and why: {run.out / 'errors.jsonl'}", soft_wrap=True, highlight=False)
