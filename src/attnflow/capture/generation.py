@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.architectures import architecture_fixes, layer_windows, refuse_unsupported
-from attnflow.capture.hooks import streamable_modules, streaming
+from attnflow.capture.hooks import checked_weights, pending_norms, replay_attentions, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.capture.values import projections
@@ -135,24 +135,18 @@ class _Steps:
     def _norms(self, layer: int, w: torch.Tensor, first: int) -> torch.Tensor:
         """Store the norms of this call's new positions (from ``first``) and return layer ``layer``'s
         norms ``(heads, positions so far)``."""
-        projected = self.pending.pop(layer, None)
-        if projected is None:
-            raise AttnflowError(f"layer {layer}'s value projection did not run before its attention; the architecture "
-                                "table names the wrong module for the norm weighting")
-        new = self.projections[layer].head_norms(projected, w.shape[0])[0]  # (heads, new positions)
+        new = pending_norms(self.pending, self.projections, layer, w.shape[0])[0]  # (heads, new positions)
         if self.norms is None:
             self.norms = torch.zeros(self.n_layers, w.shape[0], self.capacity, dtype=torch.float32)
         self.norms[layer, :, first:first + new.shape[-1]] = new
         return self.norms[layer, :, :first + new.shape[-1]]
 
     def layer(self, layer: int, weights: Any) -> None:
-        if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
-            raise AttnflowError("an attention module returned no attention weights; load the model with "
-                                "attn_implementation='eager'")
+        weights = checked_weights(weights)
         if weights.shape[0] != 1:  # e.g. beams from the model's own generation_config
             raise AttnflowError(f"generate tracks one sequence; the model ran {weights.shape[0]} at once "
                                 "(pass num_beams=1 and num_return_sequences=1)")
-        w = weights[0].detach().to(device="cpu", dtype=torch.float32)  # (heads, queries, keys)
+        w = weights[0].to(device="cpu", dtype=torch.float32)  # (heads, queries, keys)
         queries, keys = w.shape[-2:]
         self.layers_seen += 1
         if self.calls == 0:
@@ -180,13 +174,7 @@ class _Steps:
     def end_call(self, output: Any) -> None:
         """After each forward call: every layer must have reported; store the new row."""
         if self.from_output:  # no declared attention modules: this call's tuple, layer by layer
-            layers = list(getattr(output, "attentions", None) or ())
-            if not layers:
-                raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-            output["attentions"] = None
-            for i in range(len(layers)):
-                self.layer(i, layers[i])
-                layers[i] = None
+            replay_attentions(output, self)
         if self.layers_seen != self.n_layers:
             raise AttnflowError(f"expected {self.n_layers} attention layers per forward call; saw {self.layers_seen}")
         self.layers_seen = 0

@@ -116,6 +116,39 @@ def streamable_modules(model: Any) -> list[AttentionModule]:
     return modules
 
 
+def checked_weights(weights: Any) -> torch.Tensor:
+    """A layer's attention weights ``(batch, heads, q, k)`` as a hook received them, detached; a
+    module that returned none (an attention implementation other than eager) is refused."""
+    if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
+        raise AttnflowError(
+            "an attention module returned no attention weights; load the model with attn_implementation='eager'")
+    return weights.detach()
+
+
+def pending_norms(pending: dict[int, torch.Tensor], projections: list[Any], layer: int, heads: int) -> torch.Tensor:
+    """Per-head norms ``(batch, heads, positions)`` of the value projection output that layer
+    ``layer``'s value hook left in ``pending`` (taken out), for its ``heads`` query heads."""
+    projected = pending.pop(layer, None)
+    if projected is None:
+        raise AttnflowError(f"layer {layer}'s value projection did not run before its attention; the architecture "
+                            "table names the wrong module for the norm weighting")
+    return projections[layer].head_norms(projected, heads)
+
+
+def replay_attentions(output: Any, receiver: Any) -> int:
+    """For a model whose classes declare no attention modules: hand the layers of ``output``'s
+    attention tuple to ``receiver.layer(i, weights)`` one by one, dropping each entry as it goes (so
+    the tuple and the receiver never both hold everything). Returns the number of layers."""
+    layers = list(getattr(output, "attentions", None) or ())
+    if not layers:
+        raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
+    output["attentions"] = None
+    for i in range(len(layers)):
+        receiver.layer(i, layers[i])
+        layers[i] = None
+    return len(layers)
+
+
 class Reducer:
     """Receives layer ``i``'s weights ``(batch, heads, q, k)`` and keeps what is asked for.
 
@@ -146,19 +179,12 @@ class Reducer:
 
     def weighted(self, layer: int, w: torch.Tensor) -> torch.Tensor:
         """The norm-weighted fused map ``(batch, q, k)`` of layer ``layer``'s weights ``w``."""
-        projected = self.pending.pop(layer, None)
-        if projected is None:
-            raise AttnflowError(f"layer {layer}'s value projection did not run before its attention; the architecture "
-                                "table names the wrong module for the norm weighting")
-        norms = self.projections[layer].head_norms(projected, w.shape[1])
+        norms = pending_norms(self.pending, self.projections, layer, w.shape[1])
         return norm_weighted(w.to(device="cpu", dtype=torch.float32), norms, self.head_fusion)
 
     def layer(self, layer: int, weights: Any) -> None:
         self.calls += 1
-        if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
-            raise AttnflowError(
-                "an attention module returned no attention weights; load the model with attn_implementation='eager'")
-        w = weights.detach()
+        w = checked_weights(weights)
         if self.buffer is None:
             batch, heads, q, k = w.shape
             kept = heads if self.head_fusion is None else 1

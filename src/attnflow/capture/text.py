@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from attnflow.capture.architectures import architecture_fixes, check_text_model
-from attnflow.capture.hooks import Reducer, streamable_modules, streaming
+from attnflow.capture.hooks import Reducer, replay_attentions, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion
@@ -102,14 +102,8 @@ def run_streaming(model: Any, inputs: dict, head_fusion: str | None, *, weightin
         # A model whose class declares no attention modules: take transformers' tuple, but reduce and
         # drop each layer's entry in turn, so that the tuple and the buffer never both hold everything.
         out = model(**inputs, output_attentions=True, **forward)
-        layers = list(getattr(out, "attentions", None) or ())
-        if not layers:
-            raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-        out["attentions"] = None
-        reducer = Reducer(len(layers), head_fusion)
-        for i in range(len(layers)):
-            reducer.layer(i, layers[i])
-            layers[i] = None
+        reducer = Reducer(len(getattr(out, "attentions", None) or ()), head_fusion)
+        replay_attentions(out, reducer)
         return reducer.buffer, out
 
 
