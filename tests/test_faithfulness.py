@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import transformers
 from scipy.stats import spearmanr
 from transformers import AutoTokenizer, BertConfig, BertModel, LlamaConfig, LlamaForCausalLM
 
@@ -166,3 +167,36 @@ def test_cli_prints_the_table_and_writes_json_and_report(monkeypatch, capsys, tm
                                                            for v in data["methods"]["rollout"]["spearman"]])
     page = html.read_text()
     assert '"faithfulness"' in page and "leave-one-out" in page
+
+
+# Other families (learned positions, sliding windows, hybrid local/global layers, encoder classifiers):
+# the same independent loop, so nothing in the glue assumes the Llama layout. Norm weighting too.
+FAMILIES = {
+    "gpt2": lambda v: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=v, n_embd=32, n_layer=2, n_head=4, n_positions=64, initializer_range=0.5)),
+    "mistral-window": lambda v: transformers.MistralForCausalLM(transformers.MistralConfig(
+        vocab_size=v, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, initializer_range=0.5)),
+    "gemma2-hybrid": lambda v: transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+        vocab_size=v, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, sliding_window=4, initializer_range=0.5)),
+    "bert-classifier": lambda v: transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=v, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, num_labels=3, initializer_range=0.5)),
+    "distilbert-classifier": lambda v: transformers.DistilBertForSequenceClassification(transformers.DistilBertConfig(
+        vocab_size=v, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64, num_labels=2,
+        initializer_range=0.5)),
+}
+
+
+@pytest.mark.parametrize("weighting", ["attention", "norm"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_other_families_equal_an_independent_loop(family, weighting, minilm_path):
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    torch.manual_seed(0)
+    model = FAMILIES[family](tokenizer.vocab_size).double().eval()
+    model.set_attn_implementation("eager")
+    decoder = not family.endswith("classifier")
+    result = attnflow.faithfulness(TEXT, model, tokenizer=tokenizer, method=["raw", "rollout"], weighting=weighting)
+    assert result.params["weighting"] == weighting
+    _check(result, model, tokenizer, decoder=decoder)
