@@ -48,15 +48,21 @@ def target_source(result: Any, t: int) -> int | None:
     return p if p is not None and 0 <= p < result.n_sources else None
 
 
-def sink(result: Any, method: str, t: int) -> int | None:
-    """The sink of target ``t``'s ``method`` row (see the module docstring), or None."""
+def sink_of(result: Any, method: str, t: int) -> tuple[int, float] | None:
+    """``(position, share of the top layer's row)`` of the sink of target ``t``'s ``method`` row (see
+    the module docstring), or None."""
     if result.kind == "image":
         return None
     row = _top_layer_row(result, method, t)
     if row is None:
         return None
     me = target_source(result, t)
-    found = dominant(row, () if me is None else (me,))
+    return dominant(row, () if me is None else (me,))
+
+
+def sink(result: Any, method: str, t: int) -> int | None:
+    """The sink's position (:func:`sink_of`), or None."""
+    found = sink_of(result, method, t)
     return None if found is None else found[0]
 
 
@@ -96,11 +102,8 @@ def scale_max(values: Any, excluded: Any) -> float:
 
 def sink_share(result: Any, method: str, t: int) -> float | None:
     """The share of target ``t``'s top-layer row that its sink holds (None without a sink)."""
-    j = sink(result, method, t)
-    if j is None:
-        return None
-    row = np.nan_to_num(_top_layer_row(result, method, t), nan=0.0)
-    return float(row[j] / np.abs(row).sum())
+    found = sink_of(result, method, t)
+    return None if found is None else found[1]
 
 
 def legend(result: Any, excluded: dict[int, str], quote: Any = repr, share: float | None = None) -> str:

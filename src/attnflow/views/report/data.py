@@ -43,7 +43,7 @@ import numpy as np
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution
 from attnflow.views.image import picture
-from attnflow.views.scale import sink, sink_share
+from attnflow.views.scale import sink_of
 
 ORDER = ("raw", "rollout", "flow", "grad-rollout")
 
@@ -140,8 +140,9 @@ def _methods(result: Attribution) -> tuple[list[dict[str, Any]], dict[str, str]]
     methods, chunks = [], {}
     for number, name in enumerate(names):
         block = result.blocks[name]
-        sinks = [sink(result, name, t) for t in block.targets]
-        shares = [None if j is None else round(sink_share(result, name, t), 4) for j, t in zip(sinks, block.targets)]
+        found = [sink_of(result, name, t) for t in block.targets]
+        sinks = [None if f is None else f[0] for f in found]
+        shares = [None if f is None else round(f[1], 4) for f in found]
         entry = {"name": name, "targets": list(block.targets), "layers": list(block.layers),
                  "note": _note(result, name), "lazy": None, "sinks": sinks, "sink_shares": shares}
         if total <= LAZY_ABOVE or len(block.targets) == 1:
