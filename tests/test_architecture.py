@@ -1,6 +1,6 @@
 """The shape of the house, checked from the source: layers, one-way imports, no cycles.
 
-    core <- capture <- results <- views / evaluation <- api <- cli / app
+    config <- core <- capture <- results <- views / evaluation <- api <- cli / app
 
 Every ``import`` statement counts, including those made inside functions (they run too). The
 package root (``attnflow/__init__.py``, the public facade) may import anything; nothing imports it.
@@ -20,6 +20,7 @@ PACKAGE = SRC / "attnflow"
 # Longest prefix wins. Same-layer packages may import each other, but never in a cycle.
 LAYERS = {
     "attnflow.errors": 0, "attnflow.data": 0, "attnflow.models": 0,  # the exception, data, bundled model folders
+    "attnflow.config": 0,  # Settings and the method registry: tables every layer reads
     "attnflow.core": 1,
     "attnflow.capture": 2,
     "attnflow.results": 3,

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.explain import WEIGHTING_HELP, CausalNorm, Weighting
+from attnflow.cli.options import CausalNorm, Weighting, option
 from attnflow.cli.outputs import check_outputs
 from attnflow.errors import AttnflowError
 
@@ -28,8 +28,8 @@ def generate(
     content_only: bool = typer.Option(False, "--content-only", help="Leave punctuation and very common words out of the ranking."),
     sample: bool = typer.Option(False, help="Sample instead of greedy decoding."),
     seed: int = typer.Option(0, help="Random seed for --sample."),
-    causal_norm: Optional[CausalNorm] = typer.Option(None, help="Receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
-    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
+    causal_norm: Optional[CausalNorm] = option("causal_norm"),
+    weighting: Weighting = option("weighting"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained interactive HTML report."),
