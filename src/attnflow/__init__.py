@@ -31,7 +31,7 @@ _LAZY = {
     "explain": "attnflow.api", "explain_attentions": "attnflow.api", "explain_image": "attnflow.api",
     "explain_maps": "attnflow.api", "generate": "attnflow.api", "faithfulness": "attnflow.api", "faithfulness_report": "attnflow.api",
     "batch": "attnflow.api", "BatchRun": "attnflow.api",
-    "Settings": "attnflow.config", "methods": "attnflow.config",
+    "Settings": "attnflow.config", "methods": "attnflow.config", "register_architecture": "attnflow.api",
 }
 
 __all__ = ["AttnflowError", "AttnflowWarning", "LongFlowWarning", "capture", *_LAZY]

@@ -24,6 +24,7 @@ from attnflow.api.batching.inputs import Inputs, read_inputs
 from attnflow.api.batching.plan import fingerprint, plan, token_lengths
 from attnflow.api.batching.shard import Settings, ShardOutput, ShardTask
 from attnflow.api.batching.store import SHARD_KEY, Store
+from attnflow.api.models import is_name
 from attnflow.api.text import refuse_norm_with_gradients, resolve_methods
 from attnflow.config.settings import UNSET
 from attnflow.config.settings import Settings as Explanation
@@ -156,7 +157,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     names = _check(options, images)
     refuse_norm_with_gradients(names, explained)
     pyarrow()
-    loaded_model = model is not None and not isinstance(model, (str, bytes)) and not hasattr(model, "__fspath__")
+    loaded_model = not is_name(model)
     if loaded_model and engine == "dask" or loaded_model and scheduler is not None:
         raise AttnflowError("pass the model as a path or hub id for the Dask engine (each worker loads it once); "
                             "a loaded model works with engine='local'")

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnflow.api.models import resolve
 from attnflow.api.seq2seq import generate_seq2seq
 from attnflow.api.text import refuse_seq2seq_settings
 from attnflow.capture import track_generation
-from attnflow.capture.load import cached_model
 from attnflow.config.settings import UNSET, Settings
-from attnflow.errors import AttnflowError
 from attnflow.results import Attribution, Block
 
 
@@ -45,14 +44,9 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
                               weighting=weighting)
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model, tokenizer = cached_model(model, task="generation")
-        name = str(getattr(model, "name_or_path", "") or type(model).__name__)
-    elif tokenizer is None:
-        raise AttnflowError("pass the tokenizer together with a loaded model")
-    else:
-        name = str(getattr(model, "name_or_path", "") or type(model).__name__)
-    if getattr(model.config, "is_encoder_decoder", False):
+    loaded = resolve(model, tokenizer, task="generation")
+    model, tokenizer, name = loaded.model, loaded.tokenizer, loaded.name
+    if loaded.family == "encoder-decoder":
         refuse_seq2seq_settings(settings)
         return generate_seq2seq(model, tokenizer, prompt, max_new_tokens, settings=settings, **generate_kwargs)
     trace = track_generation(model, tokenizer, prompt, max_new_tokens, residual=settings.residual,

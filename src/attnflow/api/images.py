@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from attnflow.capture.vision import ImageMaps, cached_vision_model, capture_images, image_settings
+from attnflow.api.models import resolve
+from attnflow.capture.vision import ImageMaps, capture_images, image_settings
 from attnflow.config import registry
 from attnflow.config.registry import Context
 from attnflow.config.settings import UNSET, Settings
@@ -82,8 +83,7 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
     methods, shown = registry.resolve(method, "image")
     single = not isinstance(images, (list, tuple))
     batch = [images] if single else list(images)
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model = cached_vision_model(model)
+    model = resolve(model, task="vision").model
     gradients = any(registry.get(m).cost == registry.FORWARD_BACKWARD for m in methods)
     maps = capture_images(model, batch, gradients=gradients, target=target_class, weighting=settings.weighting,
                           head_fusion=settings.head_fusion)

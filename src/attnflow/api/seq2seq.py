@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from attnflow.capture import load_model
+from attnflow.api.models import is_name, resolve
 from attnflow.capture.seq2seq import capture_seq2seq, track_seq2seq_generation
 from attnflow.config import registry
 from attnflow.config.registry import Context
@@ -33,13 +33,8 @@ Progress = Callable[[int, int], None]
 def _loaded(model: Any, tokenizer: Any) -> tuple[Any, Any, str]:
     if model is None:
         raise AttnflowError("pass an encoder-decoder model (a folder, hub id or loaded model)")
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        name = str(model)
-        model, tokenizer = load_model(name, task="seq2seq")
-        return model, tokenizer, name
-    if tokenizer is None:
-        raise AttnflowError("pass the tokenizer together with a loaded model")
-    return model, tokenizer, str(getattr(model, "name_or_path", "") or type(model).__name__)
+    loaded = resolve(model, tokenizer, task="seq2seq")
+    return loaded.model, loaded.tokenizer, str(model) if is_name(model) else loaded.name
 
 
 def _as_block(values: np.ndarray, targets: list[int]) -> Block:

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.api.models import is_name, loaded_name, resolve
 from attnflow.capture import capture
-from attnflow.capture.load import cached_model, cached_tokenizer, check_model_path, model_task, resolve_model
+from attnflow.capture.load import cached_tokenizer, check_model_path, model_task, resolve_model
 from attnflow.capture.text import is_causal
 from attnflow.capture.vocabulary import warn_unknown_words
 from attnflow.config import registry
@@ -132,18 +133,16 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings) -> Prepar
     that can be refused without the model is refused before it loads (``settings`` were checked
     when built)."""
     _check_text(text)
-    causal_norm = settings.causal_norm
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        name = resolve_model(model)
-        _before_loading(text, name, settings)
-        tokenizer = cached_tokenizer(name)
-        warn_unknown_words(text, tokenizer, name)
-        model, tokenizer = cached_model(name)
-    elif tokenizer is None:
-        raise AttnflowError("pass the tokenizer together with a loaded model")
+    if is_name(model):
+        model = resolve_model(model)
+        _before_loading(text, model, settings)
+        warn_unknown_words(text, cached_tokenizer(model), model)
+        loaded = resolve(model)
     else:
+        loaded = resolve(model, tokenizer)
         warn_unknown_words(text, tokenizer, str(getattr(model, "name_or_path", "") or ""))
-    if causal_norm is not None and not is_causal(model):
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if settings.causal_norm is not None and not is_causal(model):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
                             "(its queries see the whole input)")
     # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
@@ -155,9 +154,8 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings) -> Prepar
 def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any) -> Prepared:
     """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.api.batching`)
     with its target resolved and the model's prediction read, ready for :func:`attribute`."""
-    name = str(getattr(model, "name_or_path", "") or type(model).__name__)
     return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
-                    model=model, name=name, text=text, tokenizer=tokenizer)
+                    model=model, name=loaded_name(model), text=text, tokenizer=tokenizer)
 
 
 def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[str], list[int]],
@@ -294,11 +292,12 @@ def _encoder_decoder(model: Any) -> bool:
     """Whether ``model`` (a loaded model or a model folder) is an encoder-decoder model."""
     if model is None:
         return False
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        from attnflow.capture.load import is_encoder_decoder_path
+    from attnflow.api.models import describe
 
-        return is_encoder_decoder_path(str(model))
-    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+    try:
+        return describe(model)[0] == "encoder-decoder"
+    except AttnflowError:  # no config.json here: a hub id, or a path that loading refuses with its sentence
+        return False
 
 
 def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,

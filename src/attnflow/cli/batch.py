@@ -48,7 +48,7 @@ def batch(
 
     from attnflow.api.batch import BatchInterrupted
     from attnflow.api.batch import batch as run_batch
-    from attnflow.capture.load import quiet_transformers
+    from attnflow.api.models import quiet_transformers
     from attnflow.cli.progress import ProgressBar
 
     quiet_transformers()

@@ -49,9 +49,10 @@ def generate(
     import torch
 
     from attnflow.api import generate as generate_text
-    from attnflow.capture.load import cached_model
+    from attnflow.api.models import resolve
 
-    lm, tokenizer = cached_model(model, task="generation")
+    loaded = resolve(model, task="generation")
+    lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
     result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
                            causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
