@@ -33,7 +33,9 @@ How to add a method
    "image", "seq2seq"), its cost class (``FORWARD`` one forward pass, ``FORWARD_BACKWARD`` a forward
    and a backward pass, ``PER_SOURCE`` one pass per source token, ``MAX_FLOW`` one max-flow per
    target, source and layer), whether it has a layers axis, its reference and ``"module:function"``.
-   ``in_all=True`` only for the paper's methods (what ``method="all"`` computes).
+   ``in_all=True`` only for the paper's methods (what ``method="all"`` computes); ``paths=True`` when
+   its scores are flow along paths through the layers (``attnflow.views.graph`` draws those);
+   ``colour`` for figures (optional).
 3. Add its oracle test (an independent computation: a naive loop, a leave-one-out pass, ...).
 
 Nothing else changes: ``attnflow explain --method NAME``, the app's menus, ``explain(method=NAME)``,
@@ -74,6 +76,8 @@ class Method:
     function: str              # "module:function", imported on first use
     summary: str = ""
     in_all: bool = False       # computed by method="all" (the paper's three)
+    paths: bool = False        # its scores are flow along paths through the layers (the graph view draws them)
+    colour: str | None = None  # its colour in every figure (None: the next free one)
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
@@ -115,11 +119,11 @@ class Context:
 _ATTENTION = "attnflow.api.methods.attention"
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("raw", KINDS, FORWARD, True, "Abnar & Zuidema 2020 (raw attention)", f"{_ATTENTION}:raw",
-           "each layer's attention weights", in_all=True),
+           "each layer's attention weights", in_all=True, colour="#6e7781"),
     Method("rollout", KINDS, FORWARD, True, "Abnar & Zuidema 2020, eq. 1", f"{_ATTENTION}:rollout",
-           "products of residual-augmented attention, layer by layer", in_all=True),
+           "products of residual-augmented attention, layer by layer", in_all=True, paths=True, colour="#1d4ed8"),
     Method("flow", KINDS, MAX_FLOW, True, "Abnar & Zuidema 2020, section 3", f"{_ATTENTION}:flow",
-           "max-flow through the attention graph", in_all=True),
+           "max-flow through the attention graph", in_all=True, paths=True, colour="#b45309"),
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
            "attnflow.api.methods.gradient:grad_rollout",
            "rollout of gradient-weighted attention for the predicted class (classifiers)"),
