@@ -272,3 +272,13 @@ def test_the_package_root_lists_only_the_public_api():
     assert set(attnflow.__all__) <= shown and all(not n.startswith("_") for n in attnflow.__all__)
     for name in attnflow.__all__:
         assert getattr(attnflow, name) is not None
+
+
+def test_the_apps_route_handlers_live_at_module_level():
+    """Each route's handler is a module-level function (readable, testable alone), not a closure
+    nested in create_app; create_app only wires the routes to the catalog and job store."""
+    tree = ast.parse(MODULES["attnflow.app.server"].read_text(encoding="utf-8"))
+    create = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "create_app")
+    nested = [n.name for n in ast.walk(create) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not create]
+    assert nested == [], f"create_app defines {nested}"
+    assert create.end_lineno - create.lineno < 15
