@@ -248,8 +248,8 @@ def class_name(model_or_config: Any) -> str:
 
 def model_head(model_or_config: Any) -> str:
     """What a model's class puts on its body (see :data:`HEADS`): an exact lookup of the class in its
-    row's ``heads``, then in transformers' auto-model mappings for its ``model_type``; "" when neither
-    names the class (or a config does not say its class)."""
+    row's ``heads``, then in transformers' auto-model mappings for its ``model_type`` (every type's, for
+    a config that names none); "" when neither names the class (or a config does not say its class)."""
     name, kind = class_name(model_or_config), model_type(model_or_config)
     if not name:
         return ""
@@ -258,9 +258,11 @@ def model_head(model_or_config: Any) -> str:
         return dict(row.heads)[name]
     from transformers.models.auto import modeling_auto
 
-    for head, mapping in HEADS.items():
-        listed = getattr(modeling_auto, mapping, {}).get(kind, ())
-        if name in ((listed,) if isinstance(listed, str) else tuple(listed)):
+    for head, mapping_name in HEADS.items():
+        mapping = getattr(modeling_auto, mapping_name, {})
+        # a config without model_type (or of a type the mapping lacks): the class among every type's
+        candidates = [mapping[kind]] if kind in mapping else list(mapping.values())
+        if any(name == c or (not isinstance(c, str) and name in c) for c in candidates):
             return head
     return ""
 
