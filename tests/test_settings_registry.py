@@ -94,14 +94,15 @@ def test_explain_with_settings_equals_keywords_and_the_naive_rollout():
 
 def test_the_registry_is_the_one_list_of_methods():
     names = [m.name for m in attnflow.methods()]
-    assert names == ["raw", "rollout", "flow", "grad-rollout"]
+    assert names[:4] == ["raw", "rollout", "flow", "grad-rollout"]  # more may follow (one line each)
     assert registry.resolve("all") == (["raw", "rollout", "flow"], "rollout")
-    assert registry.names("seq2seq") == ("raw", "rollout", "flow")  # grad-rollout: classifiers only
-    assert [m.needs_model for m in attnflow.methods()] == [False, False, False, True]
+    assert "grad-rollout" not in registry.names("seq2seq")  # classifiers only
+    assert {m.name: m.needs_model for m in attnflow.methods() if m.name in names[:4]} == {
+        "raw": False, "rollout": False, "flow": False, "grad-rollout": True}
     assert attnflow.api.TEXT_METHODS == registry.names("text") and attnflow.api.IMAGE_METHODS == registry.names("image")
-    with pytest.raises(AttnflowError, match="method must be one of raw, rollout, flow, grad-rollout, 'all'"):
+    with pytest.raises(AttnflowError, match="method must be one of raw, rollout, flow, grad-rollout.*; got saliency"):
         registry.resolve("saliency")
-    with pytest.raises(AttnflowError, match="method must be one of raw, rollout, flow, 'all'"):
+    with pytest.raises(AttnflowError, match="; got grad-rollout"):
         registry.resolve("grad-rollout", "seq2seq")
     with pytest.raises(AttnflowError, match="cost must be one of"):
         Method("x", ("text",), "cheap", True, "", "m:f")
@@ -122,21 +123,21 @@ def uniform(context: Context) -> np.ndarray:
 
 
 def test_a_method_registered_at_run_time_is_picked_up_everywhere(monkeypatch):
-    monkeypatch.setitem(registry.REGISTRY, "uniform", Method(
-        "uniform", ("text",), FORWARD_BACKWARD, True, "a test", f"{__name__}:uniform"))
-    result = attnflow.explain(TEXT, method=["uniform", "rollout"], residual=0.3)
+    monkeypatch.setitem(registry.REGISTRY, "test-uniform", Method(
+        "test-uniform", ("text",), FORWARD_BACKWARD, True, "a test", f"{__name__}:uniform"))
+    result = attnflow.explain(TEXT, method=["test-uniform", "rollout"], residual=0.3)
     n = len(result.sources)
-    np.testing.assert_allclose(result.row("uniform"), np.full((result.n_layers, n), 1.0 / n))
-    maps = attnflow.explain_maps(TEXT, methods=["uniform"], residual=0.3)
-    assert maps.methods == ["uniform"] and maps.scores["uniform"].shape[0] == n
+    np.testing.assert_allclose(result.row("test-uniform"), np.full((result.n_layers, n), 1.0 / n))
+    maps = attnflow.explain_maps(TEXT, methods=["test-uniform"], residual=0.3)
+    assert maps.methods == ["test-uniform"] and maps.scores["test-uniform"].shape[0] == n
     from attnflow.app.options import tables
 
-    assert "uniform" in tables()["methods"]["text"] and "uniform" not in tables()["methods"]["image"]
+    assert "test-uniform" in tables()["methods"]["text"] and "test-uniform" not in tables()["methods"]["image"]
     from attnflow.cli.options import method_enum
 
-    assert "uniform" in [m.value for m in method_enum("text")]
-    with pytest.raises(AttnflowError, match="method must be one of raw, rollout, flow, 'all'"):  # needs a model
-        attnflow.explain_attentions(np.full((1, 1, 3, 3), 1 / 3), methods=["uniform"])
+    assert "test-uniform" in [m.value for m in method_enum("text")]
+    with pytest.raises(AttnflowError, match="; got test-uniform"):  # it needs a model: not from attention alone
+        attnflow.explain_attentions(np.full((1, 1, 3, 3), 1 / 3), methods=["test-uniform"])
     with pytest.raises(AttnflowError, match="already registered"):
         registry.register(registry.REGISTRY["rollout"])
     assert FORWARD in registry.COSTS
