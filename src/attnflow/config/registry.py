@@ -127,7 +127,6 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
            "attnflow.api.methods.gradient:grad_rollout",
            "rollout of gradient-weighted attention for the predicted class (classifiers)"),
-    Method("uniform", ("text",), FORWARD, True, "a baseline", "attnflow.api.methods.uniform:uniform", "1/n everywhere"),
 )}
 
 ALL = "all"
