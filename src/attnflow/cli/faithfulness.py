@@ -12,7 +12,7 @@ from rich.console import Console
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
 from attnflow.cli.explain import Method
-from attnflow.cli.options import CausalNorm, HeadFusion, Weighting, chosen_methods, method_help, option
+from attnflow.cli.options import CausalNorm, HeadFusion, Weighting, chosen_methods, method_option, model_option, option
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 
@@ -20,10 +20,10 @@ from attnflow.cli.progress import progress_bar
 @app.command()
 def faithfulness(
     text: str = typer.Argument(..., help="The input text, quoted."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A sequence classifier or a decoder: a folder, a "
-                                        ".gguf file, a hub id, or 'smollm2'. Default: the bundled agreement model. A "
-                                        "bare encoder (no prediction head) is refused."),
-    method: Method = typer.Option(Method("all"), help=method_help("text")),
+    model: Optional[str] = model_option("A sequence classifier or a decoder: a folder, a .gguf file, a hub id, or "
+                                        "'smollm2'. Default: the bundled agreement model. A bare encoder (no "
+                                        "prediction head) is refused."),
+    method: Method = method_option("text", "all"),
     residual: float = option("residual"),
     head_fusion: HeadFusion = option("head_fusion"),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.options import CausalNorm, Weighting, option
+from attnflow.cli.options import CausalNorm, Weighting, model_option, option
 from attnflow.cli.outputs import check_outputs
 from attnflow.errors import AttnflowError
 
@@ -19,9 +19,9 @@ from attnflow.errors import AttnflowError
 @app.command()
 def generate(
     prompt: str = typer.Argument(..., help="The prompt, quoted."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A decoder ('smollm2', installed from PyPI) or an "
-                                        "encoder-decoder (T5, BART, Marian, ...): a folder, a .gguf file or a hub id. "
-                                        "Default: the installed SmolLM2."),
+    model: Optional[str] = model_option("A decoder ('smollm2', installed from PyPI) or an encoder-decoder (T5, BART, "
+                                        "Marian, ...): a folder, a .gguf file or a hub id. Default: the installed "
+                                        "SmolLM2."),
     max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", help="How many tokens to generate at most."),
     token: Optional[str] = typer.Option(None, help="Generated token to plot: 0-based index (negative from the end) or its text. Default: the first."),
     top: int = typer.Option(3, min=1, help="How many prompt tokens to list per generated token."),

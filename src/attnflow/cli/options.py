@@ -42,6 +42,11 @@ def option(setting: str, *names: str, help: str | None = None) -> Any:
     return typer.Option(default, *names, help=help or spec.help, **bounds)
 
 
+def model_option(help: str) -> Any:
+    """``--model / -m``: a model folder, file, alias or hub id (None: the command's default)."""
+    return typer.Option(None, "--model", "-m", help=help)
+
+
 def method_enum(kind: str) -> type[Enum]:
     """The methods offered for results of ``kind`` (the registry), plus "all"."""
     return _choice_enum(f"{kind.title()}Method", (*registry.names(kind), registry.ALL))
