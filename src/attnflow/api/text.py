@@ -25,7 +25,7 @@ from attnflow.capture.text import is_causal
 from attnflow.capture.vocabulary import warn_unknown_words
 from attnflow.config import registry
 from attnflow.config.registry import Context
-from attnflow.config.settings import UNSET, Settings, check_target
+from attnflow.config.settings import UNSET, Settings
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.methods import FLOW_ALL_MAX
 from attnflow.errors import AttnflowError
@@ -57,8 +57,8 @@ def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> i
 
 def resolve_position(target: Any, n: int, ids: list[int], causal: bool, tokenizer: Any = None) -> int:
     """:func:`resolve_target` from a token count and ids (known from the tokenizer alone, so that a
-    target outside the input is refused before the model loads)."""
-    target = check_target(target)
+    target outside the input is refused before the model loads). ``target`` as :class:`Settings`
+    checked it (no second check here)."""
     if target is None:
         target = "last" if causal else "cls"
     if isinstance(target, (int, np.integer)):
