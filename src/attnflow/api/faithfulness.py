@@ -110,8 +110,8 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         or a loaded model with its ``tokenizer``); None: the default model (the bundled agreement
         classifier). A bare encoder (no head) or an encoder-decoder model is refused.
     method: anything :func:`attnflow.explain` takes ("all", a name, a list).
-    options: passed to :func:`attnflow.explain` (``target``, ``residual``, ``head_fusion``,
-        ``causal_norm``, ``solver``, ``truncate``, and any weighting option it accepts).
+    options: passed to :func:`attnflow.explain` (``settings=`` or its keywords ``target``,
+        ``residual``, ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``, ``weighting``).
     fractions, positions, fill_id: see :func:`attnflow.evaluation.faithfulness.evaluate` (AOPC
         levels; which tokens are ranked and deleted, default all but special tokens and the target;
         replace instead of delete).
@@ -130,7 +130,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     model, tokenizer = loaded.model, loaded.tokenizer
     decoder = _head(loaded) == "decoder"
     result = explain(text, model, tokenizer=tokenizer, method=method, **options)
-    ids = _input_ids(model, tokenizer, text, bool(options.get("truncate", False)))
+    ids = _input_ids(model, tokenizer, text, bool(result.params.get("truncate", False)))  # keyword or settings=
     if len(ids) != result.n_sources:  # the same tokenizer call as capture: a mismatch is a bug
         raise AttnflowError(f"internal: {len(ids)} token ids for a {result.n_sources}-token result")
     target = result.target_positions[result.target]
