@@ -47,7 +47,11 @@ def tables() -> dict[str, Any]:
         "weightings": [{"name": k, "label": v[0]} for k, v in WEIGHTINGS.items()],
         "filters": [{"name": k, "label": v[0]} for k, v in FILTERS.items()],
         "methods": {k: list(v) for k, v in METHODS.items()},
+        # methods that explain a classifier's predicted class (greyed out for other models)
+        "classifier_methods": [m.name for m in registry.methods() if m.cost == registry.FORWARD_BACKWARD],
         "head_fusions": list(HEAD_FUSIONS),
+        "residual": {"default": OPTIONS["residual"].default, "min": OPTIONS["residual"].bounds[0],
+                     "max": OPTIONS["residual"].bounds[1]},
         "causal_norms": list(CAUSAL_NORMS),
         "limits": {"chars": MAX_CHARS, "text_tokens": MAX_TEXT_TOKENS, "new_tokens": MAX_NEW_TOKENS,
                    "image_bytes": MAX_IMAGE_BYTES},
