@@ -176,10 +176,12 @@ def _spellings(tree: ast.AST) -> list[tuple[int, str, list[str]]]:
     method names, a setting's allowed values, the target names. ``__all__`` and the facade's ``_LAZY``
     (function names, not lists of methods) do not count."""
     from attnflow.config import registry
-    from attnflow.config.settings import TARGET_NAMES, choices
+    from attnflow.config.settings import OPTIONS, TARGET_NAMES, choices
 
     groups = {"method names": set(registry.REGISTRY) | {registry.ALL}, "target names": set(TARGET_NAMES),
               **{f"{n} values": set(choices(n, none=False)) for n in ("head_fusion", "weighting", "causal_norm")}}
+    # a setting's values count when they include its default ("min"/"max" keys of a range are no head fusions)
+    needed = {f"{n} values": OPTIONS[n].default for n in ("head_fusion", "weighting")}
     exempt = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)
               and any(isinstance(t, ast.Name) and t.id in ("__all__", "_LAZY") for t in node.targets)}
     found = []
@@ -194,7 +196,7 @@ def _spellings(tree: ast.AST) -> list[tuple[int, str, list[str]]]:
             continue
         strings = {e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)}
         for group, names in groups.items():
-            if len(strings & names) >= 2:
+            if len(strings & names) >= 2 and needed.get(group, next(iter(strings & names))) in strings:
                 found.append((node.lineno, group, sorted(strings & names)))
     return found
 
@@ -239,7 +241,8 @@ def test_no_model_kind_is_guessed_from_a_class_name():
 
 def test_the_source_checkers_can_fail():
     snippet = ast.parse('M = ("raw", "flow")\nF = {"mean": 1, "max": 2}\n__all__ = ["raw", "rollout"]\n'
-                        'ok = ("raw", "image")\nif "CausalLM" in name or n.endswith("ForSequenceClassification"): pass\n')
+                        'ok = ("raw", {"min": 0, "max": 1})\n'
+                        'if "CausalLM" in name or n.endswith("ForSequenceClassification"): pass\n')
     assert [(line, group) for line, group, _ in _spellings(snippet)] == [(1, "method names"), (2, "head_fusion values")]
     assert _class_name_checks(snippet) == [5, 5]
 
