@@ -141,3 +141,22 @@ def test_a_method_registered_at_run_time_is_picked_up_everywhere(monkeypatch):
     with pytest.raises(AttnflowError, match="already registered"):
         registry.register(registry.REGISTRY["rollout"])
     assert FORWARD in registry.COSTS
+
+
+def last_token_only(context: Context) -> np.ndarray:
+    """A method without a layers axis: all of each row's weight on the last source."""
+    n = context.attentions.attentions.shape[-1]
+    out = np.zeros((1, len(context.rows), n))
+    out[..., -1] = 1.0
+    return out
+
+
+def test_a_method_without_a_layers_axis_is_kept_at_the_top_layer(monkeypatch):
+    monkeypatch.setitem(registry.REGISTRY, "test-last", Method(
+        "test-last", ("text",), FORWARD, False, "a test", f"{__name__}:last_token_only"))
+    attentions = np.random.default_rng(0).dirichlet(np.ones(4), size=(3, 1, 4))
+    result = attnflow.explain_attentions(attentions, methods=["test-last", "rollout"], target=2)
+    assert result.computed["test-last"].layers == (2,) and result.n_layers == 3
+    np.testing.assert_allclose(result.layer_scores("test-last", layer=-1), [0, 0, 0, 1])
+    assert np.isnan(result.row("test-last")[:2]).all()
+    np.testing.assert_allclose(result.row("rollout"), naive_rollout(attentions)[:, 2])  # the others unchanged

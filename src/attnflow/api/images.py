@@ -17,13 +17,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from attnflow.api.methods import as_block
 from attnflow.api.models import resolve
 from attnflow.capture.vision import ImageMaps, capture_images, image_settings
 from attnflow.config import registry
 from attnflow.config.registry import Context
 from attnflow.config.settings import UNSET, Settings
 from attnflow.errors import AttnflowError, AttnflowWarning
-from attnflow.results import Attribution, Block
+from attnflow.results import Attribution
 
 IMAGE_METHODS = registry.names("image")
 
@@ -109,7 +110,8 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
         out.append(Attribution(
             kind="image", sources=sources, targets=[read_out], target_positions=[layout.sources[0]
                                                                                  if layout.pooling == "cls" else None],
-            blocks={m: Block.full(v[i][None]) for m, v in values.items()}, n_layers=maps.attentions.shape[1],
+            blocks={m: as_block(registry.get(m), v[i][:, None], [0], maps.attentions.shape[1])
+                    for m, v in values.items()}, n_layers=maps.attentions.shape[1],
             method=shown, input=_name(batch[i], i), prediction=label(predicted[i]),
             model=str(getattr(model, "name_or_path", "") or type(model).__name__), params={**params, **extra},
             grid=layout.grid, image=maps.images[i], meta={"prefix_tokens": layout.prefix},

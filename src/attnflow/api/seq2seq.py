@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from attnflow.api.methods import as_block
 from attnflow.api.models import is_name, resolve
 from attnflow.capture.seq2seq import capture_seq2seq, track_seq2seq_generation
 from attnflow.config import registry
@@ -37,12 +38,12 @@ def _loaded(model: Any, tokenizer: Any) -> tuple[Any, Any, str]:
     return loaded.model, loaded.tokenizer, str(model) if is_name(model) else loaded.name
 
 
-def _as_block(values: np.ndarray, targets: list[int]) -> Block:
+def _as_block(record: registry.Method, values: np.ndarray, targets: list[int], n_layers: int) -> Block:
     """``(layers, targets, S + T)`` -> a block over the sources ``S + T + 1``: the last target token is
     never read by the decoder, so its column is 0."""
-    values = np.asarray(values, dtype=float).transpose(1, 0, 2)
+    values = np.asarray(values, dtype=float)
     padded = np.concatenate([values, np.zeros(values.shape[:2] + (1,))], axis=-1)
-    return Block.rows(padded, targets)
+    return as_block(record, padded, targets, n_layers)
 
 
 def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokenizer: Any = None,
@@ -79,7 +80,7 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
             else [chosen]
         context = Context(kind="seq2seq", attentions=attn, settings=settings, rows=rows, progress=progress,
                           model=model, tokenizer=tokenizer, extra={"target_tokens": t})
-        blocks[m] = _as_block(registry.get(m)(context), rows)
+        blocks[m] = _as_block(registry.get(m), registry.get(m)(context), rows, int(maps.decoder.shape[0]))
     return Attribution(
         kind="seq2seq", sources=maps.source_tokens + [maps.start_token] + maps.target_tokens,
         targets=maps.target_tokens, target_positions=[s + i for i in range(t)], blocks=blocks,

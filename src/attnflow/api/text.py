@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.api.methods import as_block
 from attnflow.api.models import is_name, loaded_name, resolve
 from attnflow.capture import capture
 from attnflow.capture.load import cached_tokenizer, check_model_path, model_task, resolve_model
@@ -169,8 +170,8 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
                           model=run.model if run is not None else None,
                           tokenizer=run.tokenizer if run is not None else None,
                           input_ids=attentions.input_ids if run is not None else None)
-        values = registry.get(method)(context)
-        blocks[method] = Block.rows(np.asarray(values, dtype=float).transpose(1, 0, 2), rows)
+        record = registry.get(method)
+        blocks[method] = as_block(record, record(context), rows, attentions.attentions.shape[-4])
     return blocks
 
 
@@ -203,7 +204,7 @@ def _rows_for(targets: Any, flow_targets: str, target: int, n: int) -> Callable[
 def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, method: str, text: Any,
                  prediction: str | None, model: str | None, params: dict[str, Any]) -> Attribution:
     tokens = [str(t) for t in maps.tokens]
-    n_layers = next(iter(blocks.values())).values.shape[1]
+    n_layers = maps.attentions.shape[-4]
     return Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(len(tokens))),
                        blocks=blocks, n_layers=n_layers, target=target, method=method, input=text,
                        prediction=prediction, model=model, params=params,
