@@ -17,7 +17,7 @@ How to add a method
 
    - ``context.rows``: the target positions to explain (query rows); ``context.layers``: the layers
      (None = every layer; an index list otherwise; a method without a layers axis returns one
-     "layer" and sets ``layers=False`` in its record);
+     "layer" and sets ``layers=False`` in its record: results keep it as the top layer);
    - ``context.attentions``: the captured maps (text: :class:`attnflow.core.AttentionMaps`; image: the
      ``(batch, layers, heads, n, n)`` stack, with a leading batch axis in the result; seq2seq: the
      tuple ``(encoder, decoder, cross)``);
