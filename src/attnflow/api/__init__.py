@@ -1,14 +1,36 @@
 """Entry points: text, generation and images in, :class:`~attnflow.results.Attribution` out.
 
 They compose capture (models -> attention), core (the methods) and results; the CLI and the app are
-thin layers over them.
+thin layers over them. Each name loads its module on first use: ``attnflow.explain`` does not pay
+for importing what ``faithfulness`` (scipy.stats) or ``batch`` (networkx, Dask) need.
 """
 
-from attnflow.api.batch import BatchRun, batch
-from attnflow.api.faithfulness import faithfulness, faithfulness_report
-from attnflow.api.generate import generate
-from attnflow.api.images import IMAGE_METHODS, explain_image
-from attnflow.api.text import FLOW_ALL_MAX, MAPS_ALL_MAX, TEXT_METHODS, explain, explain_attentions, explain_maps
+from __future__ import annotations
 
-__all__ = ["BatchRun", "FLOW_ALL_MAX", "IMAGE_METHODS", "MAPS_ALL_MAX", "TEXT_METHODS", "batch", "explain",
-           "explain_attentions", "explain_image", "explain_maps", "faithfulness", "faithfulness_report", "generate"]
+import importlib
+from typing import Any
+
+_MODULES = {
+    "BatchRun": "batch", "batch": "batch",
+    "faithfulness": "faithfulness", "faithfulness_report": "faithfulness",
+    "flow": "flowrun",
+    "generate": "generate",
+    "IMAGE_METHODS": "images", "explain_image": "images",
+    "FLOW_ALL_MAX": "text", "MAPS_ALL_MAX": "text", "TEXT_METHODS": "text", "explain": "text",
+    "explain_attentions": "text", "explain_maps": "text",
+}
+
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attnflow.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"attnflow.api.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULES))

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from attnflow.api import flowrun
 from attnflow.api.text import resolve_methods
 from attnflow.capture.vision import ImageMaps, cached_vision_model, capture_images, image_settings
 from attnflow.core.gradient import grad_rollout
@@ -39,7 +40,7 @@ def image_rows(maps: ImageMaps, method: str, *, layers: Any = None, residual: fl
     src, cols = maps.layout.sources, maps.layout.patches
     if method in METHODS:
         rows = np.asarray(method_rows(maps.attentions, method, src, layers=layers, residual=residual,
-                                      head_fusion=head_fusion, solver=solver, progress=progress))
+                                      head_fusion=head_fusion, solver=solver, progress=progress, runner=flowrun.run))
     else:
         if maps.gradients is None:
             raise AttnflowError("grad-rollout needs gradients: capture with capture_images(..., gradients=True)")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.api import flowrun
 from attnflow.capture import capture
 from attnflow.capture.load import cached_model, cached_tokenizer, check_model_path, model_task, resolve_model
 from attnflow.capture.text import is_causal
@@ -200,7 +201,8 @@ def _blocks(attentions: Any, methods: list[str], rows_for: Callable[[str], list[
             values = grad()[:, rows, :]
         else:
             values = np.asarray(method_rows(attentions, method, rows, residual=residual, head_fusion=head_fusion,
-                                            solver=solver, causal_norm=causal_norm, progress=progress), dtype=float)
+                                            solver=solver, causal_norm=causal_norm, progress=progress, runner=flowrun.run),
+                                dtype=float)
         blocks[method] = Block.rows(np.asarray(values, dtype=float).transpose(1, 0, 2), rows)
     return blocks
 

@@ -556,10 +556,10 @@ def _grow(a, hub, mark_t, reach, top, q, j, n, d, nv, tlist, tcnt, tl, hd, cp, r
 
 
 @njit(cache=True)
-def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out, stats, rounds):
+def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out, stats, rounds, cancel):
     """Flow from ``(top, q)`` to each token in ``sinks`` (one warm chain) into ``out``; -1 marks a
     sink left to the dense engine. ``stats``: pushes, relabels, global relabels, cut checks,
-    sinks left, learned arcs."""
+    sinks left, learned arcs. Returns early, between sinks, once ``cancel[0]`` is set."""
     n = a.shape[1]
     if top == 1:
         for j in sinks:
@@ -601,6 +601,8 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
     regions = _layout(nv, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot)
     old = -1
     for j in sinks:
+        if cancel[0]:
+            break
         ub = cut_bound(a, rows, cols, total, hub1, top, q, j)
         if ub <= 0.0:
             out[j] = 0.0
@@ -650,13 +652,13 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
 
 
 @njit(cache=True, nogil=True)
-def _tasks(a, rows, cols, total, hub, hubl, nhub, hub1, tops, qs, lo, hi, row, out, stats, rounds):
+def _tasks(a, rows, cols, total, hub, hubl, nhub, hub1, tops, qs, lo, hi, row, out, stats, rounds, cancel):
     """Task ``t``: sinks ``lo[t]..hi[t]-1`` of row ``row[t]``, one warm chain each. It releases the
     GIL, so Python threads run tasks side by side (:func:`solve`)."""
     for t in range(len(lo)):
         r = row[t]
         _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, tops[r], qs[r], np.arange(lo[t], hi[t]), out[r],
-                    stats[t], rounds)
+                    stats[t], rounds, cancel)
 
 
 def split(rows: int, n: int, threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -670,11 +672,13 @@ def split(rows: int, n: int, threads: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, stats: np.ndarray | None = None,
-          rounds: int = ROUNDS) -> np.ndarray:
+          rounds: int = ROUNDS, cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`. ``stats`` (optional, ``(6,)``
     int64) accumulates pushes, relabels, global relabels, cut checks, sinks left to the engine
-    and learned arcs; ``rounds``: cut-generation rounds per sink before it goes to the engine."""
+    and learned arcs; ``rounds``: cut-generation rounds per sink before it goes to the engine;
+    ``cancel``: as in :func:`attnflow.core.flow.oracle.solve`."""
     a = np.ascontiguousarray(a, dtype=np.float64)
+    cancel = engine.never() if cancel is None else cancel
     n = a.shape[-1]
     row_sums, col_sums, total = sums(a)
     hub, hubl, nhub = hubs(a)
@@ -697,16 +701,19 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
             fixed = (a, row_sums, col_sums, total, hub, hubl, nhub, hub1, tops[start:stop], qs[start:stop])
 
             def task(t: int) -> None:
-                _tasks(*fixed, lo[t:t + 1], hi[t:t + 1], row[t:t + 1], out[start:stop], task_stats[t:t + 1], rounds)
+                _tasks(*fixed, lo[t:t + 1], hi[t:t + 1], row[t:t + 1], out[start:stop], task_stats[t:t + 1], rounds,
+                       cancel)
 
             if pool is None or int(tops[start:stop].sum()) * n * n < engine.SERIAL_WORK:
-                _tasks(*fixed, lo, hi, row, out[start:stop], task_stats, rounds)
+                _tasks(*fixed, lo, hi, row, out[start:stop], task_stats, rounds, cancel)
             else:  # one task at a time per thread: rows differ in cost, so no fixed split
                 list(pool.map(task, range(len(lo))))
+            if cancel[0]:
+                break
             for r in range(start, stop):  # sinks no cut certified (rare): the dense engine
                 left = np.flatnonzero(out[r] < 0)
                 if len(left):
-                    engine._source_sinks(a, tops[r], qs[r], left, out[r])
+                    engine._source_sinks(a, tops[r], qs[r], left, out[r], cancel)
             if stats is not None:
                 stats += task_stats.sum(axis=0)
             if progress is not None:
@@ -723,8 +730,8 @@ def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarra
     hub, hubl, nhub = hubs(a)
     out = np.zeros(a.shape[-1])
     _source_row(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1), top, q,
-                np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS)
+                np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS, engine.never())
     left = np.flatnonzero(out < 0)
     if len(left):
-        engine._source_sinks(a, top, q, left, out)
+        engine._source_sinks(a, top, q, left, out, engine.never())
     return out[sinks]

@@ -55,6 +55,11 @@ from numba import njit, prange
 SERIAL_WORK = 200_000
 
 
+def never() -> np.ndarray:
+    """A cancel flag nobody sets (the compiled solvers read ``cancel[0]`` between sinks)."""
+    return np.zeros(1, np.bool_)
+
+
 @njit(cache=True)
 def _reachable(a, top, q0):
     """Positions of each layer ``0..top`` reachable from ``(top, q0)``: ``pos[m, :cnt[m]]``."""
@@ -295,15 +300,16 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
 
 
 @njit(cache=True)
-def _source_row(a, top, q0, part, parts, out):
+def _source_row(a, top, q0, part, parts, out, cancel):
     """Max flow from ``(top, q0)`` to the input tokens ``j`` with ``j % parts == part``, written
     into ``out`` (``(n,)``, left 0 elsewhere)."""
-    _source_sinks(a, top, q0, np.arange(part, a.shape[1], parts), out)
+    _source_sinks(a, top, q0, np.arange(part, a.shape[1], parts), out, cancel)
 
 
 @njit(cache=True)
-def _source_sinks(a, top, q0, sinks, out):
-    """Max flow from ``(top, q0)`` to each input token in ``sinks`` (one warm chain), into ``out``."""
+def _source_sinks(a, top, q0, sinks, out, cancel):
+    """Max flow from ``(top, q0)`` to each input token in ``sinks`` (one warm chain), into ``out``;
+    returns early, between sinks, once ``cancel[0]`` is set (by another thread)."""
     n = a.shape[1]
     if top == 1:
         for j in sinks:
@@ -339,6 +345,8 @@ def _source_sinks(a, top, q0, sinks, out):
         j = pos[0, i0]
         if not wanted[j]:
             continue
+        if cancel[0]:
+            return
         for i in range(cnt[1]):  # hand the old sink's inflow back to the nodes it came through
             k = pos[1, i]
             ex[n + k] += fs[k]
@@ -351,26 +359,27 @@ def _source_sinks(a, top, q0, sinks, out):
         out[j] = total
 
 
-@njit(cache=True, parallel=True)
-def _rows(a, tops, qs, parts, out):
+@njit(cache=True, parallel=True, nogil=True)
+def _rows(a, tops, qs, parts, out, cancel):
     """Rows ``out[i]`` for sources ``(tops[i], qs[i])``, each split into ``parts`` sink sets so
     that a single row (the CLS row) still keeps every core busy."""
     for t in prange(len(tops) * parts):
         i, part = t // parts, t % parts
-        _source_row(a, tops[i], qs[i], part, parts, out[i])
+        _source_row(a, tops[i], qs[i], part, parts, out[i], cancel)
 
 
-@njit(cache=True)
-def _rows_serial(a, tops, qs, out):
+@njit(cache=True, nogil=True)
+def _rows_serial(a, tops, qs, out, cancel):
     """:func:`_rows` on one thread, for chunks too small to pay for waking the thread pool."""
     for i in range(len(tops)):
-        _source_row(a, tops[i], qs[i], 0, 1, out[i])
+        _source_row(a, tops[i], qs[i], 0, 1, out[i], cancel)
 
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
-          progress: Callable[[int], None] | None = None) -> np.ndarray:
+          progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
     a = np.ascontiguousarray(a, dtype=np.float64)
+    cancel = never() if cancel is None else cancel
     n = a.shape[-1]
     tops = np.repeat(np.asarray(layers, dtype=np.int64) + 1, len(positions))
     qs = np.tile(np.asarray(positions, dtype=np.int64), len(layers))
@@ -382,10 +391,12 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     for start in range(0, len(tops), chunk):
         stop = min(start + chunk, len(tops))
         if threads == 1 or int(tops[start:stop].sum()) * n * n < SERIAL_WORK:
-            _rows_serial(a, tops[start:stop], qs[start:stop], out[start:stop])
+            _rows_serial(a, tops[start:stop], qs[start:stop], out[start:stop], cancel)
         else:
             parts = max(1, -(-threads // (stop - start)))  # split sinks only when rows are fewer than cores
-            _rows(a, tops[start:stop], qs[start:stop], parts, out[start:stop])
+            _rows(a, tops[start:stop], qs[start:stop], parts, out[start:stop], cancel)
+        if cancel[0]:
+            break
         if progress is not None:
             progress(stop - start)
     return out.reshape(len(layers), len(positions), n)
@@ -394,5 +405,5 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
 def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarray:
     """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``)."""
     out = np.zeros(a.shape[-1])
-    _source_sinks(np.ascontiguousarray(a, dtype=np.float64), top, q, np.asarray(sinks, dtype=np.int64), out)
+    _source_sinks(np.ascontiguousarray(a, dtype=np.float64), top, q, np.asarray(sinks, dtype=np.int64), out, never())
     return out[sinks]
