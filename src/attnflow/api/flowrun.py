@@ -17,15 +17,19 @@ runner; the api passes :func:`run`, which
 No second interpreter, no files, no signals: the solve shares the caller's memory and its compiled
 code. Short runs (the common case: a row of a sentence) run on the calling thread, with nothing
 added but the estimate's rough guess.
+
+Before numba compiles the solvers (a fresh install whose cache is empty: ``make setup`` compiles
+them ahead, see :mod:`attnflow.core.flow.warmup`) one line on stderr says so and for how long.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from typing import Any
 
-from attnflow.core.flow import FlowCancelled, FlowJob
+from attnflow.core.flow import FlowCancelled, FlowJob, auto, certified, engine, warmup
 from attnflow.core.flow import flow as core_flow
 from attnflow.core.flow.estimate import WARN_SECONDS, FlowEstimate, estimate
 from attnflow.errors import LongFlowWarning
@@ -36,6 +40,8 @@ SLICE_SECONDS = 0.1  # how often the waiting thread looks up (Ctrl-C lands withi
 
 def run(job: FlowJob) -> FlowEstimate:
     """Run ``job`` with the estimate, the warning and the cancellable thread described above."""
+    if job.solve in (auto.solve, certified.solve, engine.solve) and not warmup.compiled():
+        notice()
     graph, inside = job.first_graph()
     found = estimate(job.solve, graph, [int(x) for x in job.layers], inside, graphs=job.graphs)
     notify = getattr(job.progress, "estimate", None)
@@ -48,6 +54,12 @@ def run(job: FlowJob) -> FlowEstimate:
     else:
         job.run()
     return found
+
+
+def notice() -> None:
+    """One line before numba compiles the solvers (a fresh install that skipped ``make setup``)."""
+    print(f"attnflow: compiling the flow solvers with numba, once per machine ({warmup.EXPECTED_SECONDS}; "
+          "`python -m attnflow.core.flow.warmup` does it ahead)", file=sys.stderr, flush=True)
 
 
 def in_thread(job: FlowJob) -> None:
