@@ -161,7 +161,7 @@ def cls_row(name: str, w: np.ndarray, rng, samples: int, scipy_sinks: int | None
     eng, t_eng = flow_of(w, "engine", [-1], [0], repeats)
     sinks = np.arange(n) if scipy_sinks is None or scipy_sinks >= n else np.sort(rng.choice(n, scipy_sinks, replace=False))
     theirs, t_scipy = scipy_row(a, top, 0, sinks)
-    if a.size <= 12 * 256 * 256:
+    if a.size <= 12 * 128 * 128:
         pairs = [(top, 0, int(j)) for j in rng.choice(n, samples, replace=False)]
         gap = f"{oracle_gap(a, pairs, lambda _l, _q, j: mine[0, 0, j]):.1e} ({samples} pairs)"
     else:  # a networkx graph of millions of edges takes gigabytes: the exact engine is the reference

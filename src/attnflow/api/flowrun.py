@@ -40,7 +40,7 @@ SLICE_SECONDS = 0.1  # how often the waiting thread looks up (Ctrl-C lands withi
 
 def run(job: FlowJob) -> FlowEstimate:
     """Run ``job`` with the estimate, the warning and the cancellable thread described above."""
-    if job.solve in (auto.solve, certified.solve, engine.solve) and not warmup.compiled():
+    if not _noticed and job.solve in (auto.solve, certified.solve, engine.solve) and not warmup.compiled():
         notice()
     graph, inside = job.first_graph()
     found = estimate(job.solve, graph, [int(x) for x in job.layers], inside, graphs=job.graphs)
@@ -56,8 +56,14 @@ def run(job: FlowJob) -> FlowEstimate:
     return found
 
 
+_noticed = False
+
+
 def notice() -> None:
-    """One line before numba compiles the solvers (a fresh install that skipped ``make setup``)."""
+    """One line, once per process, before numba compiles the solvers (a fresh install that skipped
+    ``make setup``)."""
+    global _noticed
+    _noticed = True
     print(f"attnflow: compiling the flow solvers with numba, once per machine ({warmup.EXPECTED_SECONDS}; "
           "`python -m attnflow.core.flow.warmup` does it ahead)", file=sys.stderr, flush=True)
 

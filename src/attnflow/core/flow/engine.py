@@ -26,13 +26,14 @@ Maheshwari 1989) plus ``O(E)`` per global relabel; memory is ``O(top * n^2)`` pe
 starts make a typical sink cost a few thousand pushes, so a full map costs far less than
 ``layers * n`` times a cold max-flow, and nothing is built in Python per pair.
 
-Why it is exact. No epsilon is used. Every push moves ``delta = min(excess, residual)``: when the
-residual is the minimum the flow is *assigned* the capacity (or 0 on a reverse arc), so the arc is
-saturated exactly (its residual is *assigned* 0 and its reverse residual the capacity; a reverse
-arc emptied likewise gets 0 and the capacity); otherwise the excess is *assigned* 0. A residual
-reaches 0 only by such an assignment (``r - e`` with ``e < r`` is never 0 in floating point), so a
-saturated arc carries exactly its capacity and an emptied one exactly 0. The combinatorial bounds
-on saturating and non-saturating pushes therefore hold in floating point, and the loop terminates. At the end
+Why it is exact. No epsilon is used. Every push (:func:`.push.push`, the one push step of both
+numba solvers) moves ``delta = min(excess, residual)``: when the residual is the minimum the flow
+is *assigned* the capacity (or 0 on a reverse arc), so the arc is saturated exactly (its residual
+is *assigned* 0 and its reverse residual the capacity; a reverse arc emptied likewise gets 0 and
+the capacity); otherwise the excess is *assigned* 0. A residual reaches 0 only by such an
+assignment (``r - e`` with ``e < r`` is never 0 in floating point), so a saturated arc carries
+exactly its capacity and an emptied one exactly 0. The combinatorial bounds on saturating and
+non-saturating pushes therefore hold in floating point, and the loop terminates. At the end
 no node that can still reach the sink holds excess (or every sink arc is saturated), so the nodes
 that can reach the sink in the residual graph form a cut whose forward arcs carry exactly their
 capacity and whose backward arcs carry exactly 0: the sink's inflow equals that cut's capacity up
@@ -44,15 +45,28 @@ other.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Callable
 
 import numba
 import numpy as np
 from numba import njit, prange
 
+from attnflow.core.flow.push import push
+
 # Below this many capacity reads per chunk (layers * n^2 summed over its rows) one thread is faster
 # than waking the pool, especially on a loaded machine.
 SERIAL_WORK = 200_000
+
+
+# One source's preflow on the layers above the inputs: residuals ``down[m - 1, q, k]`` of the arc
+# ``(m, q) -> (m - 1, k)`` and ``up[m, q, p]`` of its reverse ``(m, q) -> (m + 1, p)``; the flow into
+# the sink and the capacity of each layer-1 node's arc to it; the nodes of each layer the source
+# reaches (``position[m, :count[m]]``); per node ``m * n + q``: label, excess, current arc; a
+# breadth-first queue; the active nodes bucketed by label (``active_head``, ``active_next``) and
+# how many nodes hold each label (``at_label``, for the gap heuristic).
+Preflow = namedtuple("Preflow", ["down", "up", "sink_flow", "sink_capacity", "position", "count", "label", "excess",
+                                 "current", "queue", "active_head", "active_next", "at_label"])
 
 
 def never() -> np.ndarray:
@@ -83,8 +97,9 @@ def _reachable(a, top, q0):
 
 
 @njit(cache=True)
-def _global_relabel(rdn, rup, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount):
+def _global_relabel(state, top, big):
     """Exact distances to the sink in the residual graph (``big``: cannot reach it)."""
+    rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount = state
     n = rdn.shape[1]
     for m in range(1, top):
         for i in range(cnt[m]):
@@ -116,12 +131,13 @@ def _global_relabel(rdn, rup, fs, cs, top, pos, cnt, d, ex, big, queue, head, nx
                     d[u] = dv
                     queue[tail] = u
                     tail += 1
-    return _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount)
+    return _rebuild(state, top, n, big)
 
 
 @njit(cache=True)
-def _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount):
+def _rebuild(state, top, n, big):
     """Fill the active buckets and the per-label node counts; return the highest active label."""
+    rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount = state
     head[:] = -1
     lcount[:] = 0
     highest = -1
@@ -138,7 +154,7 @@ def _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount):
 
 
 @njit(cache=True)
-def _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big):
+def _relabel(state, top, u, big):
     """New label of ``u``, one more than its lowest residual neighbour (``big`` if none), and the
     index of the first arc to that neighbour (the next current arc).
 
@@ -146,6 +162,7 @@ def _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big):
     the parity of their layer and neighbours lie in adjacent layers, so that means ``>= d[u] + 1``.
     The first neighbour at exactly ``d[u] + 1`` is therefore the minimum: stop scanning there.
     """
+    rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount = state
     n = rdn.shape[1]
     m, q = u // n, u % n
     floor = d[u] + 1
@@ -180,8 +197,9 @@ def _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big):
 
 
 @njit(cache=True)
-def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount):
+def _max_preflow(a, state, top, big):
     """Highest-label push-relabel until no node below ``big`` has excess."""
+    rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount = state
     n = a.shape[1]
     # Once every sink arc is saturated the sink side {sink} is a minimum cut: stop there instead of
     # relabelling the stuck excess up to ``big`` (most of the work on dense attention).
@@ -196,7 +214,7 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
     for m in range(1, top):
         for i in range(cnt[m]):
             d[m * n + pos[m, i]] = m
-    highest = _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount)
+    highest = _rebuild(state, top, n, big)
     cur[:] = 0
     relabels = 0
     while highest >= 0:
@@ -212,7 +230,7 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
             c = cur[u]
             if c == ndown + nup:
                 old = d[u]
-                new, arc = _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big)
+                new, arc = _relabel(state, top, u, big)
                 cur[u] = arc  # arcs before it are not admissible at the new label
                 relabels += 1
                 lcount[old] -= 1
@@ -253,16 +271,7 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
                 r = rdn[m - 1, q, k]
                 if r > 0.0 and du == d[v] + 1:
                     was_idle = ex[v] == 0.0
-                    if ex[u] >= r:  # saturate: the flow is assigned the capacity exactly
-                        rdn[m - 1, q, k] = 0.0
-                        rup[m - 1, k, q] = a[m - 1, q, k]
-                        ex[u] -= r
-                        ex[v] += r
-                    else:
-                        rdn[m - 1, q, k] = r - ex[u]
-                        rup[m - 1, k, q] += ex[u]
-                        ex[v] += ex[u]
-                        ex[u] = 0.0
+                    push(rdn, (m - 1, q, k), rup, (m - 1, k, q), a[m - 1, q, k], ex, u, v)
                     if was_idle:
                         nxt[v] = head[d[v]]
                         head[d[v]] = v
@@ -274,17 +283,8 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
                 v = (m + 1) * n + p
                 r = rup[m, q, p]
                 if r > 0.0 and du == d[v] + 1:
-                    was_idle = ex[v] == 0.0
-                    if ex[u] >= r:  # cancel all the flow: it is assigned 0 exactly
-                        rup[m, q, p] = 0.0
-                        rdn[m, p, q] = a[m, p, q]
-                        ex[u] -= r
-                        ex[v] += r
-                    else:
-                        rup[m, q, p] = r - ex[u]
-                        rdn[m, p, q] += ex[u]
-                        ex[v] += ex[u]
-                        ex[u] = 0.0
+                    was_idle = ex[v] == 0.0  # cancelling all the flow assigns it 0 exactly
+                    push(rup, (m, q, p), rdn, (m, p, q), a[m, p, q], ex, u, v)
                     if was_idle:
                         nxt[v] = head[d[v]]
                         head[d[v]] = v
@@ -293,7 +293,7 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
                         break
             cur[u] = c + 1
         if relabels > big:  # labels drift from distances: recompute them exactly
-            highest = _global_relabel(rdn, rup, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount)
+            highest = _global_relabel(state, top, big)
             cur[:] = 0
             relabels = 0
     return
@@ -336,6 +336,7 @@ def _source_sinks(a, top, q0, sinks, out, cancel):
     lcount = np.zeros(big + 1, np.int64)
     fs = np.zeros(n)
     cs = np.zeros(n)
+    state = Preflow(rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount)
     for i in range(cnt[top - 1]):  # saturate the source's arcs once: phase one never undoes them
         k = pos[top - 1, i]
         rdn[top - 1, q0, k] = 0.0
@@ -352,7 +353,7 @@ def _source_sinks(a, top, q0, sinks, out, cancel):
             ex[n + k] += fs[k]
             fs[k] = 0.0
             cs[k] = a[0, k, j]
-        _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount)
+        _max_preflow(a, state, top, big)
         total = 0.0
         for i in range(cnt[1]):
             total += fs[pos[1, i]]
