@@ -162,6 +162,43 @@ def test_cancelled_job_raises_flow_cancelled():
         attnflow.flow(att, positions=[0], runner=runner)
 
 
+def test_warmup_compiles_every_path_and_the_cache_then_holds_it():
+    from attnflow.core.flow import warmup
+
+    warmup.compile_all()
+    assert warmup.compiled()
+    assert all(kernel.signatures for kernel in warmup.kernels())
+
+
+def test_an_empty_numba_cache_is_announced_once(monkeypatch, capsys):
+    from attnflow.core.flow import warmup
+
+    monkeypatch.setattr(warmup, "compiled", lambda: False)
+    monkeypatch.setattr(flowrun, "_noticed", False)
+    att = random_attention(np.random.default_rng(9), layers=3, heads=1, n=6)
+    attnflow.flow(att, positions=[0])
+    attnflow.flow(att, positions=[1])
+    lines = [line for line in capsys.readouterr().err.splitlines() if "compiling the flow solvers" in line]
+    assert len(lines) == 1 and "once per machine" in lines[0] and "minute" in lines[0]
+    monkeypatch.setattr(flowrun, "_noticed", False)
+    attnflow.flow(att, positions=[0], solver="networkx")  # nothing compiled for the oracle: no line
+    assert "compiling" not in capsys.readouterr().err
+
+
+def test_no_estimate_is_timed_when_nobody_reads_it(monkeypatch):
+    """A short run without a progress.estimate reader skips the timed estimate (it costs a good
+    part of a short run); with a reader it is made and handed over first."""
+    calls = []
+    real = flowrun.estimate
+    monkeypatch.setattr(flowrun, "estimate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    att = random_attention(np.random.default_rng(10), layers=3, heads=1, n=12)
+    attnflow.flow(att, positions=[0])
+    assert calls == []
+    rec = Recorder()
+    attnflow.flow(att, positions=[0], progress=rec)
+    assert calls == [1] and len(rec.estimates) == 1
+
+
 def test_core_imports_no_process_machinery():
     import ast
     import pathlib

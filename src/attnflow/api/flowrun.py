@@ -6,7 +6,9 @@ runner; the api passes :func:`run`, which
 
 1. estimates the work (:mod:`attnflow.core.flow.estimate`) and hands the estimate to
    ``progress.estimate`` when the progress callback has that method (the CLI prints it), and warns
-   (:class:`~attnflow.errors.LongFlowWarning`) above ``WARN_SECONDS``;
+   (:class:`~attnflow.errors.LongFlowWarning`) above ``WARN_SECONDS``; the estimate is timed only
+   when it is read or the rough guess is above ``WARN_SECONDS``, since timing rows on smaller
+   graphs costs a good part of a short run;
 2. when one solver call may take longer than ``INTERRUPT_SECONDS``, solves on a second thread of
    this process and waits for it in short slices. The compiled solvers release the GIL and read
    the job's cancel flag between sinks, so on Ctrl-C (``KeyboardInterrupt`` lands in the waiting
@@ -31,25 +33,36 @@ from typing import Any
 
 from attnflow.core.flow import FlowCancelled, FlowJob, auto, certified, engine, warmup
 from attnflow.core.flow import flow as core_flow
-from attnflow.core.flow.estimate import WARN_SECONDS, FlowEstimate, estimate
+from attnflow.core.flow.estimate import WARN_SECONDS, FlowEstimate, estimate, guess_seconds
 from attnflow.errors import LongFlowWarning
 
 INTERRUPT_SECONDS = 0.5  # longest solver call we run on the caller's thread
 SLICE_SECONDS = 0.1  # how often the waiting thread looks up (Ctrl-C lands within one slice)
 
 
-def run(job: FlowJob) -> FlowEstimate:
-    """Run ``job`` with the estimate, the warning and the cancellable thread described above."""
+def run(job: FlowJob) -> FlowEstimate | None:
+    """Run ``job`` with the estimate, the warning and the cancellable thread described above.
+
+    The estimate is measured (:func:`~attnflow.core.flow.estimate.estimate`, which times rows on
+    smaller copies of the graph) only when someone reads it: a progress callback with an
+    ``estimate`` method, or a rough guess above ``WARN_SECONDS`` that may deserve a warning.
+    Otherwise the rough guess alone decides whether the solve goes to the thread. Returns the
+    estimate when one was made."""
     if not _noticed and job.solve in (auto.solve, certified.solve, engine.solve) and not warmup.compiled():
         notice()
     graph, inside = job.first_graph()
-    found = estimate(job.solve, graph, [int(x) for x in job.layers], inside, graphs=job.graphs)
+    layers = [int(x) for x in job.layers]
+    n = graph.shape[-1]
     notify = getattr(job.progress, "estimate", None)
-    if callable(notify):
-        notify(found)
-    if found.seconds > WARN_SECONDS:
-        warnings.warn(LongFlowWarning(f"{found}; pass progress=... to follow it; Ctrl-C stops it"), stacklevel=5)
-    if found.longest_row * min(len(job.positions), 8) > INTERRUPT_SECONDS:
+    found = None
+    if callable(notify) or guess_seconds(n, layers, len(inside) * job.graphs) > WARN_SECONDS:
+        found = estimate(job.solve, graph, layers, inside, graphs=job.graphs)
+        if callable(notify):
+            notify(found)
+        if found.seconds > WARN_SECONDS:
+            warnings.warn(LongFlowWarning(f"{found}; pass progress=... to follow it; Ctrl-C stops it"), stacklevel=5)
+    longest = found.longest_row if found is not None else guess_seconds(n, [max(layers)], 1)
+    if longest * min(len(job.positions), 8) > INTERRUPT_SECONDS:
         in_thread(job)
     else:
         job.run()
