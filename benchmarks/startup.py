@@ -113,9 +113,11 @@ def main() -> None:
         print(f"  {name:<62} {wall:6.2f} s wall {cpu:6.2f} s cpu")
 
     print(f"\ngoals (issue 25; load average now {load()}):")
-    ratio = after[0] / warm[0]
+    ratio, cpu_ratio = after[0] / warm[0], after[1] / warm[1]
     print(f"  first flow after the set-up <= 1.5x the warm run: {ratio:.2f}x wall ({after[0]:.1f} s vs "
-          f"{warm[0]:.1f} s) -> {'met' if ratio <= 1.5 else 'missed'}")
+          f"{warm[0]:.1f} s), {cpu_ratio:.2f}x cpu ({after[1]:.1f} s vs {warm[1]:.1f} s) -> "
+          f"{'met' if ratio <= 1.5 and cpu_ratio <= 1.5 else 'met on cpu only' if cpu_ratio <= 1.5 else 'missed'}")
+    print(f"  (without the set-up: {cold[0] / warm[0]:.1f}x wall, {cold[1] / warm[1]:.1f}x cpu the warm run)")
     print(f"  a user who skips the set-up sees one line saying what compiles and for how long: "
           f"{'met' if notice else 'missed'}")
     print(f"  warm CLI start <= 3 s on a quiet machine: {warm[0]:.1f} s wall here under load {load()} -> "
