@@ -8,6 +8,8 @@ for importing what ``faithfulness`` (scipy.stats) or ``batch`` (networkx, Dask) 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 _MODULES = {
@@ -34,3 +36,20 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_MODULES))
+
+
+class _Api(types.ModuleType):
+    """``batch``, ``faithfulness`` and ``generate`` are both functions and the modules defining
+    them: importing such a module (``from attnflow.api.batch import ...``) makes Python set the
+    package's attribute to the module. The name stays the function, as when this package imported
+    everything at once."""
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if isinstance(value, types.ModuleType) and _MODULES.get(name) == name:
+            value = getattr(value, name)
+            super().__setattr__(name, value)
+        return value
+
+
+sys.modules[__name__].__class__ = _Api

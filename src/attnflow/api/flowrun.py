@@ -31,11 +31,12 @@ import threading
 import warnings
 from typing import Any
 
-from attnflow.core.flow import FlowCancelled, FlowJob, auto, certified, engine, warmup
+from attnflow.core.flow import FlowCancelled, FlowJob
 from attnflow.core.flow import flow as core_flow
 from attnflow.core.flow.estimate import WARN_SECONDS, FlowEstimate, estimate, guess_seconds
 from attnflow.errors import LongFlowWarning
 
+COMPILED = {f"attnflow.core.flow.{name}" for name in ("auto", "certified", "engine")}  # numba solvers
 INTERRUPT_SECONDS = 0.5  # longest solver call we run on the caller's thread
 SLICE_SECONDS = 0.1  # how often the waiting thread looks up (Ctrl-C lands within one slice)
 
@@ -48,8 +49,11 @@ def run(job: FlowJob) -> FlowEstimate | None:
     ``estimate`` method, or a rough guess above ``WARN_SECONDS`` that may deserve a warning.
     Otherwise the rough guess alone decides whether the solve goes to the thread. Returns the
     estimate when one was made."""
-    if not _noticed and job.solve in (auto.solve, certified.solve, engine.solve) and not warmup.compiled():
-        notice()
+    if not _noticed and getattr(job.solve, "__module__", "") in COMPILED:
+        from attnflow.core.flow import warmup
+
+        if not warmup.compiled():
+            notice()
     graph, inside = job.first_graph()
     layers = [int(x) for x in job.layers]
     n = graph.shape[-1]
@@ -77,6 +81,8 @@ def notice() -> None:
     ``make setup``)."""
     global _noticed
     _noticed = True
+    from attnflow.core.flow import warmup
+
     print(f"attnflow: compiling the flow solvers with numba, once per machine ({warmup.EXPECTED_SECONDS}; "
           "`python -m attnflow.core.flow.warmup` does it ahead)", file=sys.stderr, flush=True)
 

@@ -27,25 +27,27 @@ signal.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from attnflow.core.flow import auto, batched, certified, engine, oracle, scipy_pairs
 from attnflow.core.fusion import augmented
 from attnflow.core.inputs import as_stack
 from attnflow.core.maps import check_fusion
 from attnflow.errors import AttnflowError
 
-SOLVERS: dict[str, Callable[..., np.ndarray]] = {
-    "networkx": oracle.solve,
-    "scipy": scipy_pairs.solve,
-    "engine": engine.solve,
-    "certified": certified.solve,
-    "torch": batched.solve,
-    "auto": auto.solve,
+# solver name -> its module (imported on first use: numba, networkx and scipy load only when a flow
+# is computed), or a function with the same contract
+SOLVERS: dict[str, str | Callable[..., np.ndarray]] = {
+    "networkx": "oracle",
+    "scipy": "scipy_pairs",
+    "engine": "engine",
+    "certified": "certified",
+    "torch": "batched",
+    "auto": "auto",
 }
 
 
@@ -105,7 +107,10 @@ def run_here(job: FlowJob) -> None:
 def _solver(name: str) -> Callable[..., np.ndarray]:
     if name not in SOLVERS:
         raise AttnflowError(f"solver must be one of {sorted(SOLVERS)}; got {name!r}")
-    return SOLVERS[name]
+    found = SOLVERS[name]
+    if isinstance(found, str):
+        return importlib.import_module(f"attnflow.core.flow.{found}").solve
+    return found
 
 
 def resolve_indices(given: Any, size: int, what: str) -> np.ndarray:
