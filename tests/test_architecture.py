@@ -254,9 +254,9 @@ def test_cli_and_app_reach_models_through_the_api():
             assert not bad, f"{name} imports {bad}: the CLI and the app go through attnflow.api, results and views"
 
 
-# Process machinery (subprocesses, signals, shared memory) still in the core, to be moved behind a runner the
-# api passes in (issue 25); nothing else may join it.
-PROCESS_MACHINERY_IN_CORE = {"attnflow.core.flow.background"}
+# Process machinery (subprocesses, signals, shared memory) lives behind the runner the api passes in
+# (api/flowrun.py); no core module may use it.
+PROCESS_MACHINERY_IN_CORE: set[str] = set()
 
 
 def test_core_runs_no_processes():

@@ -22,7 +22,7 @@ __version__ = "0.2.0"
 
 # public name -> the module that defines it (in the layer order of the package)
 _LAZY = {
-    "AttentionMaps": "attnflow.core", "flow": "attnflow.core", "grad_rollout": "attnflow.core",
+    "AttentionMaps": "attnflow.core", "flow": "attnflow.api", "grad_rollout": "attnflow.core",
     "raw": "attnflow.core", "rollout": "attnflow.core",
     "joint_flow": "attnflow.core.joint", "joint_rollout": "attnflow.core.joint",
     "capture_gradients": "attnflow.capture", "capture_images": "attnflow.capture",

@@ -1,16 +1,56 @@
 """Entry points: text, generation and images in, :class:`~attnflow.results.Attribution` out.
 
 They compose capture (models -> attention), core (the methods) and results; the CLI and the app are
-thin layers over them.
+thin layers over them. Each name loads its module on first use: ``attnflow.explain`` does not pay
+for importing what ``faithfulness`` (scipy.stats) or ``batch`` (networkx, Dask) need.
 """
 
-from attnflow.api.batch import BatchRun, batch
-from attnflow.api.faithfulness import faithfulness, faithfulness_report
-from attnflow.api.generate import generate
-from attnflow.api.images import IMAGE_METHODS, explain_image
-from attnflow.api.models import Loaded, register_architecture, resolve
-from attnflow.api.text import FLOW_ALL_MAX, MAPS_ALL_MAX, TEXT_METHODS, explain, explain_attentions, explain_maps
+from __future__ import annotations
 
-__all__ = ["BatchRun", "FLOW_ALL_MAX", "IMAGE_METHODS", "Loaded", "MAPS_ALL_MAX", "TEXT_METHODS", "batch",
-           "explain", "register_architecture", "resolve",
-           "explain_attentions", "explain_image", "explain_maps", "faithfulness", "faithfulness_report", "generate"]
+import importlib
+import sys
+import types
+from typing import Any
+
+_MODULES = {
+    "BatchRun": "batch", "batch": "batch",
+    "faithfulness": "faithfulness", "faithfulness_report": "faithfulness",
+    "flow": "flowrun",
+    "generate": "generate",
+    "IMAGE_METHODS": "images", "explain_image": "images",
+    "Loaded": "models", "register_architecture": "models", "resolve": "models",
+    "FLOW_ALL_MAX": "text", "MAPS_ALL_MAX": "text", "TEXT_METHODS": "text", "explain": "text",
+    "explain_attentions": "text", "explain_maps": "text",
+}
+
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attnflow.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"attnflow.api.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULES))
+
+
+class _Api(types.ModuleType):
+    """``batch``, ``faithfulness`` and ``generate`` are both functions and the modules defining
+    them: importing such a module (``from attnflow.api.batch import ...``) makes Python set the
+    package's attribute to the module. The name stays the function, as when this package imported
+    everything at once."""
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if isinstance(value, types.ModuleType) and _MODULES.get(name) == name:
+            value = getattr(value, name)
+            super().__setattr__(name, value)
+        return value
+
+
+sys.modules[__name__].__class__ = _Api

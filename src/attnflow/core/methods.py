@@ -25,18 +25,18 @@ FLOW_ALL_MAX = 128
 def method_rows(attentions: Any, method: str, positions: Any = None, *, layers: Any = None,
                 residual: float = 0.5, head_fusion: str | None = "mean", solver: str = "auto",
                 causal_norm: str | None = None, mask: Any = None,
-                progress: Callable[[int, int], None] | None = None) -> Any:
+                progress: Callable[[int, int], None] | None = None, runner: Callable[..., Any] | None = None) -> Any:
     """``(layers, len(positions), n)`` (batch axis first for batched input): row ``[l, i]`` is how
     ``positions[i]`` at layer ``layers[l]`` draws on the input tokens under ``method``.
 
     Every method is asked for ``positions`` and ``layers`` only (None means all of them): rollout
     rows come from vector-matrix products (:func:`attnflow.core.rollout.rollout_rows`) unless the
     full maps are cheaper, raw rows are read one layer at a time, and flow costs one max-flow per
-    row, source and layer.
+    row, source and layer; ``runner`` runs it (see :func:`attnflow.core.flow.flow`).
     """
     if method == "flow":
         return flow(attentions, residual=residual, head_fusion=head_fusion, positions=positions, layers=layers,
-                    solver=solver, causal_norm=causal_norm, mask=mask, progress=progress)
+                    solver=solver, causal_norm=causal_norm, mask=mask, progress=progress, runner=runner)
     if positions is not None and method == "raw":
         return raw_rows(attentions, positions, layers=layers, head_fusion=head_fusion, causal_norm=causal_norm,
                         mask=mask)

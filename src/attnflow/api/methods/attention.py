@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.api import flowrun
 from attnflow.config.registry import Context
 from attnflow.core.methods import method_rows
 
@@ -15,7 +16,8 @@ def _rows(context: Context, method: str) -> Any:
     s = context.settings
     return np.asarray(method_rows(context.attentions, method, context.rows, layers=context.layers,
                                   residual=s.residual, head_fusion=s.head_fusion, solver=s.solver,
-                                  causal_norm=s.causal_norm, progress=context.progress), dtype=float)
+                                  causal_norm=s.causal_norm, progress=context.progress,
+                                  runner=flowrun.run), dtype=float)
 
 
 def _joint_rows(context: Context, full: Any) -> np.ndarray:

@@ -16,35 +16,101 @@ Solvers (all return the same unnormalised values; see each module for its algori
 - ``"torch"``: :mod:`.batched`, synchronous push-relabel on dense tensors, many pairs at once, on a
   CUDA device when one is present (the path for a GPU; exact, slow on a CPU).
 - ``"auto"``: :mod:`.auto`, the faster of the two numba solvers per layer; the default.
+
+How a call is run is not decided here: :func:`flow` builds a :class:`FlowJob` (the solver, the
+graphs, the output and a cancel flag) and hands it to a ``runner``. Without one the job runs on
+the calling thread. The api passes :func:`attnflow.api.flowrun.run`, which estimates the work
+first, warns about long runs and solves on a thread it can cancel on Ctrl-C; the compiled solvers
+check the job's cancel flag between sinks. This package itself starts no process and touches no
+signal.
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from attnflow.core.flow import auto, background, batched, certified, engine, oracle, scipy_pairs
 from attnflow.core.fusion import augmented
 from attnflow.core.inputs import as_stack
 from attnflow.core.maps import check_fusion
 from attnflow.errors import AttnflowError
 
-SOLVERS: dict[str, Callable[..., np.ndarray]] = {
-    "networkx": oracle.solve,
-    "scipy": scipy_pairs.solve,
-    "engine": engine.solve,
-    "certified": certified.solve,
-    "torch": batched.solve,
-    "auto": auto.solve,
+# solver name -> its module (imported on first use: numba, networkx and scipy load only when a flow
+# is computed), or a function with the same contract
+SOLVERS: dict[str, str | Callable[..., np.ndarray]] = {
+    "networkx": "oracle",
+    "scipy": "scipy_pairs",
+    "engine": "engine",
+    "certified": "certified",
+    "torch": "batched",
+    "auto": "auto",
 }
+
+
+class FlowCancelled(Exception):
+    """Raised inside a :class:`FlowJob` whose cancel flag was set (the runner turns it into
+    ``KeyboardInterrupt`` in the caller)."""
+
+
+@dataclass
+class FlowJob:
+    """The work of one :func:`flow` call, for a runner: ``run()`` fills ``out``.
+
+    solve: the solver (``solve(a, layers, positions, progress=..., cancel=...)``); a:
+    ``(batch, heads, L, n, n)`` float64 capacities; mask ``(batch, n)``; layers, positions: the
+    requested rows; out ``(batch, heads, len(layers), len(positions), n)``; tick(k): k more rows
+    done; progress: the caller's progress callback (a runner may hand it an estimate); cancel:
+    ``(1,)`` bool, set ``cancel[0] = True`` from any thread to stop the run between sinks (``run``
+    then raises :class:`FlowCancelled`).
+    """
+
+    solve: Callable[..., np.ndarray]
+    a: np.ndarray
+    mask: np.ndarray
+    layers: np.ndarray
+    positions: np.ndarray
+    out: np.ndarray
+    tick: Callable[[int], None]
+    progress: Any = None
+    cancel: np.ndarray = field(default_factory=lambda: np.zeros(1, np.bool_))
+
+    def first_graph(self) -> tuple[np.ndarray, list[int]]:
+        """Graph 0 without its padding (no copy when nothing is padded), and the positions in it:
+        what an estimate times."""
+        if self.mask[0].all():
+            return self.a[0, 0], [int(p) for p in self.positions]
+        real = np.flatnonzero(self.mask[0])
+        index = -np.ones(self.mask.shape[1], dtype=np.int64)
+        index[real] = np.arange(len(real))
+        inside = [int(index[p]) for p in self.positions if index[p] >= 0] or [len(real) - 1]
+        return np.ascontiguousarray(self.a[0, 0][:, real][:, :, real]), inside
+
+    @property
+    def graphs(self) -> int:
+        return self.a.shape[0] * self.a.shape[1]
+
+    def run(self) -> None:
+        """Solve every requested row into ``out``, one layer per solver call (progress ticks and
+        the cancel flag is read after every layer, and by the compiled solvers between sinks)."""
+        _solve_all(self)
+
+
+def run_here(job: FlowJob) -> None:
+    """The plain runner: the job on the calling thread."""
+    job.run()
 
 
 def _solver(name: str) -> Callable[..., np.ndarray]:
     if name not in SOLVERS:
         raise AttnflowError(f"solver must be one of {sorted(SOLVERS)}; got {name!r}")
-    return SOLVERS[name]
+    found = SOLVERS[name]
+    if isinstance(found, str):
+        return importlib.import_module(f"attnflow.core.flow.{found}").solve
+    return found
 
 
 def resolve_indices(given: Any, size: int, what: str) -> np.ndarray:
@@ -66,7 +132,8 @@ def normalize_rows(values: np.ndarray) -> np.ndarray:
 
 def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "mean", positions: Any = None,
          layers: Any = None, normalize: bool = True, solver: str = "auto", mask: Any = None,
-         progress: Callable[[int, int], None] | None = None, causal_norm: str | None = None) -> Any:
+         progress: Callable[[int, int], None] | None = None, causal_norm: str | None = None,
+         runner: Callable[[FlowJob], None] | None = None) -> Any:
     """Attention flow from chosen (layer, position) nodes to every input token.
 
     Parameters
@@ -81,12 +148,13 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
         (see module docstring); every one but ``"scipy"`` is exact.
     mask: optional padding mask, True for real tokens; padded tokens are left out of the graph and
         their rows/columns in the result are 0.
-    progress: optional ``progress(done_rows, total_rows)`` callback; if it also has a method
-        ``estimate``, that is called once with the :class:`~attnflow.core.flow.estimate.FlowEstimate`
-        before solving. Runs estimated to take longer than 10 s warn (``LongFlowWarning``) with the
-        estimate; Ctrl-C stops any run at once (see :mod:`.background`).
+    progress: optional ``progress(done_rows, total_rows)`` callback. With the api's runner
+        (``attnflow.flow`` passes it), a ``progress.estimate`` method is called once with the
+        :class:`~attnflow.core.flow.estimate.FlowEstimate` before solving, runs estimated above 10 s
+        warn (``LongFlowWarning``) and Ctrl-C stops any run between sinks.
     causal_norm: receptive-field normalisation for decoders (None, ``"keys"``, ``"sink"``), applied
         to the capacities; see :mod:`attnflow.core.causal`.
+    runner: ``runner(job)`` runs the :class:`FlowJob` (default: on this thread, :func:`run_here`).
 
     Returns
     -------
@@ -122,9 +190,10 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     # torch's intra-op thread count to numba's: a caller's torch.set_num_threads(1) would be lost,
     # and on a busy machine every later small torch op then waits ~8 ms for a second thread.
     torch_threads = torch.get_num_threads()
+    job = FlowJob(solve=solve, a=a, mask=mask_np, layers=layer_idx, positions=pos_idx, out=out, tick=tick,
+                  progress=progress)
     try:
-        # estimate, warning, per-layer progress, and a child process where Ctrl-C must act at once
-        background.run(_solve_all, solve, a, mask_np, layer_idx, pos_idx, out, tick, progress)
+        (runner or run_here)(job)
     finally:
         if torch.get_num_threads() != torch_threads:
             torch.set_num_threads(torch_threads)
@@ -134,9 +203,16 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     return stack.out(out)
 
 
-def _solve_all(solve, a, mask_np, layer_idx, pos_idx, out, tick) -> None:
-    """Fill ``out`` (batch, heads, layers, positions, n) row block by row block, padding removed."""
+def _solve_all(job: FlowJob) -> None:
+    """Fill ``job.out`` (batch, heads, layers, positions, n) layer by layer, padding removed."""
+    a, mask_np, pos_idx, out, cancel = job.a, job.mask, job.positions, job.out, job.cancel
     n = a.shape[-1]
+
+    def tick(k: int) -> None:
+        if cancel[0]:
+            raise FlowCancelled("flow cancelled")
+        job.tick(k)
+
     for b in range(a.shape[0]):
         real = np.flatnonzero(mask_np[b])
         new_index = -np.ones(n, dtype=np.int64)
@@ -145,12 +221,15 @@ def _solve_all(solve, a, mask_np, layer_idx, pos_idx, out, tick) -> None:
         sub_pos = new_index[pos_idx[keep]]
         for h in range(a.shape[1]):
             # Nothing padded (the usual case): the graph as it is, without two copies of it.
-            sub = a[b, h] if len(real) == n else a[b, h][:, real][:, :, real]
-            values = solve(np.ascontiguousarray(sub), layer_idx, sub_pos, progress=tick) if len(sub_pos) else None
-            if values is not None:
-                full = np.zeros((len(layer_idx), len(sub_pos), n))
-                full[:, :, real] = values
-                out[b, h][:, keep] = full
-            skipped = (len(pos_idx) - len(sub_pos)) * len(layer_idx)
-            if skipped:
-                tick(skipped)
+            sub = np.ascontiguousarray(a[b, h] if len(real) == n else a[b, h][:, real][:, :, real])
+            for li, layer in enumerate(job.layers):
+                if len(sub_pos):
+                    values = job.solve(sub, np.asarray([layer]), sub_pos, progress=tick, cancel=cancel)
+                    if cancel[0]:
+                        raise FlowCancelled("flow cancelled")
+                    full = np.zeros((len(sub_pos), n))
+                    full[:, real] = values[0]
+                    out[b, h, li][keep] = full
+                skipped = len(pos_idx) - len(sub_pos)
+                if skipped:
+                    tick(skipped)

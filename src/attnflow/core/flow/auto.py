@@ -41,14 +41,14 @@ def faster(a: np.ndarray, layer: int, position: int) -> str:
 
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
-          progress: Callable[[int], None] | None = None) -> np.ndarray:
+          progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
     a = np.ascontiguousarray(a, dtype=np.float64)
     layers, positions = np.asarray(layers), np.asarray(positions)
     if len(positions) < RACE_ROWS:
-        return certified.solve(a, layers, positions, progress)
+        return certified.solve(a, layers, positions, progress, cancel=cancel)
     out = np.zeros((len(layers), len(positions), a.shape[-1]))
     for i, layer in enumerate(layers):
         use = certified if layer < 2 or faster(a, int(layer), int(positions[0])) == "certified" else engine
-        out[i] = use.solve(a, np.array([layer]), positions, progress)[0]
+        out[i] = use.solve(a, np.array([layer]), positions, progress, cancel=cancel)[0]
     return out

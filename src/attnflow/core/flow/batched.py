@@ -119,7 +119,8 @@ def _max_flow(cap: torch.Tensor, q: torch.Tensor, j: torch.Tensor) -> torch.Tens
 
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
-          progress: Callable[[int], None] | None = None, device: str | torch.device | None = None) -> np.ndarray:
+          progress: Callable[[int], None] | None = None, device: str | torch.device | None = None,
+          cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`; runs on ``device`` (default: CUDA
     when available, else the CPU)."""
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -137,6 +138,8 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
         chunk = max(1, MEMORY // (top * n * n))  # problems per batch
         flat = np.zeros(pairs)
         for start in range(0, pairs, chunk):
+            if cancel is not None and cancel[0]:
+                return out
             k = torch.arange(start, min(start + chunk, pairs), device=dev)
             q = torch.as_tensor(np.asarray(positions), device=dev)[k // n]
             j = k % n

@@ -59,6 +59,7 @@ highest-label rule with the gap heuristic and global relabelling.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -68,12 +69,30 @@ from numba import njit
 
 from attnflow.core.flow import engine
 from attnflow.core.flow.cuts import cut_bound, layer_two, sums
+from attnflow.core.flow.push import push
 
 TOL = 1e-12
 HUB = 3.0  # a column is a hub if it receives at least this many times the average attention
 HUBS = 4  # at most this many hubs per layer
 GROW = 0.1  # add crossing arcs of at least this fraction of the largest one
 ROUNDS = 12  # cut-generation rounds before a sink goes to the dense engine
+
+# The graph as every kernel reads it: capacities ``(L, n, n)``, their row and column sums and total
+# (:func:`.cuts.sums`), the hub columns (:func:`hubs`) and the first hub of each layer (-1: none).
+Graph = namedtuple("Graph", ["capacity", "row_sums", "col_sums", "total", "hub", "hub_list", "hub_count",
+                             "first_hub"])
+# The sub-network of one source: arc ``i`` runs ``tail[i] -> head[i]`` with ``capacity[i]``; arc id
+# ``2i`` is it forward and ``2i + 1`` its reverse, with residuals ``residual[2i]``, ``residual[2i + 1]``
+# and far ends ``to[2i]``, ``to[2i + 1]``; node ``v``'s arc ids are ``adjacency[begin[v]:end[v]]``
+# (``begin0``/``degree``: its list without a sink column; ``slot``: the free place after it for its
+# arc into the sink's column; ``used``: whether it has one now).
+Arcs = namedtuple("Arcs", ["tail", "head", "capacity", "residual", "to", "adjacency", "begin", "end", "begin0",
+                           "degree", "slot", "used"])
+# Push-relabel state per node: excess, label, current arc; the active nodes bucketed by label
+# (``active_head[label]`` then ``active_next``), every node listed by label (doubly linked:
+# ``level_head``, ``level_next``, ``level_prev``, for the gap heuristic) and a breadth-first queue.
+Labels = namedtuple("Labels", ["excess", "label", "current", "active_next", "active_head", "level_next",
+                               "level_prev", "level_head", "queue"])
 
 
 def hubs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -166,11 +185,12 @@ def _add_stable(a, hub, hubl, nhub, reach, top, q, tl, hd, cp):
 
 
 @njit(cache=True)
-def _layout(nv, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot):
+def _layout(nv, net, stable, learned0, ne):
     """Adjacency lists (arc ids: ``2i`` = arc ``i`` forward, ``2i + 1`` its reverse) of the arcs
     that stay in the sub-network (``0..stable-1`` and the learned ``learned0..ne-1``), with one free
     slot after every node's list for its arc into the sink's column. Returns where the column
     regions start (one per layer, filled by :func:`_attach`)."""
+    tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
     deg[:nv] = 0
     for i in range(ne):
         if stable <= i < learned0:
@@ -198,8 +218,7 @@ def _layout(nv, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot
 
 
 @njit(cache=True)
-def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, res, to, adj, beg, end, slot,
-            used, fresh, back, ex):
+def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, net, fresh, back, ex):
     """Put sink ``j``'s column into the sub-network: arc ``stable + (m - 1) n + u`` is
     ``(m, u) -> (m - 1, j)`` when that arc is not already in it; each column node gets a region
     holding its own list followed by the reverses of its new in-arcs. ``col[m - 1, u] = A_m[u, j]``.
@@ -207,6 +226,7 @@ def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, 
     sink's column is sent straight into the new one as far as the arc takes it (a push that keeps
     the preflow valid; labels are recomputed afterwards); otherwise they keep their flow (after a
     re-layout)."""
+    tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
     width = 3 * n + 8
     for m in range(1, top):
         if m > 1 and hub[m - 1, j]:  # all its in-arcs are hub arcs already
@@ -251,8 +271,9 @@ def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, 
 
 
 @njit(cache=True)
-def _detach(n, top, j, beg, end, beg0, deg, used):
+def _detach(n, top, j, net):
     """Undo :func:`_attach` for sink ``j`` (its arcs must carry no flow)."""
+    tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
     for m in range(1, top):
         c = (m - 1) * n + j
         beg[c], end[c] = beg0[c], beg0[c] + deg[c]
@@ -263,11 +284,12 @@ def _detach(n, top, j, beg, end, beg0, deg, used):
 
 
 @njit(cache=True)
-def _cancel(n, top, j, stable, beg, end, adj, to, res, cp, used, ex, back):
+def _cancel(n, top, j, stable, net, ex, back):
     """Take sink ``j``'s column arcs out of the preflow: their flow returns to their tails as excess,
     and each deficit left at a head is cancelled along arcs that carry flow, layer by layer
     downwards (a node's outflow covers what it lost; the layer-1 nodes hold the old sink's
     returned inflow, which covers what reaches them)."""
+    tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
     for m in range(1, top):
         for u in range(n):
             i = stable + (m - 1) * n + u
@@ -311,9 +333,10 @@ def _cancel(n, top, j, stable, beg, end, adj, to, res, cp, used, ex, back):
 
 
 @njit(cache=True)
-def _bfs(nv, beg, end, adj, to, res, t, d, queue):
+def _bfs(nv, net, t, d, queue):
     """Exact distances to ``t`` in the residual graph (``nv``: cannot reach it); returns how many
     nodes were reached (listed in ``queue`` by distance)."""
+    tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
     d[:nv] = nv
     d[t] = 0
     queue[0] = t
@@ -334,10 +357,12 @@ def _bfs(nv, beg, end, adj, to, res, t, d, queue):
 
 
 @njit(cache=True)
-def _global_relabel(nv, beg, end, adj, to, res, s, t, ex, d, cur, anext, ahead, lnext, lprev, lhead, queue):
+def _global_relabel(nv, net, labels, s, t):
     """Exact labels; rebuild the active buckets and the per-label node lists.
     Returns (highest active label, highest label)."""
-    reached = _bfs(nv, beg, end, adj, to, res, t, d, queue)
+    tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
+    ex, d, cur, anext, ahead, lnext, lprev, lhead, queue = labels
+    reached = _bfs(nv, net, t, d, queue)
     d[s] = nv
     ahead[:] = -1
     lhead[:] = -1
@@ -361,9 +386,11 @@ def _global_relabel(nv, beg, end, adj, to, res, s, t, ex, d, cur, anext, ahead, 
 
 
 @njit(cache=True)
-def _layer_labels(nv, n, beg, s, t, ex, d, cur, anext, ahead, lnext, lprev, lhead):
+def _layer_labels(nv, n, net, labels, s, t):
     """``label = layer``: valid for any residual graph of a layered network (every arc joins adjacent
     layers). Returns (highest active label, highest label)."""
+    beg = net.begin
+    ex, d, cur, anext, ahead, lnext, lprev, lhead, queue = labels
     ahead[:] = -1
     lhead[:] = -1
     highest = -1
@@ -387,16 +414,17 @@ def _layer_labels(nv, n, beg, s, t, ex, d, cur, anext, ahead, lnext, lprev, lhea
 
 
 @njit(cache=True)
-def _push_relabel(nv, n, beg, end, adj, to, res, cp, s, t, target, ex, d, cur, anext, ahead, lnext, lprev, lhead,
-                  queue, arcs, stats):
+def _push_relabel(nv, n, net, labels, s, t, target, arcs, stats):
     """Highest-label push-relabel (phase one) from the current preflow, until no node that can
     reach ``t`` holds excess or ``ex[t] >= target``. Every arc joins adjacent layers, so labels
     keep their layer's parity and a relabel stops at the first residual neighbour one label up
     (see :mod:`.engine`)."""
+    tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
+    ex, d, cur, anext, ahead, lnext, lprev, lhead, queue = labels
     big = nv
     # ``label = layer`` costs O(V) where a breadth-first search costs O(E) per sink (measured: a
     # quarter of a row's time on random 12 x 512); exact labels follow once relabels pile up.
-    highest, top_label = _layer_labels(nv, n, beg, s, t, ex, d, cur, anext, ahead, lnext, lprev, lhead)
+    highest, top_label = _layer_labels(nv, n, net, labels, s, t)
     work = 0
     budget = 2 * nv + 4 * arcs
     while highest >= 0:
@@ -460,16 +488,7 @@ def _push_relabel(nv, n, beg, end, adj, to, res, cp, s, t, target, ex, d, cur, a
             if r > 0.0 and d[u] == d[v] + 1:
                 stats[0] += 1
                 idle = ex[v] == 0.0
-                if ex[u] >= r:  # saturate: exact assignment, the pair's residuals sum to the capacity
-                    res[e] = 0.0
-                    res[e ^ 1] = cp[e >> 1]
-                    ex[u] -= r
-                    ex[v] += r
-                else:
-                    res[e] = r - ex[u]
-                    res[e ^ 1] += ex[u]
-                    ex[v] += ex[u]
-                    ex[u] = 0.0
+                push(res, e, res, e ^ 1, cp[e >> 1], ex, u, v)  # the pair's residuals sum to the capacity
                 if v == t:
                     if ex[t] >= target:
                         return ex[t]
@@ -483,8 +502,7 @@ def _push_relabel(nv, n, beg, end, adj, to, res, cp, s, t, target, ex, d, cur, a
         if work > budget:  # labels drift from distances: recompute them exactly
             work = 0
             stats[2] += 1
-            highest, top_label = _global_relabel(nv, beg, end, adj, to, res, s, t, ex, d, cur, anext, ahead, lnext,
-                                                 lprev, lhead, queue)
+            highest, top_label = _global_relabel(nv, net, labels, s, t)
     return ex[t]
 
 
@@ -525,9 +543,10 @@ def _cut(a, rows, reach, top, q, j, n, d, nv, tlist, tcnt):
 
 
 @njit(cache=True)
-def _grow(a, hub, mark_t, reach, top, q, j, n, d, nv, tlist, tcnt, tl, hd, cp, res, ne):
+def _grow(a, hub, mark_t, reach, top, q, j, n, d, nv, tlist, tcnt, net, ne):
     """Add the full-graph arcs that cross the cut outside the sub-network, those of at least
     ``GROW`` times the largest; they stay for later sinks. Returns the new arc count."""
+    tl, hd, cp, res = net.tail, net.head, net.capacity, net.residual
     largest = 0.0
     for sweep in range(2):
         threshold = GROW * largest
@@ -556,10 +575,11 @@ def _grow(a, hub, mark_t, reach, top, q, j, n, d, nv, tlist, tcnt, tl, hd, cp, r
 
 
 @njit(cache=True)
-def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out, stats, rounds):
+def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
     """Flow from ``(top, q)`` to each token in ``sinks`` (one warm chain) into ``out``; -1 marks a
     sink left to the dense engine. ``stats``: pushes, relabels, global relabels, cut checks,
-    sinks left, learned arcs."""
+    sinks left, learned arcs. Returns early, between sinks, once ``cancel[0]`` is set."""
+    a, rows, cols, total, hub, hubl, nhub, hub1 = graph
     n = a.shape[1]
     if top == 1:
         for j in sinks:
@@ -588,6 +608,8 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
     col = np.empty((top, n))
     block = np.empty((top, 8, n))  # columns of 8 consecutive sinks: one strided pass per block
     blocked = -1
+    net = Arcs(tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used)
+    labels = Labels(ex, d, cur, anext, ahead, lnext, lprev, lhead, queue)
 
     stable = _add_stable(a, hub, hubl, nhub, reach, top, q, tl, hd, cp)
     for i in range(stable):
@@ -598,9 +620,11 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
             res[2 * i], res[2 * i + 1] = cp[i], 0.0
     learned0 = stable + (top - 1) * n
     ne = learned0
-    regions = _layout(nv, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot)
+    regions = _layout(nv, net, stable, learned0, ne)
     old = -1
     for j in sinks:
+        if cancel[0]:
+            break
         ub = cut_bound(a, rows, cols, total, hub1, top, q, j)
         if ub <= 0.0:
             out[j] = 0.0
@@ -614,33 +638,30 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
                         block[m, b, u] = a[m, u, 8 * blocked + b]
         col[:, :] = block[:, j % 8, :]
         if old >= 0:
-            _cancel(n, top, old, stable, beg, end, adj, to, res, cp, used, ex, back)
-            _detach(n, top, old, beg, end, beg0, deg, used)
-        _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, res, to, adj, beg, end, slot,
-                used, True, back, ex)
+            _cancel(n, top, old, stable, net, ex, back)
+            _detach(n, top, old, net)
+        _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, net, True, back, ex)
         old = j
         value = -1.0
         for _ in range(rounds):
             target = ub * (1.0 - TOL)
-            value = _push_relabel(nv, n, beg, end, adj, to, res, cp, s, j, target, ex, d, cur, anext, ahead, lnext,
-                                  lprev, lhead, queue, ne, stats)
+            value = _push_relabel(nv, n, net, labels, s, j, target, ne, stats)
             if value >= target:
                 break
-            _bfs(nv, beg, end, adj, to, res, j, d, queue)
+            _bfs(nv, net, j, d, queue)
             _sink_side(n, top, nv, d, tlist, tcnt)
             stats[3] += 1
             ub = min(ub, _cut(a, rows, reach, top, q, j, n, d, nv, tlist, tcnt))
             if value >= ub * (1.0 - TOL):
                 break
-            grown = _grow(a, hub, mark_t, reach, top, q, j, n, d, nv, tlist, tcnt, tl, hd, cp, res, ne)
+            grown = _grow(a, hub, mark_t, reach, top, q, j, n, d, nv, tlist, tcnt, net, ne)
             if grown == ne:
                 value = -1.0
                 break
             ne = grown
-            regions = _layout(nv, tl, hd, to, stable, learned0, ne, adj, beg, end, beg0, deg, slot)
+            regions = _layout(nv, net, stable, learned0, ne)
             used[:] = False
-            _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, tl, hd, cp, res, to, adj, beg, end, slot,
-                    used, False, back, ex)
+            _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, net, False, back, ex)
         else:
             value = -1.0
         if value < 0.0:
@@ -650,13 +671,12 @@ def _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, top, q, sinks, out,
 
 
 @njit(cache=True, nogil=True)
-def _tasks(a, rows, cols, total, hub, hubl, nhub, hub1, tops, qs, lo, hi, row, out, stats, rounds):
+def _tasks(graph, tops, qs, lo, hi, row, out, stats, rounds, cancel):
     """Task ``t``: sinks ``lo[t]..hi[t]-1`` of row ``row[t]``, one warm chain each. It releases the
     GIL, so Python threads run tasks side by side (:func:`solve`)."""
     for t in range(len(lo)):
         r = row[t]
-        _source_row(a, rows, cols, total, hub, hubl, nhub, hub1, tops[r], qs[r], np.arange(lo[t], hi[t]), out[r],
-                    stats[t], rounds)
+        _source_row(graph, tops[r], qs[r], np.arange(lo[t], hi[t]), out[r], stats[t], rounds, cancel)
 
 
 def split(rows: int, n: int, threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -668,52 +688,65 @@ def split(rows: int, n: int, threads: int) -> tuple[np.ndarray, np.ndarray, np.n
     return np.tile(edges[:-1], rows), np.tile(edges[1:], rows), row
 
 
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """One pool of ``threads`` Python threads per process, kept between calls (idle threads wait on
+    a queue: they neither spin nor cost anything). Python threads, not prange: :func:`_tasks`
+    releases the GIL, and threads cost no second (parallel) compilation of the solver."""
+    if threads not in _POOLS:
+        _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="attnflow-certified")
+    return _POOLS[threads]
+
+
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, stats: np.ndarray | None = None,
-          rounds: int = ROUNDS) -> np.ndarray:
+          rounds: int = ROUNDS, cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`. ``stats`` (optional, ``(6,)``
     int64) accumulates pushes, relabels, global relabels, cut checks, sinks left to the engine
-    and learned arcs; ``rounds``: cut-generation rounds per sink before it goes to the engine."""
+    and learned arcs; ``rounds``: cut-generation rounds per sink before it goes to the engine;
+    ``cancel``: as in :func:`attnflow.core.flow.oracle.solve`."""
     a = np.ascontiguousarray(a, dtype=np.float64)
+    cancel = engine.never() if cancel is None else cancel
     n = a.shape[-1]
     row_sums, col_sums, total = sums(a)
     hub, hubl, nhub = hubs(a)
-    hub1 = np.where(nhub > 0, hubl[:, 0], -1)
+    graph = Graph(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1))
     tops = np.repeat(np.asarray(layers, dtype=np.int64) + 1, len(positions))
     qs = np.tile(np.asarray(positions, dtype=np.int64), len(layers))
     out = np.zeros((len(tops), n))
     threads = numba.get_num_threads()
-    # Python threads, not prange: _tasks releases the GIL, and threads neither spin when idle nor
-    # cost a second (parallel) compilation of the solver.
-    pool = ThreadPoolExecutor(threads) if threads > 1 else None
-    try:
-        # Numba cannot be interrupted inside a call: hand it a few rows per thread at a time, so
-        # Ctrl-C (raised between calls) leaves nothing half-done and progress ticks as rows finish.
-        chunk = 4 * threads
-        for start in range(0, len(tops), chunk):
-            stop = min(start + chunk, len(tops))
+    # Numba cannot be interrupted inside a call: hand it a few rows per thread at a time, so the
+    # cancel flag and progress act between calls too, and progress ticks as rows finish.
+    chunk = 4 * threads
+    for start in range(0, len(tops), chunk):
+        stop = min(start + chunk, len(tops))
+        fixed = (graph, tops[start:stop], qs[start:stop])
+        if threads == 1 or int(tops[start:stop].sum()) * n * n < engine.SERIAL_WORK:
+            # small work: one warm chain per row on this thread (waking threads costs more than it saves)
+            lo, hi, row = split(stop - start, n, 1)
+            task_stats = np.zeros((len(lo), 6), np.int64)
+            _tasks(*fixed, lo, hi, row, out[start:stop], task_stats, rounds, cancel)
+        else:  # one task at a time per thread: rows differ in cost, so no fixed split
             lo, hi, row = split(stop - start, n, threads)
             task_stats = np.zeros((len(lo), 6), np.int64)
-            fixed = (a, row_sums, col_sums, total, hub, hubl, nhub, hub1, tops[start:stop], qs[start:stop])
 
             def task(t: int) -> None:
-                _tasks(*fixed, lo[t:t + 1], hi[t:t + 1], row[t:t + 1], out[start:stop], task_stats[t:t + 1], rounds)
+                _tasks(*fixed, lo[t:t + 1], hi[t:t + 1], row[t:t + 1], out[start:stop], task_stats[t:t + 1], rounds,
+                       cancel)
 
-            if pool is None or int(tops[start:stop].sum()) * n * n < engine.SERIAL_WORK:
-                _tasks(*fixed, lo, hi, row, out[start:stop], task_stats, rounds)
-            else:  # one task at a time per thread: rows differ in cost, so no fixed split
-                list(pool.map(task, range(len(lo))))
-            for r in range(start, stop):  # sinks no cut certified (rare): the dense engine
-                left = np.flatnonzero(out[r] < 0)
-                if len(left):
-                    engine._source_sinks(a, tops[r], qs[r], left, out[r])
-            if stats is not None:
-                stats += task_stats.sum(axis=0)
-            if progress is not None:
-                progress(stop - start)
-    finally:
-        if pool is not None:
-            pool.shutdown()
+            list(_pool(threads).map(task, range(len(lo))))
+        if cancel[0]:
+            break
+        for r in range(start, stop):  # sinks no cut certified (rare): the dense engine
+            left = np.flatnonzero(out[r] < 0)
+            if len(left):
+                engine._source_sinks(a, tops[r], qs[r], left, out[r], cancel)
+        if stats is not None:
+            stats += task_stats.sum(axis=0)
+        if progress is not None:
+            progress(stop - start)
     return out.reshape(len(layers), len(positions), n)
 
 
@@ -722,9 +755,9 @@ def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarra
     row_sums, col_sums, total = sums(a)
     hub, hubl, nhub = hubs(a)
     out = np.zeros(a.shape[-1])
-    _source_row(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1), top, q,
-                np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS)
+    graph = Graph(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1))
+    _source_row(graph, top, q, np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS, engine.never())
     left = np.flatnonzero(out < 0)
     if len(left):
-        engine._source_sinks(a, top, q, left, out)
+        engine._source_sinks(a, top, q, left, out, engine.never())
     return out[sinks]

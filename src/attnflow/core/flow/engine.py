@@ -26,13 +26,14 @@ Maheshwari 1989) plus ``O(E)`` per global relabel; memory is ``O(top * n^2)`` pe
 starts make a typical sink cost a few thousand pushes, so a full map costs far less than
 ``layers * n`` times a cold max-flow, and nothing is built in Python per pair.
 
-Why it is exact. No epsilon is used. Every push moves ``delta = min(excess, residual)``: when the
-residual is the minimum the flow is *assigned* the capacity (or 0 on a reverse arc), so the arc is
-saturated exactly (its residual is *assigned* 0 and its reverse residual the capacity; a reverse
-arc emptied likewise gets 0 and the capacity); otherwise the excess is *assigned* 0. A residual
-reaches 0 only by such an assignment (``r - e`` with ``e < r`` is never 0 in floating point), so a
-saturated arc carries exactly its capacity and an emptied one exactly 0. The combinatorial bounds
-on saturating and non-saturating pushes therefore hold in floating point, and the loop terminates. At the end
+Why it is exact. No epsilon is used. Every push (:func:`.push.push`, the one push step of both
+numba solvers) moves ``delta = min(excess, residual)``: when the residual is the minimum the flow
+is *assigned* the capacity (or 0 on a reverse arc), so the arc is saturated exactly (its residual
+is *assigned* 0 and its reverse residual the capacity; a reverse arc emptied likewise gets 0 and
+the capacity); otherwise the excess is *assigned* 0. A residual reaches 0 only by such an
+assignment (``r - e`` with ``e < r`` is never 0 in floating point), so a saturated arc carries
+exactly its capacity and an emptied one exactly 0. The combinatorial bounds on saturating and
+non-saturating pushes therefore hold in floating point, and the loop terminates. At the end
 no node that can still reach the sink holds excess (or every sink arc is saturated), so the nodes
 that can reach the sink in the residual graph form a cut whose forward arcs carry exactly their
 capacity and whose backward arcs carry exactly 0: the sink's inflow equals that cut's capacity up
@@ -44,15 +45,33 @@ other.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Callable
 
 import numba
 import numpy as np
 from numba import njit, prange
 
+from attnflow.core.flow.push import push
+
 # Below this many capacity reads per chunk (layers * n^2 summed over its rows) one thread is faster
 # than waking the pool, especially on a loaded machine.
 SERIAL_WORK = 200_000
+
+
+# One source's preflow on the layers above the inputs: residuals ``down[m - 1, q, k]`` of the arc
+# ``(m, q) -> (m - 1, k)`` and ``up[m, q, p]`` of its reverse ``(m, q) -> (m + 1, p)``; the flow into
+# the sink and the capacity of each layer-1 node's arc to it; the nodes of each layer the source
+# reaches (``position[m, :count[m]]``); per node ``m * n + q``: label, excess, current arc; a
+# breadth-first queue; the active nodes bucketed by label (``active_head``, ``active_next``) and
+# how many nodes hold each label (``at_label``, for the gap heuristic).
+Preflow = namedtuple("Preflow", ["down", "up", "sink_flow", "sink_capacity", "position", "count", "label", "excess",
+                                 "current", "queue", "active_head", "active_next", "at_label"])
+
+
+def never() -> np.ndarray:
+    """A cancel flag nobody sets (the compiled solvers read ``cancel[0]`` between sinks)."""
+    return np.zeros(1, np.bool_)
 
 
 @njit(cache=True)
@@ -78,8 +97,9 @@ def _reachable(a, top, q0):
 
 
 @njit(cache=True)
-def _global_relabel(rdn, rup, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount):
+def _global_relabel(state, top, big):
     """Exact distances to the sink in the residual graph (``big``: cannot reach it)."""
+    rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount = state
     n = rdn.shape[1]
     for m in range(1, top):
         for i in range(cnt[m]):
@@ -111,12 +131,13 @@ def _global_relabel(rdn, rup, fs, cs, top, pos, cnt, d, ex, big, queue, head, nx
                     d[u] = dv
                     queue[tail] = u
                     tail += 1
-    return _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount)
+    return _rebuild(state, top, n, big)
 
 
 @njit(cache=True)
-def _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount):
+def _rebuild(state, top, n, big):
     """Fill the active buckets and the per-label node counts; return the highest active label."""
+    rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount = state
     head[:] = -1
     lcount[:] = 0
     highest = -1
@@ -133,7 +154,7 @@ def _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount):
 
 
 @njit(cache=True)
-def _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big):
+def _relabel(state, top, u, big):
     """New label of ``u``, one more than its lowest residual neighbour (``big`` if none), and the
     index of the first arc to that neighbour (the next current arc).
 
@@ -141,6 +162,7 @@ def _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big):
     the parity of their layer and neighbours lie in adjacent layers, so that means ``>= d[u] + 1``.
     The first neighbour at exactly ``d[u] + 1`` is therefore the minimum: stop scanning there.
     """
+    rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount = state
     n = rdn.shape[1]
     m, q = u // n, u % n
     floor = d[u] + 1
@@ -175,8 +197,9 @@ def _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big):
 
 
 @njit(cache=True)
-def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount):
+def _max_preflow(a, state, top, big):
     """Highest-label push-relabel until no node below ``big`` has excess."""
+    rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount = state
     n = a.shape[1]
     # Once every sink arc is saturated the sink side {sink} is a minimum cut: stop there instead of
     # relabelling the stuck excess up to ``big`` (most of the work on dense attention).
@@ -191,7 +214,7 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
     for m in range(1, top):
         for i in range(cnt[m]):
             d[m * n + pos[m, i]] = m
-    highest = _rebuild(top, n, pos, cnt, d, ex, big, head, nxt, lcount)
+    highest = _rebuild(state, top, n, big)
     cur[:] = 0
     relabels = 0
     while highest >= 0:
@@ -207,7 +230,7 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
             c = cur[u]
             if c == ndown + nup:
                 old = d[u]
-                new, arc = _relabel(rdn, rup, fs, cs, top, pos, cnt, d, u, big)
+                new, arc = _relabel(state, top, u, big)
                 cur[u] = arc  # arcs before it are not admissible at the new label
                 relabels += 1
                 lcount[old] -= 1
@@ -248,16 +271,7 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
                 r = rdn[m - 1, q, k]
                 if r > 0.0 and du == d[v] + 1:
                     was_idle = ex[v] == 0.0
-                    if ex[u] >= r:  # saturate: the flow is assigned the capacity exactly
-                        rdn[m - 1, q, k] = 0.0
-                        rup[m - 1, k, q] = a[m - 1, q, k]
-                        ex[u] -= r
-                        ex[v] += r
-                    else:
-                        rdn[m - 1, q, k] = r - ex[u]
-                        rup[m - 1, k, q] += ex[u]
-                        ex[v] += ex[u]
-                        ex[u] = 0.0
+                    push(rdn, (m - 1, q, k), rup, (m - 1, k, q), a[m - 1, q, k], ex, u, v)
                     if was_idle:
                         nxt[v] = head[d[v]]
                         head[d[v]] = v
@@ -269,17 +283,8 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
                 v = (m + 1) * n + p
                 r = rup[m, q, p]
                 if r > 0.0 and du == d[v] + 1:
-                    was_idle = ex[v] == 0.0
-                    if ex[u] >= r:  # cancel all the flow: it is assigned 0 exactly
-                        rup[m, q, p] = 0.0
-                        rdn[m, p, q] = a[m, p, q]
-                        ex[u] -= r
-                        ex[v] += r
-                    else:
-                        rup[m, q, p] = r - ex[u]
-                        rdn[m, p, q] += ex[u]
-                        ex[v] += ex[u]
-                        ex[u] = 0.0
+                    was_idle = ex[v] == 0.0  # cancelling all the flow assigns it 0 exactly
+                    push(rup, (m, q, p), rdn, (m, p, q), a[m, p, q], ex, u, v)
                     if was_idle:
                         nxt[v] = head[d[v]]
                         head[d[v]] = v
@@ -288,22 +293,23 @@ def _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, hea
                         break
             cur[u] = c + 1
         if relabels > big:  # labels drift from distances: recompute them exactly
-            highest = _global_relabel(rdn, rup, fs, cs, top, pos, cnt, d, ex, big, queue, head, nxt, lcount)
+            highest = _global_relabel(state, top, big)
             cur[:] = 0
             relabels = 0
     return
 
 
 @njit(cache=True)
-def _source_row(a, top, q0, part, parts, out):
+def _source_row(a, top, q0, part, parts, out, cancel):
     """Max flow from ``(top, q0)`` to the input tokens ``j`` with ``j % parts == part``, written
     into ``out`` (``(n,)``, left 0 elsewhere)."""
-    _source_sinks(a, top, q0, np.arange(part, a.shape[1], parts), out)
+    _source_sinks(a, top, q0, np.arange(part, a.shape[1], parts), out, cancel)
 
 
 @njit(cache=True)
-def _source_sinks(a, top, q0, sinks, out):
-    """Max flow from ``(top, q0)`` to each input token in ``sinks`` (one warm chain), into ``out``."""
+def _source_sinks(a, top, q0, sinks, out, cancel):
+    """Max flow from ``(top, q0)`` to each input token in ``sinks`` (one warm chain), into ``out``;
+    returns early, between sinks, once ``cancel[0]`` is set (by another thread)."""
     n = a.shape[1]
     if top == 1:
         for j in sinks:
@@ -330,6 +336,7 @@ def _source_sinks(a, top, q0, sinks, out):
     lcount = np.zeros(big + 1, np.int64)
     fs = np.zeros(n)
     cs = np.zeros(n)
+    state = Preflow(rdn, rup, fs, cs, pos, cnt, d, ex, cur, queue, head, nxt, lcount)
     for i in range(cnt[top - 1]):  # saturate the source's arcs once: phase one never undoes them
         k = pos[top - 1, i]
         rdn[top - 1, q0, k] = 0.0
@@ -339,38 +346,41 @@ def _source_sinks(a, top, q0, sinks, out):
         j = pos[0, i0]
         if not wanted[j]:
             continue
+        if cancel[0]:
+            return
         for i in range(cnt[1]):  # hand the old sink's inflow back to the nodes it came through
             k = pos[1, i]
             ex[n + k] += fs[k]
             fs[k] = 0.0
             cs[k] = a[0, k, j]
-        _max_preflow(a, rdn, rup, fs, cs, top, pos, cnt, d, ex, cur, big, queue, head, nxt, lcount)
+        _max_preflow(a, state, top, big)
         total = 0.0
         for i in range(cnt[1]):
             total += fs[pos[1, i]]
         out[j] = total
 
 
-@njit(cache=True, parallel=True)
-def _rows(a, tops, qs, parts, out):
+@njit(cache=True, parallel=True, nogil=True)
+def _rows(a, tops, qs, parts, out, cancel):
     """Rows ``out[i]`` for sources ``(tops[i], qs[i])``, each split into ``parts`` sink sets so
     that a single row (the CLS row) still keeps every core busy."""
     for t in prange(len(tops) * parts):
         i, part = t // parts, t % parts
-        _source_row(a, tops[i], qs[i], part, parts, out[i])
+        _source_row(a, tops[i], qs[i], part, parts, out[i], cancel)
 
 
-@njit(cache=True)
-def _rows_serial(a, tops, qs, out):
+@njit(cache=True, nogil=True)
+def _rows_serial(a, tops, qs, out, cancel):
     """:func:`_rows` on one thread, for chunks too small to pay for waking the thread pool."""
     for i in range(len(tops)):
-        _source_row(a, tops[i], qs[i], 0, 1, out[i])
+        _source_row(a, tops[i], qs[i], 0, 1, out[i], cancel)
 
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
-          progress: Callable[[int], None] | None = None) -> np.ndarray:
+          progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
     a = np.ascontiguousarray(a, dtype=np.float64)
+    cancel = never() if cancel is None else cancel
     n = a.shape[-1]
     tops = np.repeat(np.asarray(layers, dtype=np.int64) + 1, len(positions))
     qs = np.tile(np.asarray(positions, dtype=np.int64), len(layers))
@@ -382,10 +392,12 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     for start in range(0, len(tops), chunk):
         stop = min(start + chunk, len(tops))
         if threads == 1 or int(tops[start:stop].sum()) * n * n < SERIAL_WORK:
-            _rows_serial(a, tops[start:stop], qs[start:stop], out[start:stop])
+            _rows_serial(a, tops[start:stop], qs[start:stop], out[start:stop], cancel)
         else:
             parts = max(1, -(-threads // (stop - start)))  # split sinks only when rows are fewer than cores
-            _rows(a, tops[start:stop], qs[start:stop], parts, out[start:stop])
+            _rows(a, tops[start:stop], qs[start:stop], parts, out[start:stop], cancel)
+        if cancel[0]:
+            break
         if progress is not None:
             progress(stop - start)
     return out.reshape(len(layers), len(positions), n)
@@ -394,5 +406,5 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
 def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarray:
     """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``)."""
     out = np.zeros(a.shape[-1])
-    _source_sinks(np.ascontiguousarray(a, dtype=np.float64), top, q, np.asarray(sinks, dtype=np.int64), out)
+    _source_sinks(np.ascontiguousarray(a, dtype=np.float64), top, q, np.asarray(sinks, dtype=np.int64), out, never())
     return out[sinks]

@@ -32,12 +32,13 @@ def layered_graph(a: np.ndarray, top: int) -> nx.DiGraph:
 
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
-          progress: Callable[[int], None] | None = None) -> np.ndarray:
+          progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
     """Unnormalised flow values ``(len(layers), len(positions), n)``.
 
     ``a``: ``(L, n, n)`` float64 augmented attention; ``layers``: 0-based indices into ``a`` (entry
     ``i`` is node layer ``i + 1``); ``positions``: query positions. ``progress(k)`` is called after
-    each finished row with the number of rows finished by that call.
+    each finished row with the number of rows finished by that call. ``cancel`` (``(1,)`` bool):
+    when ``cancel[0]`` is set (from another thread) the solver returns early, leaving the rest 0.
     """
     n = a.shape[-1]
     out = np.zeros((len(layers), len(positions), n))
@@ -46,6 +47,8 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
         for pi, q in enumerate(positions):
             source = (int(layer) + 1, int(q))
             for j in range(n):
+                if cancel is not None and cancel[0]:
+                    return out
                 out[li, pi, j] = nx.maximum_flow_value(
                     g, source, (0, j), capacity="capacity", flow_func=nx.algorithms.flow.edmonds_karp
                 )

@@ -35,7 +35,7 @@ def _graph(a: np.ndarray, top: int) -> sp.csr_matrix:
 
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
-          progress: Callable[[int], None] | None = None) -> np.ndarray:
+          progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
     n = a.shape[-1]
     out = np.zeros((len(layers), len(positions), n))
@@ -44,6 +44,8 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
         g = _graph(a, top)
         for pi, q in enumerate(positions):
             for j in range(n):
+                if cancel is not None and cancel[0]:
+                    return out
                 out[li, pi, j] = maximum_flow(g, top * n + int(q), j, method="dinic").flow_value / SCALE
             if progress is not None:
                 progress(1)
