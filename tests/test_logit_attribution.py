@@ -213,7 +213,7 @@ def test_models_without_a_logit_are_refused():
 
     bare = T.BertModel(T.BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                     intermediate_size=37)).eval()
-    with pytest.raises(AttnflowError, match="needs a causal language-model or sequence-classification head"):
+    with pytest.raises(AttnflowError, match="needs a decoder-only causal language-model or a sequence-classification head"):
         logit_paths(bare, _ids())
 
 

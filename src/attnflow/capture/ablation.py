@@ -53,9 +53,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, architecture_fixes, model_type, refuse_unsupported
+from attnflow.capture.architectures import (architecture, architecture_fixes, model_family, model_head, model_type,
+                                             refuse_unsupported)
 from attnflow.capture.hooks import attention_modules
-from attnflow.capture.text import is_causal
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 
@@ -179,7 +179,7 @@ def _readout(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tensor | N
 def _check(model: Any, input_ids: Any, targets: Any, readout: str, tokens: Any, foils: Any,
            batch_size: int) -> tuple[torch.Tensor, list[int]]:
     refuse_unsupported(model)
-    if not is_causal(model) or getattr(model.config, "is_encoder_decoder", False):
+    if model_family(model) != "decoder" or model_head(model) != "causal-lm":
         raise AttnflowError(f"ablated flow and occlusion reuse a causal decoder's key/value cache; "
                             f"{type(model).__name__} is not a decoder-only language model")
     if readout not in READOUTS:

@@ -45,10 +45,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, architecture_fixes, model_type, refuse_unsupported
+from attnflow.capture.architectures import (architecture, architecture_fixes, model_family, model_head, model_type,
+                                             refuse_unsupported)
 from attnflow.capture.hooks import checked_weights, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
-from attnflow.capture.text import is_causal
 from attnflow.capture.values import _find, projections
 from attnflow.errors import AttnflowError
 
@@ -184,16 +184,14 @@ def _unembedded(seen: dict[str, torch.Tensor], unembed: Any, targets: list[int],
 
 
 def _head(model: Any) -> bool:
-    """True for a causal LM (next-token logits), False for a sequence classifier."""
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise AttnflowError("logit attribution covers decoder-only language models and sequence classifiers; "
-                            f"{type(model).__name__} is an encoder-decoder model")
-    if is_causal(model) and model.get_output_embeddings() is not None:
+    """True for a causal LM (next-token logits), False for a sequence classifier (the table's head)."""
+    head = model_head(model)
+    if head == "causal-lm" and model_family(model) == "decoder":
         return True
-    if type(model).__name__.endswith("ForSequenceClassification"):
+    if head == "classification":
         return False
-    raise AttnflowError(f"logit attribution explains a logit, so it needs a causal language-model or sequence-"
-                        f"classification head; {type(model).__name__} has neither")
+    raise AttnflowError(f"logit attribution explains a logit, so it needs a decoder-only causal language-model or a "
+                        f"sequence-classification head; {type(model).__name__} has neither")
 
 
 def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = None,
