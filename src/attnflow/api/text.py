@@ -169,8 +169,11 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
                           model=run.model if run is not None else None,
                           tokenizer=run.tokenizer if run is not None else None,
                           input_ids=attentions.input_ids if run is not None else None)
-        values = registry.get(method)(context)
-        blocks[method] = Block.rows(np.asarray(values, dtype=float).transpose(1, 0, 2), rows)
+        values = np.asarray(registry.get(method)(context), dtype=float).transpose(1, 0, 2)
+        if registry.get(method).layers:
+            blocks[method] = Block.rows(values, rows)
+        else:  # one score per source for the whole stack: placed at the top layer
+            blocks[method] = Block(values, tuple(rows), (attentions.attentions.shape[-4] - 1,))
     return blocks
 
 
@@ -203,7 +206,7 @@ def _rows_for(targets: Any, flow_targets: str, target: int, n: int) -> Callable[
 def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, method: str, text: Any,
                  prediction: str | None, model: str | None, params: dict[str, Any]) -> Attribution:
     tokens = [str(t) for t in maps.tokens]
-    n_layers = next(iter(blocks.values())).values.shape[1]
+    n_layers = int(maps.attentions.shape[-4])
     return Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(len(tokens))),
                        blocks=blocks, n_layers=n_layers, target=target, method=method, input=text,
                        prediction=prediction, model=model, params=params,

@@ -127,6 +127,9 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
            "attnflow.api.methods.gradient:grad_rollout",
            "rollout of gradient-weighted attention for the predicted class (classifiers)"),
+    Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
+           "attnflow.api.methods.ablation:ablated_flow",
+           "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)"),
 )}
 
 ALL = "all"
