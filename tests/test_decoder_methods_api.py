@@ -49,3 +49,42 @@ def test_cli_explain_with_ablated_flow(decoder, monkeypatch, capsys, tmp_path):
     assert "ablated-flow" in stdout
     data = json.loads(out.read_text())
     assert "ablated-flow" in json.dumps(data)
+
+
+@pytest.mark.parametrize("method", ["alti-logit", "logit-attribution"])
+def test_logit_methods_through_explain_are_cumulative_over_layers(decoder, minilm_path, method):
+    from attnflow.capture.logit_paths import logit_paths
+
+    model, tokenizer, _ = decoder
+    classifier = tiny_model("bert", vocab=tokenizer.vocab_size)
+    for m, target in ((model, None), (classifier, "cls")):
+        result = attnflow.explain(TEXT, m, tokenizer=tokenizer, method=method, target=target)
+        row = result.row(method)  # (layers, n): layers 1..l+1
+        paths = logit_paths(m, tokenizer(TEXT)["input_ids"])
+        np.testing.assert_allclose(np.diff(row, axis=0, prepend=0).sum(-1), paths.attention_part[0], atol=1e-4)
+        np.testing.assert_allclose(row[-1].sum(), paths.attention_part[0].sum(), atol=1e-4)
+
+
+def test_every_decoder_method_through_explain_maps(decoder):
+    model, tokenizer, _ = decoder
+    names = ["ablated-flow", "ablated-flow-layers", "occlusion", "occlusion-mean", "alti-logit", "logit-attribution"]
+    result = attnflow.explain_maps(TEXT, model, tokenizer=tokenizer, methods=names)
+    n = result.n_sources
+    for name in names:
+        assert result.computed[name].targets == tuple(range(n))
+    ids = tokenizer(TEXT)["input_ids"]
+    every = ablated_flow(model, ids, targets=list(range(n))).scores[:, 0]  # one run per source, every target
+    np.testing.assert_allclose(result.scores["ablated-flow"][:, -1], every, atol=1e-12)
+
+
+def test_cli_generate_with_decoder_methods(decoder, monkeypatch, capsys, tmp_path):
+    _, _, folder = decoder
+    out = tmp_path / "g.json"
+    code, stdout, stderr = run_cli(monkeypatch, capsys, "generate", TEXT, "--model", str(folder), "-n", "3",
+                                   "--method", "ablated-flow", "--method", "alti-logit", "--json", str(out))
+    assert code == 0, stderr
+    loaded = attnflow.Attribution.load(out)
+    assert loaded.methods == ["rollout", "ablated-flow", "alti-logit"] and loaded.method == "ablated-flow"
+    assert loaded.M.shape[0] == 3
+    code, _, stderr = run_cli(monkeypatch, capsys, "generate", TEXT, "--model", str(folder), "--method", "flow")
+    assert code == 2 and "flow" in stderr

@@ -94,5 +94,5 @@ def test_rollout_alone_is_unchanged(tokenizer):
 
 def test_unknown_generation_method_is_refused(tokenizer):
     model = tiny_model("llama", vocab=tokenizer.vocab_size)
-    with pytest.raises(attnflow.AttnflowError, match="generate tracks rollout and ablated-flow"):
+    with pytest.raises(attnflow.AttnflowError, match="generate explains each token with rollout or ablated-flow"):
         attnflow.generate(model, tokenizer, PROMPT, 2, method="flow")
