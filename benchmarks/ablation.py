@@ -125,7 +125,11 @@ def main() -> None:
     from attnflow.capture.load import load_model, quiet_transformers
     from attnflow.capture.logit_paths import logit_paths
     from attnflow.capture.pypi_models import smollm2_path
-    from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
+    from attnflow.core.logit_attribution import (
+        alti_contributions,
+        alti_logit,
+        direct_logit_attribution,
+    )
 
     quiet_transformers()
     model, tokenizer = load_model(smollm2_path())

@@ -11,7 +11,11 @@ from transformers import AutoTokenizer
 import attnflow
 from attnflow.capture.ablation import ablated_flow, occlusion
 from attnflow.capture.logit_paths import logit_paths
-from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
+from attnflow.core.logit_attribution import (
+    alti_contributions,
+    alti_logit,
+    direct_logit_attribution,
+)
 from tests.factory import tiny_model
 
 PROMPT = "the keys to the old cabinet"

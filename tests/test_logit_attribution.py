@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from attnflow.capture.logit_paths import logit_paths
-from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
+from attnflow.core.logit_attribution import (
+    alti_contributions,
+    alti_logit,
+    direct_logit_attribution,
+)
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_model
 

@@ -53,8 +53,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import (architecture, architecture_fixes, model_family, model_head, model_type,
-                                             refuse_unsupported)
+from attnflow.capture.architectures import (
+    architecture,
+    architecture_fixes,
+    model_family,
+    model_head,
+    model_type,
+    refuse_unsupported,
+)
 from attnflow.capture.hooks import attention_modules
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
