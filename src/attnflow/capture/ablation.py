@@ -308,17 +308,19 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
                     zero[key] = (rows[keep], (sources - j0)[keep])
             # which positions of the run hold each target's logits (deletion shifts those after j by one)
             wanted = [t for t in targets if t >= j0]
-            single = len(wanted) == 1 and wanted[0] == last
+            # logits only at the trailing positions that hold targets (the unembedding is a large share of
+            # a small model's step): the last `keep` positions of the run, target t at t - last - 1 + keep
+            keep = min(last + 1 - max(j0, wanted[0]), batch_ids.shape[1])
             cache_in = prefix.copy(len(chunk), j0)  # before the edit is active: it may run the clean prefix
             with _editing(_Edit(zero=zero, embed=embed)):
-                out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=1 if single else 0,
+                out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
                             **{_cache_keyword(model): cache_in})
             logits = out.logits.detach().cpu()
             for b, (j, v) in enumerate(chunk):
                 for t in wanted:
                     if t < j or (delete and t == j):
                         continue  # the target cannot see j (or is the deleted token itself): no change
-                    at = logits.shape[1] - 1 if single else t - j0 - (1 if delete else 0)
+                    at = t - last - 1 + keep
                     i = index[t]
                     edited = _readout(logits[b, at], explained[i], None if foil_ids is None else foil_ids[i], readout)
                     scores[i, max(v, 0) if variants > 1 else 0, j] = float(clean[i] - edited)
