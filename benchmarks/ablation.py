@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 PROMPT = ("The old wooden keys that my grandmother kept in the kitchen drawer for many years to open the "
-          "heavy cabinet near the front doors of the old house were")
+          "heavy cabinet near the front doors of the old house were all")
 LONG = " ".join([
     "In the small village by the river, the baker opened his shop every morning before sunrise.",
     "Children walked past on their way to school, and the smell of fresh bread followed them down the street.",
