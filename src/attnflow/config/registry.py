@@ -164,13 +164,13 @@ def names(kind: str | None = None, *, model_free: bool = False) -> tuple[str, ..
 
 
 GENERATION_TRACKED = "rollout"  # tracked while a decoder generates (attnflow.capture.generation)
-_CLASSIFIERS_ONLY = ("grad-rollout",)  # explain a classifier's predicted class: no generated token to explain
+CLASSIFIERS_ONLY = ("grad-rollout",)  # explain a classifier's predicted class (no decoder token to explain)
 
 
 def generation_methods() -> tuple[str, ...]:
     """What ``attnflow.generate(method=...)`` offers: the tracked rollout, then every text method that
     runs the model (it can explain any generated token), in registry order."""
-    return (GENERATION_TRACKED, *(m.name for m in methods("text") if m.needs_model and m.name not in _CLASSIFIERS_ONLY))
+    return (GENERATION_TRACKED, *(m.name for m in methods("text") if m.needs_model and m.name not in CLASSIFIERS_ONLY))
 
 
 def paper_methods() -> tuple[str, ...]:
