@@ -37,7 +37,8 @@ def offered() -> tuple[str, ...]:
 def check(methods: list[str]) -> None:
     unknown = [m for m in methods if m != TRACKED and m not in offered()]
     if unknown:
-        raise AttnflowError(f"generate explains each token with {TRACKED} or {', '.join(offered())}; got {unknown[0]!r}")
+        raise AttnflowError(f"generate explains each token with {TRACKED} or {', '.join(offered())}; "
+                            f"got {unknown[0]!r}")
 
 
 def reuses_cache(methods: list[str]) -> bool:

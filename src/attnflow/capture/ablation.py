@@ -61,7 +61,7 @@ from attnflow.capture.architectures import (
     model_type,
     refuse_unsupported,
 )
-from attnflow.capture.hooks import attention_modules
+from attnflow.capture.hooks import _INSTALL, attention_modules
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 
@@ -139,16 +139,17 @@ def _install(model: Any, values: bool) -> None:
     """Hooks on the input embedding and (``values``) the value projections, installed once per model
     and idle unless an edit is active in the calling thread (as :mod:`attnflow.capture.hooks` does,
     so that threads sharing a model never see each other's edits)."""
-    if not getattr(model, "_attnflow_embed_hook", False):
-        model.get_input_embeddings().register_forward_hook(_embed_hook)
-        model._attnflow_embed_hook = True
-    if values and not getattr(model, "_attnflow_value_zeroing", False):
-        config = getattr(model.config, "text_config", None) or model.config
-        heads = int(getattr(config, "num_attention_heads", 0) or 0)
-        for layer, projection in enumerate(_projections(model)):
-            hd = projection.w_o.shape[1]
-            projection.value.register_forward_hook(_value_hook(layer, projection.qkv, hd, heads))
-        model._attnflow_value_zeroing = True
+    with _INSTALL:  # threads sharing a model (the app's jobs) install them once
+        if not getattr(model, "_attnflow_embed_hook", False):
+            model.get_input_embeddings().register_forward_hook(_embed_hook)
+            model._attnflow_embed_hook = True
+        if values and not getattr(model, "_attnflow_value_zeroing", False):
+            config = getattr(model.config, "text_config", None) or model.config
+            heads = int(getattr(config, "num_attention_heads", 0) or 0)
+            for layer, projection in enumerate(_projections(model)):
+                hd = projection.w_o.shape[1]
+                projection.value.register_forward_hook(_value_hook(layer, projection.qkv, hd, heads))
+            model._attnflow_value_zeroing = True
 
 
 def _projections(model: Any) -> list[Any]:
@@ -391,7 +392,8 @@ def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: A
         hidden = model.get_input_embeddings().weight.shape[1]
         if isinstance(replacement, str):
             if replacement not in ("mean", "zero"):
-                raise AttnflowError(f"replacement must be None (delete), 'mean', 'zero' or a vector; got {replacement!r}")
+                raise AttnflowError(f"replacement must be None (delete), 'mean', 'zero' or a vector; "
+                                    f"got {replacement!r}")
             vector = mean_embedding(model) if replacement == "mean" else torch.zeros(hidden)
         else:
             vector = torch.as_tensor(replacement).reshape(-1)

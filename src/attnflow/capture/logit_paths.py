@@ -53,7 +53,7 @@ from attnflow.capture.architectures import (
     model_type,
     refuse_unsupported,
 )
-from attnflow.capture.hooks import checked_weights, streamable_modules, streaming
+from attnflow.capture.hooks import _INSTALL, checked_weights, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.values import _find, projections
 from attnflow.errors import AttnflowError
@@ -149,22 +149,23 @@ def _tanh_hook(module: Any, args: Any, output: Any) -> Any:
 
 def _install(model: Any, modules: list[Any], found: list[Any]) -> None:
     """The hooks, once per model, idle unless a pass is active in the calling thread."""
-    if getattr(model, "_attnflow_logit_paths", False):
-        return
-    row = architecture(model)
-    if row is None or row.mlp is None:
-        raise AttnflowError(f"logit attribution cuts each layer's feed-forward block out of the direct path, and the "
-                            f"architecture table does not name it for {model_type(model) or type(model).__name__!r} "
-                            "models")
-    for layer, m in enumerate(modules):
-        _find(model, m.name, row.output).register_forward_pre_hook(_leaf_hook(layer))
-        _find(model, m.name, row.mlp).register_forward_hook(_cut_hook)
-    for module in model.modules():
-        if _is_norm(module):
-            module.register_forward_hook(_norm_hook)
-        elif isinstance(module, torch.nn.Tanh):
-            module.register_forward_hook(_tanh_hook)
-    model._attnflow_logit_paths = True
+    with _INSTALL:  # threads sharing a model (the app's jobs) install them once
+        if getattr(model, "_attnflow_logit_paths", False):
+            return
+        row = architecture(model)
+        if row is None or row.mlp is None:
+            name = model_type(model) or type(model).__name__
+            raise AttnflowError(f"logit attribution cuts each layer's feed-forward block out of the direct path, "
+                                f"and the architecture table does not name it for {name!r} models")
+        for layer, m in enumerate(modules):
+            _find(model, m.name, row.output).register_forward_pre_hook(_leaf_hook(layer))
+            _find(model, m.name, row.mlp).register_forward_hook(_cut_hook)
+        for module in model.modules():
+            if _is_norm(module):
+                module.register_forward_hook(_norm_hook)
+            elif isinstance(module, torch.nn.Tanh):
+                module.register_forward_hook(_tanh_hook)
+        model._attnflow_logit_paths = True
 
 
 @contextmanager
