@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnflow.api.generation_methods import check, method_blocks, reuses_cache
 from attnflow.api.models import resolve
 from attnflow.api.seq2seq import generate_seq2seq
 from attnflow.api.text import refuse_seq2seq_settings
@@ -20,7 +21,8 @@ from attnflow.results import Attribution, Block
 
 def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
              residual: float = UNSET, head_fusion: str = UNSET, causal_norm: str | None = UNSET,
-             weighting: str = UNSET, settings: Settings | None = None, **generate_kwargs: Any) -> Attribution:
+             weighting: str = UNSET, settings: Settings | None = None, method: Any = "rollout",
+             progress: Any = None, **generate_kwargs: Any) -> Attribution:
     """Generate a completion of ``prompt`` and roll out attention for every generated token.
 
     model: a loaded causal LM with its ``tokenizer``, or what :func:`attnflow.load_model` takes (a
@@ -34,6 +36,10 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         value vector, Kobayashi et al. 2020; see :func:`attnflow.explain`).
     settings: an :class:`attnflow.Settings` (the keywords above override it; its target is unused:
         every generated token is explained).
+    method: "rollout" (tracked while the model generates), or one or a list of the registered methods
+        that run the model ("ablated-flow", "alti-logit", ...; :mod:`attnflow.api.generation_methods`),
+        computed beside rollout; the result opens on the first. progress(done, total): called as the
+        per-source methods run.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"`` picks how
         the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).
@@ -49,14 +55,17 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     if loaded.family == "encoder-decoder":
         refuse_seq2seq_settings(settings)
         return generate_seq2seq(model, tokenizer, prompt, max_new_tokens, settings=settings, **generate_kwargs)
+    names = [method] if isinstance(method, str) else list(method)
+    check(names)
     trace = track_generation(model, tokenizer, prompt, max_new_tokens, residual=settings.residual,
                              head_fusion=settings.head_fusion, causal_norm=settings.causal_norm,
-                             weighting=settings.weighting, **generate_kwargs)
+                             weighting=settings.weighting, keep_cache=reuses_cache(names), **generate_kwargs)
     m = len(trace.prompt_ids)
+    blocks = {"rollout": Block.full(trace.rows), **method_blocks(model, trace, names, trace.rows.shape[1], progress)}
     return Attribution(
         kind="generation", sources=trace.prompt_tokens + trace.generated_tokens, targets=trace.generated_tokens,
-        target_positions=[m - 1 + i for i in range(len(trace.new_ids))], blocks={"rollout": Block.full(trace.rows)},
-        n_layers=trace.rows.shape[1], input=prompt, input_length=m, model=name,
+        target_positions=[m - 1 + i for i in range(len(trace.new_ids))], blocks=blocks,
+        n_layers=trace.rows.shape[1], method=names[0], input=prompt, input_length=m, model=name,
         params={**settings.as_dict(), "do_sample": trace.do_sample, "max_new_tokens": max_new_tokens},
         meta={"completion": trace.completion, "generated_ids": trace.new_ids, "prompt_ids": trace.prompt_ids,
               "strategy": trace.strategy})

@@ -30,7 +30,13 @@ FILTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "sink": ("leave out the first token (where heads park attention: the attention sink)", {"skip": [0]}),
 }
 
-METHODS = {kind: registry.names(kind) for kind in ("text", "image")}  # from the method registry
+KINDS = ("text", "image")
+
+
+def methods_offered() -> dict[str, tuple[str, ...]]:
+    """The methods of each kind, read from the registry when asked (a method registered at run time is
+    offered from then on)."""
+    return {kind: registry.names(kind) for kind in KINDS}
 HEAD_FUSIONS = choices("head_fusion")
 # decoders: receptive-field normalisation, by menu name ("none" for off)
 CAUSAL_NORMS = {row["name"]: value for row, value in zip(OPTIONS["causal_norm"].menu(), choices("causal_norm"))}
@@ -46,9 +52,13 @@ def tables() -> dict[str, Any]:
     return {
         "weightings": [{"name": k, "label": v[0]} for k, v in WEIGHTINGS.items()],
         "filters": [{"name": k, "label": v[0]} for k, v in FILTERS.items()],
-        "methods": {k: list(v) for k, v in METHODS.items()},
+        "methods": {k: list(v) for k, v in methods_offered().items()},
         # methods that explain a classifier's predicted class (greyed out for other models)
-        "classifier_methods": [m.name for m in registry.methods() if m.cost == registry.FORWARD_BACKWARD],
+        "classifier_methods": list(registry.CLASSIFIERS_ONLY),
+        # ticked when the page opens: every method cheap for any model (not a pass per source token, not a
+        # decoder's logit); the rest stay one click away
+        "checked": {k: [m for m in v if registry.get(m).cost in (registry.FORWARD, registry.MAX_FLOW)
+                        or m in registry.CLASSIFIERS_ONLY] for k, v in methods_offered().items()},
         "head_fusions": list(HEAD_FUSIONS),
         "residual": {"default": OPTIONS["residual"].default, "min": OPTIONS["residual"].bounds[0],
                      "max": OPTIONS["residual"].bounds[1]},
@@ -127,9 +137,9 @@ def _methods(body: dict[str, Any], kind: str, classifier: bool) -> list[str]:
     if not isinstance(methods, list) or not methods:
         raise AttnflowError("choose at least one method")
     for m in methods:
-        _choice(m, METHODS[kind], "method")
+        _choice(m, registry.names(kind), "method")
     for m in methods:
-        if registry.get(m).cost == registry.FORWARD_BACKWARD and not classifier:
+        if m in registry.CLASSIFIERS_ONLY and not classifier:
             raise AttnflowError(f"{m} explains a classifier's predicted class; this model is not a classifier")
     return list(dict.fromkeys(methods))
 

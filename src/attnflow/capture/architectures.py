@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ class Architecture:
     qkv: str | None = None
     attention_class: str | None = None
     heads: tuple[tuple[str, str], ...] = ()  # (model class name, head) for classes transformers' auto maps lack
+    mlp: str | None = None
 
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder", "vision", "unsupported")
@@ -154,6 +155,18 @@ ARCHITECTURES: dict[str, Architecture] = {
         "mobilenet_v1", "mobilenet_v2")},
 }
 
+# The feed-forward block of each layer, as a path from the attention module like ``value``/``output``:
+# logit attribution (attnflow.capture.logit_paths) cuts it out of the direct path to the logit. Every
+# entry's family is checked by the exact-sum tests of tests/test_logit_attribution.py where it has one.
+MLPS: dict[str, str] = {
+    **{t: "../mlp" for t in (
+        "llama", "gemma", "qwen3", "olmo", "granite", "smollm3", "stablelm", "mistral", "mixtral", "starcoder2",
+        "gemma2", "gemma3_text", "qwen2", "phi", "phi3", "gpt2", "gpt_neox")},
+    **{t: "../../intermediate" for t in ("bert", "roberta", "electra", "xlm-roberta", "megatron-bert")},
+    "distilbert": "../ffn",
+}
+for _type, _path in MLPS.items():
+    ARCHITECTURES[_type] = replace(ARCHITECTURES[_type], mlp=_path)
 QKV_LAYOUTS = (None, "concat", "interleaved")
 
 

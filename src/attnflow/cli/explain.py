@@ -68,7 +68,9 @@ def explain(
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
-    with progress_bar("attention flow", unit="rows") as bar:
+    slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE)]
+    flow_only = all(registry.get(m).cost == registry.MAX_FLOW for m in slow)  # flow counts rows (its estimate too)
+    with progress_bar(", ".join(slow) or "attention flow", unit="rows" if flow_only else "runs") as bar:
         if target_text is not None:
             # Encoder-decoder: one result holds every target token (flow: while cheap), so it is the report.
             extra = [m for m in cheap if html_out is not None and m not in chosen]

@@ -11,9 +11,14 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.options import CausalNorm, Weighting, model_option, option
+from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, model_option, option
+from attnflow.config.registry import generation_methods
 from attnflow.cli.outputs import check_outputs
 from attnflow.errors import AttnflowError
+
+
+GenerationMethod = _choice_enum("GenerationMethod", generation_methods())
+TRACKED, *OFFERED = generation_methods()
 
 
 @app.command()
@@ -30,6 +35,10 @@ def generate(
     seed: int = typer.Option(0, help="Random seed for --sample."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
+    method: list[GenerationMethod] = typer.Option(
+        [GenerationMethod(TRACKED)], help=f"How each generated token is explained: {TRACKED} (tracked while "
+        f"generating), or {', '.join(OFFERED)} (computed beside it; repeat the option for several; the first "
+        "is shown). See docs/decoders.md."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained interactive HTML report."),
@@ -54,8 +63,12 @@ def generate(
     loaded = resolve(model, task="generation")
     lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
-    result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
-                           causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
+    from attnflow.cli.progress import progress_bar
+
+    names = [m.value for m in method]
+    with progress_bar(", ".join(names), unit="runs") as bar:
+        result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample, method=names, progress=bar,
+                               causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
     if token is not None:  # before any file is written; the files open on this token
         result = result.with_target(token)
     console = Console()

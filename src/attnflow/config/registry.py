@@ -127,6 +127,25 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
            "attnflow.api.methods.gradient:grad_rollout",
            "rollout of gradient-weighted attention for the predicted class (classifiers)"),
+    Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
+           "attnflow.api.methods.ablation:ablated_flow",
+           "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)"),
+    Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
+           "Mohebbi et al. 2023 (value zeroing), one layer at a time",
+           "attnflow.api.methods.ablation:ablated_flow_layers",
+           "the same drop with the values zeroed in one layer at a time (decoders; layers x the cost)"),
+    Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
+           "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
+           "(decoders)"),
+    Method("occlusion-mean", ("text",), PER_SOURCE, False, "leave-one-out replacement by the mean embedding",
+           "attnflow.api.methods.ablation:occlusion_mean",
+           "drop of the predicted token's logit when a token's embedding is replaced by the mean (decoders)"),
+    Method("alti-logit", ("text",), FORWARD_BACKWARD, True, "Ferrando et al. 2023 (ALTI-Logit)",
+           "attnflow.api.methods.logit:alti_logit",
+           "each token's share of the logit through attention + residual, layers 1..l (decoders, classifiers)"),
+    Method("logit-attribution", ("text",), FORWARD_BACKWARD, True, "direct logit attribution of attention outputs",
+           "attnflow.api.methods.logit:logit_attribution",
+           "each token's direct share of the logit via attention outputs, layers 1..l (decoders, classifiers)"),
 )}
 
 ALL = "all"
@@ -143,6 +162,16 @@ def methods(kind: str | None = None) -> list[Method]:
 def names(kind: str | None = None, *, model_free: bool = False) -> tuple[str, ...]:
     """The names of :func:`methods` (only those computed from attention alone when ``model_free``)."""
     return tuple(m.name for m in methods(kind) if not (model_free and m.needs_model))
+
+
+GENERATION_TRACKED = "rollout"  # tracked while a decoder generates (attnflow.capture.generation)
+CLASSIFIERS_ONLY = ("grad-rollout",)  # explain a classifier's predicted class (no decoder token to explain)
+
+
+def generation_methods() -> tuple[str, ...]:
+    """What ``attnflow.generate(method=...)`` offers: the tracked rollout, then every text method that
+    runs the model (it can explain any generated token), in registry order."""
+    return (GENERATION_TRACKED, *(m.name for m in methods("text") if m.needs_model and m.name not in CLASSIFIERS_ONLY))
 
 
 def paper_methods() -> tuple[str, ...]:
