@@ -24,8 +24,7 @@ from attnflow.api.batching.inputs import Inputs, read_inputs
 from attnflow.api.batching.plan import fingerprint, plan, token_lengths
 from attnflow.api.batching.shard import Settings, ShardOutput, ShardTask
 from attnflow.api.batching.store import SHARD_KEY, Store
-from attnflow.api.text import TEXT_METHODS, resolve_methods
-from attnflow.core.weighting import check_weighting
+from attnflow.api.checks import check_device, check_scheduler, check_settings, check_text_model
 from attnflow.errors import AttnflowError
 from attnflow.results.rows import ERRORS, ROWS, SCHEMA, VERSION, pyarrow, read_result
 
@@ -86,36 +85,59 @@ class BatchRun:
                 f"{self.seconds:.1f} s, start-up included; engine: {self.engine})")
 
 
-def _check(options: dict, images: bool) -> list[str]:
-    methods = options["methods"]
-    if isinstance(methods, str) and "," in methods:
-        methods = [m.strip() for m in methods.split(",") if m.strip()]
-    from attnflow.api.images import IMAGE_METHODS
-
-    names, _ = resolve_methods(methods, IMAGE_METHODS if images else TEXT_METHODS)
-    if options["head_fusion"] not in ("mean", "max", "min"):
-        raise AttnflowError(f"head_fusion must be 'mean', 'max' or 'min'; got {options['head_fusion']!r}")
+def check(options: dict, images: bool) -> None:
+    """Every refusal that needs neither torch nor the data (no model loads; well under a second): the
+    settings, the model folder against them (:mod:`attnflow.api.checks`, the functions
+    :func:`attnflow.explain` calls), the device, the scheduler, the engine and the shard sizes."""
     if options["engine"] not in ENGINES:
-        raise AttnflowError(f"engine must be one of {', '.join(ENGINES)}; got {options['engine']!r}")
-    if options["device"] not in DEVICES and not str(options["device"]).startswith("cuda:"):
-        raise AttnflowError(f"device must be one of {', '.join(DEVICES)} or cuda:N; got {options['device']!r}")
+        raise AttnflowError(f"engine (--engine) must be one of {', '.join(ENGINES)}; got {options['engine']!r}")
     for name in ("shard_size", "batch_size"):
         value = options[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise AttnflowError(f"{name} must be a positive integer; got {value!r}")
+            raise AttnflowError(f"{name} (--{name.replace('_', '-')}) must be a positive integer; got {value!r}")
     workers = options["workers"]
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise AttnflowError(f"workers must be a positive integer; got {workers!r}")
+        raise AttnflowError(f"workers (--workers) must be a positive integer; got {workers!r}")
     if options["engine"] == "local" and (options["scheduler"] is not None or workers is not None):
-        raise AttnflowError("the local engine runs in this process: drop scheduler/workers or use engine='dask'")
-    target = options["target"]
-    if target is not None and not (isinstance(target, int) and not isinstance(target, bool)) and not (
-            isinstance(target, str) and (target in ("cls", "last") or target.lstrip("-").isdigit())):
-        raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
+        raise AttnflowError("the local engine runs in this process: drop scheduler/workers (--scheduler, "
+                            "--workers) or use engine 'dask'")
+    methods = options["methods"]
+    listed = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods or ())
+    target = check_settings(residual=options["residual"], head_fusion=options["head_fusion"],
+                            weighting=options["weighting"], causal_norm=options["causal_norm"],
+                            target=options["target"], methods=listed)
     if images and options["maps"]:
-        raise AttnflowError("full maps are for text: an image result has one target, the read-out")
+        raise AttnflowError("full maps (--maps) are for text: an image result has one target, the read-out")
     if images and target is not None:
-        raise AttnflowError("images explain the classifier's read-out; drop target")
+        raise AttnflowError("images explain the classifier's read-out; drop target (--target)")
+    if options["scheduler"] is None:  # a cluster's workers have their own devices
+        check_device(options["device"])
+    elif str(options["device"]) not in DEVICES and not str(options["device"]).startswith("cuda:"):
+        raise AttnflowError(f"device (--device) must be one of {', '.join(DEVICES)} or cuda:N; "
+                            f"got {options['device']!r}")
+    check_scheduler(options["scheduler"])
+    model = options["model"]
+    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__") or model is None:
+        from attnflow.capture.load import check_model_path, resolve_model
+
+        if images:
+            if model is not None:
+                check_model_path(str(model))
+                from attnflow.capture.architectures import refuse_unsupported_path
+
+                refuse_unsupported_path(str(model))
+        else:
+            check_text_model(resolve_model(model), weighting=options["weighting"],
+                             causal_norm=options["causal_norm"], what="batch")
+
+
+def _methods(methods: Any, images: bool) -> list[str]:
+    if isinstance(methods, str) and "," in methods:
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    from attnflow.api.images import IMAGE_METHODS
+    from attnflow.api.text import TEXT_METHODS, resolve_methods
+
+    names, _ = resolve_methods(methods, IMAGE_METHODS if images else TEXT_METHODS)
     return names
 
 
@@ -151,12 +173,10 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     """
     started = time.perf_counter()
     options = dict(methods=methods, head_fusion=head_fusion, engine=engine, device=device, shard_size=shard_size,
-                   batch_size=batch_size, workers=workers, scheduler=scheduler, target=target, maps=maps)
-    names = _check(options, images)
-    check_weighting(weighting)
-    if weighting == "norm" and "grad-rollout" in names:
-        raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
-                            "use weighting='attention' for it")
+                   batch_size=batch_size, workers=workers, scheduler=scheduler, target=target, maps=maps,
+                   residual=residual, weighting=weighting, causal_norm=causal_norm, model=model)
+    check(options, images)  # nothing is created under ``out`` before every check has passed
+    names = _methods(methods, images)
     pyarrow()
     loaded_model = model is not None and not isinstance(model, (str, bytes)) and not hasattr(model, "__fspath__")
     if loaded_model and engine == "dask" or loaded_model and scheduler is not None:
@@ -192,6 +212,9 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     try:
         return _run(store, inputs, shards, settings, started, progress=progress, engine=engine, scheduler=scheduler,
                     workers=workers, model=model if loaded_model else None, tokenizer=tokenizer)
+    except BaseException:
+        store.discard_if_empty()  # a run that failed before its first shard leaves no trace
+        raise
     finally:
         store.close()
 

@@ -19,12 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.api.checks import check_settings, check_target, check_text_model
 from attnflow.capture import capture
-from attnflow.capture.load import cached_model, cached_tokenizer, check_model_path, model_task, resolve_model
+from attnflow.capture.load import cached_model, cached_tokenizer, resolve_model
 from attnflow.capture.text import is_causal
 from attnflow.capture.vocabulary import warn_unknown_words
-from attnflow.core.causal import check_causal_norm
-from attnflow.core.fusion import check_residual
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.methods import FLOW_ALL_MAX, METHODS, method_rows
 from attnflow.core.methods import resolve_methods as _resolve_methods
@@ -54,17 +53,6 @@ def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> i
     predicts the next token; decoders have no CLS), "cls" otherwise."""
     ids = maps.input_ids.tolist() if maps.input_ids is not None else []
     return resolve_position(target, len(maps.tokens), ids, maps.causal, tokenizer)
-
-
-def check_target(target: Any) -> Any:
-    """Refuse a target that names no position, before anything is loaded; returns it with a digit
-    string turned into an int."""
-    if isinstance(target, str) and target.lstrip("-").isdigit():
-        return int(target)
-    if target is None or target in ("cls", "last") or (isinstance(target, (int, np.integer))
-                                                      and not isinstance(target, bool)):
-        return target
-    raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
 
 
 def resolve_position(target: Any, n: int, ids: list[int], causal: bool, tokenizer: Any = None) -> int:
@@ -134,14 +122,12 @@ def _check_text(text: Any) -> None:
         raise AttnflowError("text must be a non-empty string")
 
 
-def _before_loading(text: str, name: str, *, target: Any, truncate: bool, causal_norm: str | None) -> None:
-    """What can be refused from the config and the tokenizer alone, before the model's weights load:
-    receptive-field normalisation for a model that is no decoder, a target outside the input."""
-    check_model_path(name)
-    task = model_task(name)
-    if causal_norm is not None and task not in ("causal-lm", ""):
-        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
-                            "(its queries see the whole input)")
+def _before_loading(text: str, name: str, *, target: Any, truncate: bool, causal_norm: str | None,
+                    weighting: str = "attention") -> None:
+    """What can be refused from the config and the tokenizer alone, before the model's weights load
+    (:func:`attnflow.api.checks.check_text_model`, as :func:`attnflow.batch` does), then a target
+    outside the input."""
+    task = check_text_model(name, weighting=weighting, causal_norm=causal_norm)
     tokenizer = cached_tokenizer(name)
     if not truncate:  # truncation changes the length; the target is then checked after capture
         ids = tokenizer(text)["input_ids"]
@@ -155,15 +141,11 @@ def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: 
     :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve ``target``. Everything
     that can be refused without the model is refused before it loads."""
     _check_text(text)
-    if head_fusion not in ("mean", "max", "min"):
-        raise AttnflowError(f"explaining needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
-    check_residual(residual)
-    check_causal_norm(causal_norm)
-    check_weighting(weighting)
-    target = check_target(target)
+    target = check_settings(residual=residual, head_fusion=head_fusion, weighting=weighting, causal_norm=causal_norm,
+                            target=target)
     if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         name = resolve_model(model)
-        _before_loading(text, name, target=target, truncate=truncate, causal_norm=causal_norm)
+        _before_loading(text, name, target=target, truncate=truncate, causal_norm=causal_norm, weighting=weighting)
         tokenizer = cached_tokenizer(name)
         warn_unknown_words(text, tokenizer, name)
         model, tokenizer = cached_model(name)
@@ -244,9 +226,7 @@ def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, 
 def _explain(text: str, model: Any, tokenizer: Any, *, methods: list[str], shown: str, target: Any, targets: Any,
              flow_targets: str, residual: float, head_fusion: str, solver: str, truncate: bool,
              progress: Progress | None, causal_norm: str | None, weighting: str = "attention") -> Attribution:
-    if weighting == "norm" and "grad-rollout" in methods:
-        raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
-                            "use weighting='attention' for it")
+    check_settings(weighting=weighting, methods=methods)
     run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
                   causal_norm=causal_norm, residual=residual, weighting=weighting)
     return attribute(run, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets, residual=residual,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.app.locks import ModelLock
+from attnflow.capture.architectures import refuse_unsupported_path
 from attnflow.capture.load import check_model_path, read_config
 from attnflow.errors import AttnflowError
 
@@ -120,6 +121,7 @@ def folder_entry(path: str) -> Entry:
     check_model_path(str(folder))
     if not folder.is_dir():
         raise AttnflowError(f"{name!r} is a file; give the model's folder (the one holding config.json)")
+    refuse_unsupported_path(str(folder))  # a refused family (Mamba, ...) is never listed, not refused per job
     kind, classifier = kind_of(str(folder))
     return Entry(str(folder), "/".join(folder.parts[-2:]), kind, classifier, lambda: str(folder), str(folder))
 

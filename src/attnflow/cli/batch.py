@@ -35,7 +35,9 @@ def batch(
     device: str = typer.Option("auto", help="auto (a GPU where a worker has one), cpu or cuda."),
 ) -> None:
     """Explain every row of INPUT and write one Parquet row per input and method to OUT/rows/
-    (schema: docs/batch.md); failed rows go to OUT/errors.jsonl with the reason. Examples:
+    (schema: docs/batch.md); failed rows go to OUT/errors.jsonl with the reason.
+
+    Examples:
 
         attnflow batch data.jsonl --methods rollout,flow --target cls --out out/run
 
@@ -47,10 +49,10 @@ def batch(
 
     from attnflow.api.batch import BatchInterrupted
     from attnflow.api.batch import batch as run_batch
-    from attnflow.capture.load import quiet_transformers
     from attnflow.cli.progress import ProgressBar
 
-    quiet_transformers()
+    # transformers is quietened by attnflow.cli.main before it is imported; importing it here would cost
+    # seconds before the checks of batch() (well under one) could refuse anything
     if workers is not None and workers < 1:
         raise AttnflowError(f"--workers must be a positive integer; got {workers}")
     progress = ProgressBar("rows", 1, "rows", Console(file=sys.stderr))

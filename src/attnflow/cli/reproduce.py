@@ -33,7 +33,9 @@ def reproduce(
     include_cls: bool = typer.Option(False, help="With --protocol words: rank the CLS token too."),
 ) -> None:
     """Correlate raw attention, rollout and flow (CLS row, per layer) with blank-out and input-gradient
-    importance on the subject-verb agreement test set, as in the paper's section 4. Examples:
+    importance on the subject-verb agreement test set, as in the paper's section 4.
+
+    Examples:
 
         attnflow reproduce --examples 200
 
