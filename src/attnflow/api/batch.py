@@ -107,7 +107,7 @@ def check(options: dict, images: bool) -> None:
                             weighting=options["weighting"], causal_norm=options["causal_norm"],
                             target=options["target"], methods=listed)
     if images and options["maps"]:
-        raise AttnflowError("full maps (--maps) are for text: an image result has one target, the read-out")
+        raise AttnflowError("full maps are for text (drop --maps): an image result has one target, the read-out")
     if images and target is not None:
         raise AttnflowError("images explain the classifier's read-out; drop target (--target)")
     if options["scheduler"] is None:  # a cluster's workers have their own devices

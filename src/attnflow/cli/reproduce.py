@@ -58,12 +58,17 @@ def reproduce(
         raise AttnflowError(f"--gradient must be one of {', '.join(GRADIENTS)}; got {gradient!r}")
     if include_cls and protocol != "words":
         raise AttnflowError("--include-cls applies to --protocol words; the paper protocol always ranks CLS")
+    from attnflow.core.flow import SOLVERS
+
+    if solver not in SOLVERS:
+        raise AttnflowError(f"--solver must be one of {', '.join(sorted(SOLVERS))}; got {solver!r}")
     check_agreement_model(model)
-    try:  # before the run, so a bad --out fails in a second, not after minutes of work
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
-    check_writable(out, f"cannot write into --out {str(out)!r}")
+    # Before the run, so a bad --out fails in a second, not after minutes of work; the folder itself is
+    # created only when there is something to write into it (a refusal or Ctrl-C leaves nothing behind).
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir():
+        raise AttnflowError(f"--out must be a folder; {str(existing)!r} is a file")
+    check_writable(existing, f"cannot write into --out {str(out)!r}")
     # Matrices of at most 64 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     if data == "ptb" and model is None:  # train it (first use) before the progress bar starts
@@ -80,6 +85,10 @@ def reproduce(
     note = residue_note(run)
     if note:
         console.print(note, style="yellow")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
     write_csv(run, out / "reproduction.csv")
     write_plot(run, out / "reproduction.png")
     console.print(f"wrote {out / 'reproduction.csv'} and {out / 'reproduction.png'}")
