@@ -57,7 +57,8 @@ def child(args: argparse.Namespace) -> None:
         ids = _input_ids(model, tokenizer, text, False)
         predict = model_predict(model, True)
         rows = len(args.methods.split(",")) * model.config.num_hidden_layers
-        found = estimate(predict, ids, len(default_positions(len(ids), (), len(ids) - 1)), rows, FRACTIONS)
+        found = estimate(predict, ids, len(default_positions(len(ids), (), len(ids) - 1)), rows, FRACTIONS,
+                         methods=len(args.methods.split(",")))
         print(json.dumps({"estimate": str(found), "seconds": found.seconds, "tokens": len(ids)}))
         return
     result = explain(text, model, tokenizer=tokenizer, method=args.methods.split(","))

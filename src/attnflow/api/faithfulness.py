@@ -228,11 +228,12 @@ class PassEstimate:
 
 
 def estimate(predict: Callable[[list[list[int]]], np.ndarray], ids: list[int], ranked: int, rows: int,
-             fractions: Sequence[float]) -> PassEstimate:
+             fractions: Sequence[float], methods: int = 1) -> PassEstimate:
     """Time one pass of ``predict`` over ``ids`` and scale it by the tokens the check will run: ``ranked``
     leave-one-out deletions (each about half the input when passes continue a shared prefix, else all
-    of it) and, per method and layer (``rows``) and fraction, a comprehensiveness and a sufficiency pass
-    (together about one input's length)."""
+    of it) and, per method and layer (``rows`` over ``methods`` methods) and fraction, a
+    comprehensiveness and a sufficiency pass (together about one input's length). ``rows`` of the
+    result counts the steps as :func:`attnflow.evaluation.faithfulness.evaluate` reports them."""
     import time
 
     n = len(ids)
@@ -240,7 +241,7 @@ def estimate(predict: Callable[[list[list[int]]], np.ndarray], ids: list[int], r
     started = time.perf_counter()
     predict([list(ids)])
     one = time.perf_counter() - started
-    passes = 1 + ranked + 2 * rows * len(fractions)
+    passes = 2 + ranked + methods + 2 * rows * len(fractions)
     loo = ranked * (n / 2 if getattr(predict, "reuses_prefix", False) else n)
     tokens = n + loo + rows * len(fractions) * n
     return PassEstimate(rows=passes, tokens=n, seconds=one * tokens / max(n, 1), one_pass=one)
@@ -307,7 +308,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         ranked = len(positions) if positions is not None else len(
             default_positions(len(ids), result.meta.get("special", ()), target))
         rows = sum(np.atleast_2d(result.row(m)).shape[0] for m in result.methods)
-        progress.estimate(estimate(predict, ids, ranked, rows, fractions))
+        progress.estimate(estimate(predict, ids, ranked, rows, fractions, methods=len(result.methods)))
     found = evaluate(predict, ids, result, positions=positions, special=result.meta.get("special", ()),
                      target=target, fractions=fractions, fill_id=fill_id, progress=progress)
     found.label = _label(model, tokenizer, decoder, found.output)

@@ -282,7 +282,8 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
                             f"this input has {len(positions)}")
     model = _Outputs(predict, output, progress)
     # every pass up front, so that the bar's total (and its ETA) holds from the start
-    model.expect(1 + len(positions) + sum(2 * len(r) * len(fractions) for r in rows.values()))
+    # (the whole input is looked up again by leave_one_out and by each method's aopc: cached, but counted)
+    model.expect(2 + len(positions) + sum(1 + 2 * len(r) * len(fractions) for r in rows.values()))
     base = model.logits([ids])[0]
     model.output = int(np.argmax(base)) if output is None else int(output)
     if not 0 <= model.output < len(base):
