@@ -50,14 +50,23 @@ def child(args: argparse.Namespace) -> None:
     from attnflow.evaluation.faithfulness import FRACTIONS, default_positions, evaluate
 
     quiet_transformers()
-    model, tokenizer = load_model(smollm2_path())
+    if args.config:  # SmolLM2's shapes with random weights (a machine the 500 MB weights cannot reach)
+        import transformers
+
+        tokenizer = transformers.AutoTokenizer.from_pretrained(args.config)
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.from_pretrained(args.config), attn_implementation="eager").float().eval()
+    else:
+        model, tokenizer = load_model(smollm2_path())
+    model = model.to(args.device)
+    gpu = args.device.startswith("cuda")
     words = tokenizer(PARAGRAPH * (1 + args.tokens // 150))["input_ids"][:args.tokens]
     text = tokenizer.decode(words)
     if args.variant == "estimate":
         ids = _input_ids(model, tokenizer, text, False)
-        predict = model_predict(model, True)
         rows = len(args.methods.split(",")) * model.config.num_hidden_layers
-        found = estimate(predict, ids, len(default_positions(len(ids), (), len(ids) - 1)), rows, FRACTIONS,
+        found = estimate(model, ids, len(default_positions(len(ids), (), len(ids) - 1)), rows, FRACTIONS,
                          methods=len(args.methods.split(",")))
         print(json.dumps({"estimate": str(found), "seconds": found.seconds, "tokens": len(ids)}))
         return
@@ -67,19 +76,26 @@ def child(args: argparse.Namespace) -> None:
                else model_predict(model, True))
     calls = []
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB: the model loaded, the scores computed
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        held = torch.cuda.memory_allocated()
     started, cpu = time.perf_counter(), time.process_time()
     found = evaluate(predict, ids, result, progress=lambda done, total: calls.append((done, total)))
+    if gpu:
+        torch.cuda.synchronize()
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    gpu_peak = (torch.cuda.max_memory_allocated() - held) / 2**20 if gpu else None
     print(json.dumps({"seconds": seconds, "cpu": cpu, "tokens": len(ids), "passes": calls[-1][1],
                       "loo": [None if not np.isfinite(v) else float(v) for v in found.loo],
                       "compr": {m: [float(x) for x in found.comprehensiveness[m]] for m in found.methods},
                       "load": os.getloadavg(), "rss_before": rss,
-                      "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "gpu_peak": gpu_peak}))
 
 
 def run(variant: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--child", variant, "--tokens", str(args.tokens), "--methods", args.methods,
-               "--threads", str(args.threads)]
+               "--threads", str(args.threads), "--device", args.device] + (["--config", args.config] if args.config else [])
     started = time.perf_counter()
     process = subprocess.run(command, stdout=subprocess.PIPE, text=True)
     out = process.stdout
@@ -97,12 +113,16 @@ def main() -> None:
     parser.add_argument("--methods", default="rollout")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--child", default=None)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (peak GPU memory is then printed too)")
+    parser.add_argument("--config", default=None, help="a folder with SmolLM2's config.json and tokenizer: random "
+                        "weights of the same shapes (same work per pass; the numbers are not SmolLM2's)")
     args = parser.parse_args()
     if args.child:
         args.variant = args.child
         child(args)
         return
-    print(f"SmolLM2-135M, {args.tokens} tokens, methods {args.methods}, torch threads {args.threads}; "
+    what = "SmolLM2-135M" + (" shapes, random weights" if args.config else "")
+    print(f"{what}, {args.tokens} tokens, methods {args.methods}, torch threads {args.threads}, {args.device}; "
           f"load average at start {os.getloadavg()}", flush=True)
     results = {}
     for variant in ("before", "after"):
@@ -115,7 +135,8 @@ def main() -> None:
               f"the passes ({found['cpu']:.1f} s CPU), whole child {found['wall_with_load']:.1f} s "
               f"({found['child_cpu']:.1f} s CPU, model load included); peak RSS {found['rss_peak']:.0f} MiB, "
               f"{found['rss_peak'] - found['rss_before']:.0f} MiB above the loaded model and scores; "
-              f"load average {tuple(round(x, 2) for x in found['load'])}", flush=True)
+              + (f"GPU peak {found['gpu_peak']:.0f} MiB above the model; " if found.get("gpu_peak") is not None else "")
+              + f"load average {tuple(round(x, 2) for x in found['load'])}", flush=True)
     b, a = results["before"], results["after"]
     import numpy as np
 
@@ -128,9 +149,12 @@ def main() -> None:
     grow_b, grow_a = b["rss_peak"] - b["rss_before"], a["rss_peak"] - a["rss_before"]
     print(f"peak memory of the passes (RSS above the loaded model): before {grow_b:.0f} MiB, after {grow_a:.0f} MiB",
           flush=True)
-    args.tokens = args.estimate_tokens
-    est = run("estimate", args)
-    print(f"up-front estimate for {est['tokens']} tokens ({args.methods}): {est['estimate']}", flush=True)
+    measured = a["seconds"]
+    for tokens in (args.tokens, args.estimate_tokens):  # the first one checks the estimate against the run above
+        args.tokens = tokens
+        est = run("estimate", args)
+        check = f" (measured above: {measured:.0f} s)" if tokens == a["tokens"] else ""
+        print(f"up-front estimate for {est['tokens']} tokens ({args.methods}): {est['estimate']}{check}", flush=True)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ def test_progress_total_is_known_up_front_and_moves_pass_by_pass():
 def test_the_estimate_counts_the_passes_evaluate_will_make():
     model = _tiny()
     ids, _ = _deletions(40)
-    found = estimate(model_predict(model, True), ids, ranked=39, rows=6, fractions=(0.1, 0.2, 0.5), methods=2)
+    found = estimate(model, ids, ranked=39, rows=6, fractions=(0.1, 0.2, 0.5), methods=2)
     assert isinstance(found, PassEstimate)
     assert found.rows == 1 + 1 + 39 + 2 + 2 * 6 * 3 and found.tokens == 40 and found.seconds > 0
     assert found.seconds_for(found.rows) == pytest.approx(found.seconds)

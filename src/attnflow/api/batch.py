@@ -176,7 +176,6 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
                    batch_size=batch_size, workers=workers, scheduler=scheduler, target=target, maps=maps,
                    residual=residual, weighting=weighting, causal_norm=causal_norm, model=model)
     check(options, images)  # nothing is created under ``out`` before every check has passed
-    names = _methods(methods, images)
     pyarrow()
     loaded_model = model is not None and not isinstance(model, (str, bytes)) and not hasattr(model, "__fspath__")
     if loaded_model and engine == "dask" or loaded_model and scheduler is not None:
@@ -185,6 +184,11 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     if loaded_model and not images and tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
     inputs = read_inputs(data, column=text_column, id_column=id_column, label_column=label_column, images=images)
+    names = _methods(methods, images)  # imports torch: after the input's own checks
+    from attnflow.core.flow import SOLVERS
+
+    if solver not in SOLVERS:  # else every row would fail with the same reason
+        raise AttnflowError(f"solver must be one of {', '.join(sorted(SOLVERS))}; got {solver!r}")
     model_name = None if model is None or loaded_model else str(model)
     if images and model_name is not None:  # text models are checked by loading their tokenizer below
         from attnflow.capture.load import check_model_path

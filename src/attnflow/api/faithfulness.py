@@ -224,12 +224,14 @@ class PassEstimate:
         minutes = self.seconds / 60
         shown = f"{minutes:.0f} min" if minutes >= 2 else f"{self.seconds:.0f} s"
         return (f"faithfulness on {self.tokens} tokens: up to {self.rows} forward passes, about {shown} "
-                f"(one pass over the input took {self.one_pass:.2f} s)")
+                f"(measured: {self.one_pass:.2f} s per pass over the whole input)")
 
 
-def estimate(predict: Callable[[list[list[int]]], np.ndarray], ids: list[int], ranked: int, rows: int,
-             fractions: Sequence[float], methods: int = 1) -> PassEstimate:
-    """Time one pass of ``predict`` over ``ids`` and scale it by the tokens the check will run: ``ranked``
+def estimate(model: Any, ids: list[int], ranked: int, rows: int, fractions: Sequence[float], methods: int = 1,
+             decoder: bool = True) -> PassEstimate:
+    """Time a pass of ``model`` over a few copies of ``ids`` (as many as a pass of the check holds, at
+    most 4: a pass reads every weight once, whatever it holds, so a one-sequence pass would overstate the
+    cost per token) and scale the cost per token by the tokens the check will run: ``ranked``
     leave-one-out deletions (each about half the input when passes continue a shared prefix, else all
     of it) and, per method and layer (``rows`` over ``methods`` methods) and fraction, a
     comprehensiveness and a sufficiency pass (together about one input's length). ``rows`` of the
@@ -237,14 +239,18 @@ def estimate(predict: Callable[[list[list[int]]], np.ndarray], ids: list[int], r
     import time
 
     n = len(ids)
-    predict([list(ids[:8])])  # the first pass of a process pays for one-off set-up: not part of the rate
-    started = time.perf_counter()
-    predict([list(ids)])
-    one = time.perf_counter() - started
+    copies = min(4, rows_per_pass(model, n))
+    timer = model_predict(model, decoder, copies, reuse_prefix=False)
+    times = []
+    for _ in range(2):  # the first pass of a shape pays one-off set-up (kernels, buffers): the faster one counts
+        started = time.perf_counter()
+        timer([list(ids)] * copies)
+        times.append(time.perf_counter() - started)
+    per_token = min(times) / (copies * max(n, 1))
     passes = 2 + ranked + methods + 2 * rows * len(fractions)
-    loo = ranked * (n / 2 if getattr(predict, "reuses_prefix", False) else n)
-    tokens = n + loo + rows * len(fractions) * n
-    return PassEstimate(rows=passes, tokens=n, seconds=one * tokens / max(n, 1), one_pass=one)
+    reuse = decoder and _cache_keyword(model) is not None
+    tokens = n + ranked * (n / 2 if reuse else n) + rows * len(fractions) * n
+    return PassEstimate(rows=passes, tokens=n, seconds=per_token * tokens, one_pass=per_token * n)
 
 
 def _input_ids(model: Any, tokenizer: Any, text: str, truncate: bool) -> list[int]:
@@ -308,7 +314,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         ranked = len(positions) if positions is not None else len(
             default_positions(len(ids), result.meta.get("special", ()), target))
         rows = sum(np.atleast_2d(result.row(m)).shape[0] for m in result.methods)
-        progress.estimate(estimate(predict, ids, ranked, rows, fractions, methods=len(result.methods)))
+        progress.estimate(estimate(model, ids, ranked, rows, fractions, methods=len(result.methods), decoder=decoder))
     found = evaluate(predict, ids, result, positions=positions, special=result.meta.get("special", ()),
                      target=target, fractions=fractions, fill_id=fill_id, progress=progress)
     found.label = _label(model, tokenizer, decoder, found.output)

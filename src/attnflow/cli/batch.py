@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from attnflow.cli.app import app
-from attnflow.errors import AttnflowError
 
 
 @app.command()
@@ -53,8 +52,6 @@ def batch(
 
     # transformers is quietened by attnflow.cli.main before it is imported; importing it here would cost
     # seconds before the checks of batch() (well under one) could refuse anything
-    if workers is not None and workers < 1:
-        raise AttnflowError(f"--workers must be a positive integer; got {workers}")
     progress = ProgressBar("rows", 1, "rows", Console(file=sys.stderr))
     console = Console()
     try:
