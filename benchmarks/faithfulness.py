@@ -109,10 +109,11 @@ def run(variant: str, args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=200)
-    parser.add_argument("--estimate-tokens", type=int, default=1000)
+    parser.add_argument("--estimate-tokens", type=int, default=1000, help="0: no estimates")
     parser.add_argument("--methods", default="rollout")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--child", default=None)
+    parser.add_argument("--variants", default="before,after", help="which to run (both for the ratios)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (peak GPU memory is then printed too)")
     parser.add_argument("--config", default=None, help="a folder with SmolLM2's config.json and tokenizer: random "
                         "weights of the same shapes (same work per pass; the numbers are not SmolLM2's)")
@@ -125,7 +126,7 @@ def main() -> None:
     print(f"{what}, {args.tokens} tokens, methods {args.methods}, torch threads {args.threads}, {args.device}; "
           f"load average at start {os.getloadavg()}", flush=True)
     results = {}
-    for variant in ("before", "after"):
+    for variant in args.variants.split(","):
         before_children = resource.getrusage(resource.RUSAGE_CHILDREN)
         found = run(variant, args)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -137,6 +138,8 @@ def main() -> None:
               f"{found['rss_peak'] - found['rss_before']:.0f} MiB above the loaded model and scores; "
               + (f"GPU peak {found['gpu_peak']:.0f} MiB above the model; " if found.get("gpu_peak") is not None else "")
               + f"load average {tuple(round(x, 2) for x in found['load'])}", flush=True)
+    if len(results) < 2:
+        return
     b, a = results["before"], results["after"]
     import numpy as np
 
@@ -150,7 +153,7 @@ def main() -> None:
     print(f"peak memory of the passes (RSS above the loaded model): before {grow_b:.0f} MiB, after {grow_a:.0f} MiB",
           flush=True)
     measured = a["seconds"]
-    for tokens in (args.tokens, args.estimate_tokens):  # the first one checks the estimate against the run above
+    for tokens in (args.tokens, args.estimate_tokens) if args.estimate_tokens else ():  # the first one checks the estimate against the run above
         args.tokens = tokens
         est = run("estimate", args)
         check = f" (measured above: {measured:.0f} s)" if tokens == a["tokens"] else ""

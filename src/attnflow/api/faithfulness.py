@@ -63,6 +63,17 @@ def _head(model: Any) -> str:
 MEMORY = 512 * 2**20
 
 
+def default_memory(device: Any) -> int:
+    """Activation memory per pass: :data:`MEMORY` on the CPU; on a GPU a quarter of its free memory, at
+    most 8 GiB (a GPU runs small passes no faster than large ones: their cost is the kernel launches)."""
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(min(free // 4, 8 * 2**30))
+    return MEMORY
+
+
 def _sizes(model: Any) -> dict[str, int]:
     config = getattr(model, "config", None)
     config = getattr(config, "text_config", None) or config
@@ -128,7 +139,7 @@ def _common_prefix(rows: list[list[int]]) -> int:
 
 
 def model_predict(model: Any, decoder: bool, batch_size: int | None = None, *, last_only: bool = True,
-                  reuse_prefix: bool = True, memory: int = MEMORY) -> Callable[[list[list[int]]], np.ndarray]:
+                  reuse_prefix: bool = True, memory: int | None = None) -> Callable[[list[list[int]]], np.ndarray]:
     """``predict`` for :func:`attnflow.evaluation.faithfulness.evaluate`: token-id lists -> logits
     ``(batch, outputs)``. Sequences of equal length run together, so no padding (and no question of
     pad tokens, position ids or left/right padding) ever enters the comparison.
@@ -138,11 +149,12 @@ def model_predict(model: Any, decoder: bool, batch_size: int | None = None, *, l
     alike (every deletion keeps the tokens before it) share one pass over their common prefix, whose
     KV cache the rest continue from (``reuse_prefix``; checked once against a full pass, and dropped
     if they disagree). Passes hold ``batch_size`` sequences, default as many as ``memory`` bytes of
-    activations allow (:func:`rows_per_pass`). ``last_only=False, reuse_prefix=False, batch_size=32``
+    activations allow (:func:`rows_per_pass`; default :func:`default_memory`). ``last_only=False, reuse_prefix=False, batch_size=32``
     is the plain path (every position's logits, no cache): the baseline of ``benchmarks/faithfulness.py``."""
     import copy
 
     device = next(model.parameters()).device
+    memory = memory if memory is not None else default_memory(device)
     last_only = last_only and decoder and _takes(model, "logits_to_keep")
     keyword = _cache_keyword(model) if decoder else None
     state = {"reuse": reuse_prefix and keyword is not None, "checked": False}
@@ -224,33 +236,46 @@ class PassEstimate:
         minutes = self.seconds / 60
         shown = f"{minutes:.0f} min" if minutes >= 2 else f"{self.seconds:.0f} s"
         return (f"faithfulness on {self.tokens} tokens: up to {self.rows} forward passes, about {shown} "
-                f"(measured: {self.one_pass:.2f} s per pass over the whole input)")
+                f"(one pass over the whole input: {self.one_pass:.2f} s)")
 
 
 def estimate(model: Any, ids: list[int], ranked: int, rows: int, fractions: Sequence[float], methods: int = 1,
              decoder: bool = True) -> PassEstimate:
-    """Time a pass of ``model`` over a few copies of ``ids`` (as many as a pass of the check holds, at
-    most 4: a pass reads every weight once, whatever it holds, so a one-sequence pass would overstate the
-    cost per token) and scale the cost per token by the tokens the check will run: ``ranked``
-    leave-one-out deletions (each about half the input when passes continue a shared prefix, else all
-    of it) and, per method and layer (``rows`` over ``methods`` methods) and fraction, a
-    comprehensiveness and a sufficiency pass (together about one input's length). ``rows`` of the
-    result counts the steps as :func:`attnflow.evaluation.faithfulness.evaluate` reports them."""
+    """The check's time from a cost model fitted on two timed passes over ``ids``: one sequence, and
+    as many copies as a pass of the check holds (at most 8). A pass costs ``a + b * tokens``: ``a`` is
+    reading every weight and launching every kernel once (what dominates a GPU, or a one-sequence pass
+    on a CPU), ``b`` the work per token. The check runs ``ranked`` leave-one-out deletions (each about
+    half the input, plus one pass over the shared prefix per pass, when passes continue a prefix's
+    cache; else all of it) and, per method and layer (``rows`` over ``methods`` methods) and fraction,
+    a comprehensiveness and a sufficiency sequence (together about one input's length), in passes as
+    :func:`model_predict` groups them. ``rows`` of the result counts the steps as
+    :func:`attnflow.evaluation.faithfulness.evaluate` reports them."""
+    import math
     import time
 
-    n = len(ids)
-    copies = min(4, rows_per_pass(model, n))
+    n = max(len(ids), 1)
+    copies = max(2, min(8, rows_per_pass(model, n, memory=default_memory(next(model.parameters()).device))))
     timer = model_predict(model, decoder, copies, reuse_prefix=False)
-    times = []
-    for _ in range(2):  # the first pass of a shape pays one-off set-up (kernels, buffers): the faster one counts
-        started = time.perf_counter()
-        timer([list(ids)] * copies)
-        times.append(time.perf_counter() - started)
-    per_token = min(times) / (copies * max(n, 1))
-    passes = 2 + ranked + methods + 2 * rows * len(fractions)
+
+    def timed(count: int) -> float:
+        times = []
+        for _ in range(2):  # the first pass of a shape pays one-off set-up (kernels, buffers): the faster counts
+            started = time.perf_counter()
+            timer([list(ids)] * count)
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    one, many = timed(1), timed(copies)
+    per_token = max(many - one, 0.0) / ((copies - 1) * n)
+    per_pass = max(one - per_token * n, 0.0)
     reuse = decoder and _cache_keyword(model) is not None
+    size = rows_per_pass(model, n, memory=default_memory(next(model.parameters()).device))
+    loo_passes = math.ceil(ranked / size) * (2 if reuse else 1)
+    aopc_passes = rows * len(fractions) * 2  # per level, its sequences differ in length: one pass each at worst
     tokens = n + ranked * (n / 2 if reuse else n) + rows * len(fractions) * n
-    return PassEstimate(rows=passes, tokens=n, seconds=per_token * tokens, one_pass=per_token * n)
+    seconds = per_pass * (1 + loo_passes + aopc_passes) + per_token * tokens
+    steps = 2 + ranked + methods + 2 * rows * len(fractions)
+    return PassEstimate(rows=steps, tokens=len(ids), seconds=seconds, one_pass=one)
 
 
 def _input_ids(model: Any, tokenizer: Any, text: str, truncate: bool) -> list[int]:
