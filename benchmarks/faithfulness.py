@@ -106,6 +106,20 @@ def run(variant: str, args: argparse.Namespace) -> dict:
     return found
 
 
+def ratios(b: dict, a: dict) -> None:
+    import numpy as np
+
+    loo_b = np.array([np.nan if v is None else v for v in b["loo"]], dtype=float)
+    loo_a = np.array([np.nan if v is None else v for v in a["loo"]], dtype=float)
+    scale = float(np.nanmax(np.abs(loo_b))) or 1.0
+    print(f"ratio before/after: wall {b['seconds'] / a['seconds']:.2f}x, CPU {b['cpu'] / a['cpu']:.2f}x; "
+          f"largest leave-one-out difference {float(np.nanmax(np.abs(loo_a - loo_b))):.2e} "
+          f"(largest drop {scale:.2f})")
+    grow_b, grow_a = b["rss_peak"] - b["rss_before"], a["rss_peak"] - a["rss_before"]
+    print(f"peak memory of the passes (RSS above the loaded model): before {grow_b:.0f} MiB, after {grow_a:.0f} MiB",
+          flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=200)
@@ -138,20 +152,10 @@ def main() -> None:
               f"{found['rss_peak'] - found['rss_before']:.0f} MiB above the loaded model and scores; "
               + (f"GPU peak {found['gpu_peak']:.0f} MiB above the model; " if found.get("gpu_peak") is not None else "")
               + f"load average {tuple(round(x, 2) for x in found['load'])}", flush=True)
-    if len(results) < 2:
-        return
-    b, a = results["before"], results["after"]
-    import numpy as np
+    if len(results) == 2:
+        ratios(results["before"], results["after"])
+    a = results.get("after") or results["before"]
 
-    loo_b = np.array([np.nan if v is None else v for v in b["loo"]], dtype=float)
-    loo_a = np.array([np.nan if v is None else v for v in a["loo"]], dtype=float)
-    scale = float(np.nanmax(np.abs(loo_b))) or 1.0
-    print(f"ratio before/after: wall {b['seconds'] / a['seconds']:.2f}x, CPU {b['cpu'] / a['cpu']:.2f}x; "
-          f"largest leave-one-out difference {float(np.nanmax(np.abs(loo_a - loo_b))):.2e} "
-          f"(largest drop {scale:.2f})")
-    grow_b, grow_a = b["rss_peak"] - b["rss_before"], a["rss_peak"] - a["rss_before"]
-    print(f"peak memory of the passes (RSS above the loaded model): before {grow_b:.0f} MiB, after {grow_a:.0f} MiB",
-          flush=True)
     measured = a["seconds"]
     for tokens in (args.tokens, args.estimate_tokens) if args.estimate_tokens else ():  # the first one checks the estimate against the run above
         args.tokens = tokens
