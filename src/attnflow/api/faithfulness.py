@@ -149,10 +149,8 @@ def model_predict(model: Any, decoder: bool, batch_size: int | None = None, *, l
     alike (every deletion keeps the tokens before it) share one pass over their common prefix, whose
     KV cache the rest continue from (``reuse_prefix``; checked once against a full pass, and dropped
     if they disagree). Passes hold ``batch_size`` sequences, default as many as ``memory`` bytes of
-    activations allow (:func:`rows_per_pass`; default :func:`default_memory`). ``last_only=False, reuse_prefix=False, batch_size=32``
-    is the plain path (every position's logits, no cache): the baseline of ``benchmarks/faithfulness.py``."""
-    import copy
-
+    activations allow (:func:`rows_per_pass`; default :func:`default_memory`).
+    ``last_only=False, reuse_prefix=False, batch_size=32`` is the plain path (every position's logits, no cache): the baseline of ``benchmarks/faithfulness.py``."""
     device = next(model.parameters()).device
     memory = memory if memory is not None else default_memory(device)
     last_only = last_only and decoder and _takes(model, "logits_to_keep")
@@ -175,14 +173,13 @@ def model_predict(model: Any, decoder: bool, batch_size: int | None = None, *, l
         out = model(input_ids=head, attention_mask=torch.ones_like(head), use_cache=True,
                     **({"logits_to_keep": 1} if last_only else {}))
         past = out.get("cache", None) or out.get("past_key_values", None)
-        past = copy.deepcopy(past) if len(rows) > 1 else past
-        if len(rows) > 1:
+        if len(rows) > 1:  # this pass's own cache: repeated in place, once per row
             past.batch_repeat_interleave(len(rows))
         tail = torch.tensor([r[p:] for r in rows], dtype=torch.long, device=device)
         return forward(tail, past, p).logits[:, -1]
 
     def run(rows: list[list[int]]) -> Any:
-        p = _common_prefix(rows) if state["reuse"] and len(rows[0]) > 1 else 0
+        p = _common_prefix(rows) if state["reuse"] and len(rows) > 1 else 0  # one row: nothing to share
         p = min(p, len(rows[0]) - 1)  # at least the last token runs, to give its logits
         if p < 8:
             return plain(rows)
