@@ -129,7 +129,7 @@ def main() -> None:
     parser.add_argument("--child", default=None)
     parser.add_argument("--variants", default="before,after", help="which to run (both for the ratios)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (peak GPU memory is then printed too)")
-    parser.add_argument("--config", default=None, help="a folder with SmolLM2's config.json and tokenizer: random "
+    parser.add_argument("--config", default=None, help="a folder with SmolLM2's config.json and tokenizer files (copied from its cached copy, e.g. ~/.cache/attnflow/smollm2-135m): random "
                         "weights of the same shapes (same work per pass; the numbers are not SmolLM2's)")
     args = parser.parse_args()
     if args.child:
