@@ -16,7 +16,7 @@ _LAZY = {
     "BatchRun": "batch", "batch": "batch", "faithfulness": "faithfulness", "faithfulness_report": "faithfulness",
     "generate": "generate", "IMAGE_METHODS": "images", "explain_image": "images", "FLOW_ALL_MAX": "text",
     "MAPS_ALL_MAX": "text", "TEXT_METHODS": "text", "explain": "text", "explain_attentions": "text",
-    "explain_maps": "text",
+    "explain_maps": "text", "Loaded": "models", "register_architecture": "models", "resolve": "models",
 }
 
 __all__ = sorted(_LAZY)

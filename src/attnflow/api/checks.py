@@ -1,7 +1,7 @@
 """What an entry point refuses before any model loads, in one place: :func:`attnflow.explain` and
 :func:`attnflow.batch` (and the ``batch`` command, before it imports torch) call these same functions.
 
-- :func:`check_settings`: the settings' values (residual, head fusion, weighting, causal norm, target).
+- The settings' values are checked by :class:`attnflow.config.Settings` (its one ``check``).
 - :func:`check_text_model`: a model folder against those settings, from its ``config.json`` alone (a
   refused family, an encoder-decoder where text is explained, the norm weighting on a family whose
   value projections the architecture table does not know, receptive-field normalisation for a model
@@ -17,47 +17,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import numbers
 import re
 import socket
 from pathlib import Path
 from typing import Any
 
 from attnflow.errors import AttnflowError
-
-HEAD_FUSIONS = ("mean", "max", "min")
-WEIGHTINGS = ("attention", "norm")
-CAUSAL_NORMS = (None, "keys", "sink")
-
-
-def check_target(target: Any) -> Any:
-    """Refuse a target that names no position, before anything is loaded; returns it with a digit
-    string turned into an int."""
-    if isinstance(target, str) and target.lstrip("-").isdigit():
-        return int(target)
-    if target is None or target in ("cls", "last") or (isinstance(target, numbers.Integral)
-                                                      and not isinstance(target, bool)):
-        return target
-    raise AttnflowError(f"target must be 'cls', 'last' or a token position such as 0 or -1; "
-                        f"got {target!r}")
-
-
-def check_settings(*, residual: Any = 0.5, head_fusion: Any = "mean", weighting: Any = "attention",
-                   causal_norm: Any = None, target: Any = None, methods: Any = ()) -> Any:
-    """Refuse a setting outside its allowed values; returns ``target`` as :func:`check_target` does."""
-    if isinstance(residual, bool) or not isinstance(residual, numbers.Real) or not 0.0 <= float(residual) <= 1.0:
-        raise AttnflowError(f"residual must be a number in [0, 1] (0.5: the paper's (W + I) / 2); "
-                            f"got {residual!r}")
-    if head_fusion not in HEAD_FUSIONS:
-        raise AttnflowError(f"head_fusion must be 'mean', 'max' or 'min'; got {head_fusion!r}")
-    if weighting not in WEIGHTINGS:
-        raise AttnflowError(f"weighting must be 'attention' or 'norm'; got {weighting!r}")
-    if causal_norm not in CAUSAL_NORMS:
-        raise AttnflowError(f"causal_norm must be None, 'keys' or 'sink'; got {causal_norm!r}")
-    if weighting == "norm" and "grad-rollout" in (methods or ()):
-        raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
-                            "use weighting='attention' for it")
-    return check_target(target)
 
 
 def _config(name: str) -> dict | None:
@@ -101,6 +66,14 @@ def check_text_model(name: str, *, weighting: str = "attention", causal_norm: st
                             f"use weighting 'attention' (--weighting attention), or a family it covers "
                             f"({', '.join(sorted(PROJECTIONS)[:6])}, ...)")
     return task
+
+
+def refuse_unsupported_folder(name: str) -> None:
+    """A model folder of a refused family (Mamba, Swin, ...), from its ``config.json``: the app lists no
+    model it would refuse when a job runs."""
+    from attnflow.capture.architectures import refuse_unsupported_path
+
+    refuse_unsupported_path(name)
 
 
 # ------------------------------------------------------------------------------ where it runs

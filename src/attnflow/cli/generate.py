@@ -11,7 +11,7 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.explain import WEIGHTING_HELP, CausalNorm, Weighting
+from attnflow.cli.options import CausalNorm, Weighting, model_option, option
 from attnflow.cli.outputs import check_outputs
 from attnflow.errors import AttnflowError
 
@@ -19,17 +19,17 @@ from attnflow.errors import AttnflowError
 @app.command()
 def generate(
     prompt: str = typer.Argument(..., help="The prompt, quoted."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A decoder ('smollm2', installed from PyPI) or an "
-                                        "encoder-decoder (T5, BART, Marian, ...): a folder, a .gguf file or a hub id. "
-                                        "Default: the installed SmolLM2."),
+    model: Optional[str] = model_option("A decoder ('smollm2', installed from PyPI) or an encoder-decoder (T5, BART, "
+                                        "Marian, ...): a folder, a .gguf file or a hub id. Default: the installed "
+                                        "SmolLM2."),
     max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", help="How many tokens to generate at most."),
     token: Optional[str] = typer.Option(None, help="Generated token to plot: 0-based index (negative from the end) or its text. Default: the first."),
     top: int = typer.Option(3, min=1, help="How many prompt tokens to list per generated token."),
     content_only: bool = typer.Option(False, "--content-only", help="Leave punctuation and very common words out of the ranking."),
     sample: bool = typer.Option(False, help="Sample instead of greedy decoding."),
     seed: int = typer.Option(0, help="Random seed for --sample."),
-    causal_norm: Optional[CausalNorm] = typer.Option(None, help="Receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
-    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
+    causal_norm: Optional[CausalNorm] = option("causal_norm"),
+    weighting: Weighting = option("weighting"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained interactive HTML report."),
@@ -49,9 +49,10 @@ def generate(
     import torch
 
     from attnflow.api import generate as generate_text
-    from attnflow.capture.load import cached_model
+    from attnflow.api.models import resolve
 
-    lm, tokenizer = cached_model(model, task="generation")
+    loaded = resolve(model, task="generation")
+    lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
     result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
                            causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)

@@ -75,10 +75,10 @@
         input.type = "checkbox";
         input.value = name;
         input.dataset.method = name;
-        const usable = name !== "grad-rollout" || e.classifier;
+        const usable = !options.classifier_methods.includes(name) || e.classifier;
         input.disabled = !usable;
         input.checked = usable;
-        if (!usable) label.title = "grad-rollout explains a classifier's predicted class; this model is not a classifier";
+        if (!usable) label.title = `${name} explains a classifier's predicted class; this model is not a classifier`;
         label.append(input, document.createTextNode(` ${name}`));
         box.appendChild(label);
       });
@@ -335,6 +335,8 @@
     options.weightings.forEach((w) => option($("weighting"), w.name, w.label));
     $("weighting").disabled = options.weightings.length === 1;
     options.head_fusions.forEach((h) => option($("head-fusion"), h, h));
+    Object.assign($("residual"), { min: options.residual.min, max: options.residual.max,
+                                   value: options.residual.default });
     options.causal_norms.forEach((c) => option($("causal-norm"), c, c));
     options.filters.forEach((f) => {
       const label = document.createElement("label");
