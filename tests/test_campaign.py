@@ -75,7 +75,7 @@ def test_batch_refuses_up_front_leaves_nothing_and_the_corrected_rerun_works(wor
     out = ["--out", "run"]
     port = _free_port()
     cases = [
-        (["--residual", "2"], "residual must be a number in [0, 1]"),
+        (["--residual", "2"], "'--residual'"),
         (["--weighting", "norm", "--model", str(inputs / "falcon")], "the norm weighting needs"),
         (["--model", str(inputs / "t5")], "is an encoder-decoder model"),
         (["--model", str(inputs / "mamba")], "'mamba' models cannot be explained"),
@@ -87,7 +87,7 @@ def test_batch_refuses_up_front_leaves_nothing_and_the_corrected_rerun_works(wor
         (["--scheduler", str(inputs / "missing.json")], "does not exist"),
         (["--shard-size", "0"], "shard_size (--shard-size) must be a positive integer; got 0"),
         (["--target", "middle"], "target must be 'cls', 'last' or a token position"),
-        (["--head-fusion", "median"], "head_fusion must be 'mean', 'max' or 'min'"),
+        (["--head-fusion", "median"], "'--head-fusion'"),
         (["--device", "tpu"], "device (--device) must be auto, cpu, cuda or cuda:N"),
         (["--engine", "ray"], "engine (--engine) must be one of auto, dask, local"),
     ]
@@ -134,6 +134,13 @@ def test_python_batch_failing_before_its_first_shard_leaves_no_trace(work, minil
     assert sorted(folder.iterdir()) == [folder / "mine"] and list((folder / "mine").iterdir()) == []
     run = attnflow.batch(TEXTS, out=folder / "mine", engine="local")  # the lock was released
     assert run.explained == 2
+    for settings, message in (({"residual": 2}, r"residual must be a number in \[0, 1\]"),
+                              ({"head_fusion": "median"}, "head_fusion must be"),
+                              ({"weighting": "norm", "methods": "grad-rollout"}, "no norm weighting"),
+                              ({"device": "cuda:7"}, "CUDA")):
+        with pytest.raises(attnflow.AttnflowError, match=message):
+            attnflow.batch(TEXTS, out=folder / "settings", engine="local", **settings)
+        assert not (folder / "settings").exists()
     with pytest.raises(attnflow.AttnflowError, match="cannot reach the Dask scheduler"):
         attnflow.batch(TEXTS, out=folder / "dask", scheduler=f"tcp://127.0.0.1:{_free_port()}")
     assert not (folder / "dask").exists()

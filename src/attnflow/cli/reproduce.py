@@ -58,10 +58,10 @@ def reproduce(
         raise AttnflowError(f"--gradient must be one of {', '.join(GRADIENTS)}; got {gradient!r}")
     if include_cls and protocol != "words":
         raise AttnflowError("--include-cls applies to --protocol words; the paper protocol always ranks CLS")
-    from attnflow.core.flow import SOLVERS
+    from attnflow.config.settings import choices
 
-    if solver not in SOLVERS:
-        raise AttnflowError(f"--solver must be one of {', '.join(sorted(SOLVERS))}; got {solver!r}")
+    if solver not in choices("solver"):
+        raise AttnflowError(f"--solver must be one of {', '.join(choices('solver'))}; got {solver!r}")
     check_agreement_model(model)
     # Before the run, so a bad --out fails in a second, not after minutes of work; the folder itself is
     # created only when there is something to write into it (a refusal or Ctrl-C leaves nothing behind).
