@@ -35,16 +35,16 @@ def _config(name: str) -> dict | None:
 
 
 def check_text_model(name: str, *, weighting: str = "attention", causal_norm: str | None = None,
-                     what: str = "explain") -> str:
+                     what: str = "explain") -> None:
     """Refuse a model folder (or a hub id, as far as its name tells) that cannot give text results with
-    these settings; returns its task ("classification", "causal-lm", "encoder", or "" when unknown)."""
+    these settings."""
     from attnflow.capture.architectures import PROJECTIONS, architecture, model_type, refuse_unsupported
     from attnflow.capture.load import check_model_path, model_task
 
     check_model_path(name)
     config = _config(name)
     if config is None:
-        return ""
+        return
     refuse_unsupported(config)
     if config.get("is_encoder_decoder"):
         raise AttnflowError(f"{name!r} is an encoder-decoder model ({model_type(config) or 'no model_type'}); "
@@ -55,17 +55,16 @@ def check_text_model(name: str, *, weighting: str = "attention", causal_norm: st
     if row is not None and row.family == "vision":
         raise AttnflowError(f"{name!r} is a vision model ({model_type(config)}); {what} takes text models here: "
                             "use explain-image (or batch --images) for images")
-    task = model_task(name)
-    if causal_norm is not None and task not in ("causal-lm", ""):
-        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
-                            "(its queries see the whole input): drop --causal-norm")
     if weighting == "norm" and model_type(config) not in PROJECTIONS:
         kind = model_type(config) or "no model_type"
         raise AttnflowError(f"the norm weighting needs each attention layer's value and output projections, and "
                             f"the architecture table does not name them for {kind!r} models ({name!r}); "
                             f"use weighting 'attention' (--weighting attention), or a family it covers "
                             f"({', '.join(sorted(PROJECTIONS)[:6])}, ...)")
-    return task
+    # the task only when needed: reading a class's head may consult transformers' mappings (torch)
+    if causal_norm is not None and model_task(name) not in ("causal-lm", ""):
+        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
+                            "(its queries see the whole input): drop --causal-norm")
 
 
 def refuse_unsupported_folder(name: str) -> None:

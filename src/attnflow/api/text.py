@@ -21,7 +21,7 @@ import numpy as np
 from attnflow.api.checks import check_text_model
 from attnflow.api.models import is_name, loaded_name, resolve
 from attnflow.capture import capture
-from attnflow.capture.load import cached_tokenizer, resolve_model
+from attnflow.capture.load import cached_tokenizer, model_task, resolve_model
 from attnflow.capture.text import is_causal
 from attnflow.capture.vocabulary import warn_unknown_words
 from attnflow.config import registry
@@ -118,7 +118,8 @@ def _before_loading(text: str, name: str, settings: Settings) -> None:
     """What can be refused from the config and the tokenizer alone, before the model's weights load
     (:func:`attnflow.api.checks.check_text_model`, as :func:`attnflow.batch` does), then a target
     outside the input."""
-    task = check_text_model(name, weighting=settings.weighting, causal_norm=settings.causal_norm)
+    check_text_model(name, weighting=settings.weighting, causal_norm=settings.causal_norm)
+    task = model_task(name)
     tokenizer = cached_tokenizer(name)
     if not settings.truncate:  # truncation changes the length; the target is then checked after capture
         ids = tokenizer(text)["input_ids"]
