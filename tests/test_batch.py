@@ -157,7 +157,7 @@ def test_refusals_name_the_problem(tmp_path, monkeypatch, capsys):
         (["batch", str(data), "--methods", "rollout,magic"], "magic"),
         (["batch", str(data), "--model", str(tmp_path / "nope")], "does not exist"),
         (["batch", str(data), "--scheduler", "tcp://127.0.0.1:1", "--engine", "local"], "local engine"),
-        (["batch", str(data), "--shard-size", "0"], "shard_size must be a positive integer"),
+        (["batch", str(data), "--shard-size", "0"], "(--shard-size) must be a positive integer"),
     ]
     for args, message in cases:
         code, _, err = run_cli(monkeypatch, capsys, *args, "--out", str(tmp_path / "out"))

@@ -24,8 +24,7 @@ from attnflow.api.batching.inputs import Inputs, read_inputs
 from attnflow.api.batching.plan import fingerprint, plan, token_lengths
 from attnflow.api.batching.shard import Settings, ShardOutput, ShardTask
 from attnflow.api.batching.store import SHARD_KEY, Store
-from attnflow.api.models import is_name
-from attnflow.api.text import refuse_norm_with_gradients, resolve_methods
+from attnflow.api.checks import check_device, check_scheduler, check_text_model
 from attnflow.config.settings import UNSET
 from attnflow.config.settings import Settings as Explanation
 from attnflow.errors import AttnflowError
@@ -88,29 +87,55 @@ class BatchRun:
                 f"{self.seconds:.1f} s, start-up included; engine: {self.engine})")
 
 
-def _check(options: dict, images: bool) -> list[str]:
-    methods = options["methods"]
-    if isinstance(methods, str) and "," in methods:
-        methods = [m.strip() for m in methods.split(",") if m.strip()]
-    names, _ = resolve_methods(methods, "image" if images else "text")
+def check(options: dict, images: bool) -> None:
+    """Every refusal that needs neither torch nor the data (no model loads; well under a second): the
+    settings, the model folder against them (:mod:`attnflow.api.checks`, the functions
+    :func:`attnflow.explain` calls), the device, the scheduler, the engine and the shard sizes."""
     if options["engine"] not in ENGINES:
-        raise AttnflowError(f"engine must be one of {', '.join(ENGINES)}; got {options['engine']!r}")
-    if options["device"] not in DEVICES and not str(options["device"]).startswith("cuda:"):
-        raise AttnflowError(f"device must be one of {', '.join(DEVICES)} or cuda:N; got {options['device']!r}")
+        raise AttnflowError(f"engine (--engine) must be one of {', '.join(ENGINES)}; got {options['engine']!r}")
     for name in ("shard_size", "batch_size"):
         value = options[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise AttnflowError(f"{name} must be a positive integer; got {value!r}")
+            raise AttnflowError(f"{name} (--{name.replace('_', '-')}) must be a positive integer; got {value!r}")
     workers = options["workers"]
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise AttnflowError(f"workers must be a positive integer; got {workers!r}")
+        raise AttnflowError(f"workers (--workers) must be a positive integer; got {workers!r}")
     if options["engine"] == "local" and (options["scheduler"] is not None or workers is not None):
-        raise AttnflowError("the local engine runs in this process: drop scheduler/workers or use engine='dask'")
-    target = options["target"]
+        raise AttnflowError("the local engine runs in this process: drop scheduler/workers (--scheduler, "
+                            "--workers) or use engine 'dask'")
+    target = options["target"]  # checked with the other settings (attnflow.config.Settings.check)
     if images and options["maps"]:
-        raise AttnflowError("full maps are for text: an image result has one target, the read-out")
+        raise AttnflowError("full maps are for text (drop --maps): an image result has one target, the read-out")
     if images and target is not None:
-        raise AttnflowError("images explain the classifier's read-out; drop target")
+        raise AttnflowError("images explain the classifier's read-out; drop target (--target)")
+    if options["scheduler"] is None:  # a cluster's workers have their own devices
+        check_device(options["device"])
+    elif str(options["device"]) not in DEVICES and not str(options["device"]).startswith("cuda:"):
+        raise AttnflowError(f"device (--device) must be one of {', '.join(DEVICES)} or cuda:N; "
+                            f"got {options['device']!r}")
+    check_scheduler(options["scheduler"])
+    model = options["model"]
+    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__") or model is None:
+        from attnflow.capture.load import check_model_path, resolve_model
+
+        if images:
+            if model is not None:
+                check_model_path(str(model))
+                from attnflow.capture.architectures import refuse_unsupported_path
+
+                refuse_unsupported_path(str(model))
+        else:
+            check_text_model(resolve_model(model), weighting=options["weighting"],
+                             causal_norm=options["causal_norm"], what="batch")
+
+
+def _methods(methods: Any, images: bool) -> list[str]:
+    """The methods' names, from the method registry (no torch needed)."""
+    from attnflow.config import registry
+
+    if isinstance(methods, str) and "," in methods:
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    names, _ = registry.resolve(methods, "image" if images else "text")
     return names
 
 
@@ -153,10 +178,17 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     target, residual, head_fusion, solver = explained.target, explained.residual, explained.head_fusion, explained.solver
     causal_norm, truncate, weighting = explained.causal_norm, explained.truncate, explained.weighting
     options = dict(methods=methods, head_fusion=head_fusion, engine=engine, device=device, shard_size=shard_size,
-                   batch_size=batch_size, workers=workers, scheduler=scheduler, target=target, maps=maps)
-    names = _check(options, images)
-    refuse_norm_with_gradients(names, explained)
+                   batch_size=batch_size, workers=workers, scheduler=scheduler, target=target, maps=maps,
+                   residual=residual, weighting=weighting, causal_norm=causal_norm, model=model)
+    check(options, images)  # nothing is created under ``out`` before every check has passed
+    names = _methods(methods, images)
+    if weighting == "norm" and "grad-rollout" in names:
+        from attnflow.api.text import refuse_norm_with_gradients
+
+        refuse_norm_with_gradients(names, explained)
     pyarrow()
+    from attnflow.api.models import is_name
+
     loaded_model = not is_name(model)
     if loaded_model and engine == "dask" or loaded_model and scheduler is not None:
         raise AttnflowError("pass the model as a path or hub id for the Dask engine (each worker loads it once); "
@@ -190,6 +222,9 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     try:
         return _run(store, inputs, shards, settings, started, progress=progress, engine=engine, scheduler=scheduler,
                     workers=workers, model=model if loaded_model else None, tokenizer=tokenizer)
+    except BaseException:
+        store.discard_if_empty()  # a run that failed before its first shard leaves no trace
+        raise
     finally:
         store.close()
 

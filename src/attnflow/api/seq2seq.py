@@ -34,8 +34,24 @@ Progress = Callable[[int, int], None]
 def _loaded(model: Any, tokenizer: Any) -> tuple[Any, Any, str]:
     if model is None:
         raise AttnflowError("pass an encoder-decoder model (a folder, hub id or loaded model)")
+    if is_name(model):
+        _refuse_not_seq2seq(str(model))
     loaded = resolve(model, tokenizer, task="seq2seq")
     return loaded.model, loaded.tokenizer, str(model) if is_name(model) else loaded.name
+
+
+def _refuse_not_seq2seq(name: str) -> None:
+    """From the config alone: a target text needs an encoder-decoder model (an encoder or a decoder would
+    otherwise fail inside transformers with "Unrecognized configuration class")."""
+    from attnflow.capture.load import is_encoder_decoder_path, model_task, resolve_model
+
+    folder = resolve_model(name)
+    task = model_task(folder)
+    if task and not is_encoder_decoder_path(folder):
+        kind = {"causal-lm": "a decoder", "classification": "a classifier"}.get(task, "an encoder")
+        raise AttnflowError(f"a target text (--target-text, target_text=) is for encoder-decoder models (T5, BART, "
+                            f"Marian, ...); {name!r} is {kind}: drop --target-text to explain the text itself"
+                            + (" (or use attnflow generate to explain what it writes)" if task == "causal-lm" else ""))
 
 
 def _as_block(record: registry.Method, values: np.ndarray, targets: list[int], n_layers: int) -> Block:

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from attnflow.api.methods import as_block
+from attnflow.api.checks import check_text_model
 from attnflow.api.models import is_name, loaded_name, resolve
 from attnflow.capture import capture
-from attnflow.capture.load import cached_tokenizer, check_model_path, model_task, resolve_model
+from attnflow.capture.load import cached_tokenizer, model_task, resolve_model
 from attnflow.capture.text import is_causal
 from attnflow.capture.vocabulary import warn_unknown_words
 from attnflow.config import registry
@@ -115,13 +116,11 @@ def _check_text(text: Any) -> None:
 
 
 def _before_loading(text: str, name: str, settings: Settings) -> None:
-    """What can be refused from the config and the tokenizer alone, before the model's weights load:
-    receptive-field normalisation for a model that is no decoder, a target outside the input."""
-    check_model_path(name)
+    """What can be refused from the config and the tokenizer alone, before the model's weights load
+    (:func:`attnflow.api.checks.check_text_model`, as :func:`attnflow.batch` does), then a target
+    outside the input."""
+    check_text_model(name, weighting=settings.weighting, causal_norm=settings.causal_norm)
     task = model_task(name)
-    if settings.causal_norm is not None and task not in ("causal-lm", ""):
-        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
-                            "(its queries see the whole input)")
     tokenizer = cached_tokenizer(name)
     if not settings.truncate:  # truncation changes the length; the target is then checked after capture
         ids = tokenizer(text)["input_ids"]

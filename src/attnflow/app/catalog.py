@@ -117,9 +117,11 @@ def folder_entry(path: str) -> Entry:
             raise AttnflowError(f"{name!r} looks like a hub id; the app takes local model folders (download it first)")
         raise AttnflowError(f"model path {name!r} does not exist")
     folder = folder.resolve()
+    from attnflow.api.checks import refuse_unsupported_folder
     from attnflow.api.models import check_model_path
 
     check_model_path(str(folder))
+    refuse_unsupported_folder(str(folder))  # a refused family (Mamba, ...) is never listed, not refused per job
     if not folder.is_dir():
         raise AttnflowError(f"{name!r} is a file; give the model's folder (the one holding config.json)")
     kind, classifier = kind_of(str(folder))

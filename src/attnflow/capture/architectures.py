@@ -40,11 +40,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from attnflow.errors import AttnflowError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -368,6 +369,8 @@ def stack_attentions(attentions: Sequence[torch.Tensor], model: Any, dim: int = 
     """Stack per-layer attention ``(batch, heads, n, n)`` along ``dim`` (float32, CPU) after checking
     that every layer is the same square map; otherwise refuse with the model type, instead of
     ``torch.stack``'s error (windowed and pooled models change the token set between layers)."""
+    import torch  # here, not at the top: the table is read before torch loads (attnflow.api.checks)
+
     shapes = [tuple(a.shape) for a in attentions]
     if any(len(s) != 4 or s[-1] != s[-2] or s != shapes[0] for s in shapes):
         name = model_type(model) or type(model).__name__
@@ -384,6 +387,8 @@ def _boolean_mask_as_bias(module: Any, args: tuple, kwargs: dict) -> tuple[tuple
     to the scores: +1 for visible keys, +0 for hidden ones, so future tokens stay visible. Turn it into
     the additive bias (0 / most negative) that the eager path expects; sdpa, the model's default, reads
     the boolean mask correctly, so this makes eager attention (whose weights attnflow needs) agree with it."""
+    import torch
+
     mask = kwargs.get("attention_mask")
     if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
         hidden = args[0] if args else kwargs.get("hidden_states")

@@ -154,6 +154,8 @@ def open_image(path: str | Path) -> Any:
     from PIL import Image, UnidentifiedImageError
 
     p = Path(path)
+    if p.is_dir():
+        raise AttnflowError(f"{str(p)!r} is a folder; give an image file (.png, .jpg, ...) inside it")
     if not p.is_file():
         raise AttnflowError(f"image file {str(p)!r} does not exist")
     try:

@@ -9,7 +9,6 @@ import typer
 
 from attnflow.cli.app import app
 from attnflow.cli.options import HeadFusion, Weighting, method_help, option
-from attnflow.errors import AttnflowError
 
 
 @app.command()
@@ -36,7 +35,9 @@ def batch(
     device: str = typer.Option("auto", help="auto (a GPU where a worker has one), cpu or cuda."),
 ) -> None:
     """Explain every row of INPUT and write one Parquet row per input and method to OUT/rows/
-    (schema: docs/batch.md); failed rows go to OUT/errors.jsonl with the reason. Examples:
+    (schema: docs/batch.md); failed rows go to OUT/errors.jsonl with the reason.
+
+    Examples:
 
         attnflow batch data.jsonl --methods rollout,flow --target cls --out out/run
 
@@ -48,12 +49,10 @@ def batch(
 
     from attnflow.api.batch import BatchInterrupted
     from attnflow.api.batch import batch as run_batch
-    from attnflow.api.models import quiet_transformers
     from attnflow.cli.progress import ProgressBar
 
-    quiet_transformers()
-    if workers is not None and workers < 1:
-        raise AttnflowError(f"--workers must be a positive integer; got {workers}")
+    # transformers is quietened by attnflow.cli.main before it is imported; importing it here would cost
+    # seconds before the checks of batch() (well under one) could refuse anything
     progress = ProgressBar("rows", 1, "rows", Console(file=sys.stderr))
     console = Console()
     try:

@@ -51,14 +51,17 @@ def explain(
     """Show which input tokens the TARGET position draws on, layer by layer.
 
     Rollout multiplies the residual-augmented attention of every layer; flow treats attention as
-    edge capacities and computes max-flows (exact, slower). Example:
+    edge capacities and computes max-flows (exact, slower).
+
+    Example:
 
         attnflow explain "the key to the cabinets" --method all --png out.png --html report.html
         attnflow explain "the keys to the cabinet" --target-text "die Schlüssel zum Schrank" --model MT_MODEL
     """
     # Everything that can be refused without a model is refused before torch is even imported.
     check_text(text)
-    check_target_option(target)
+    if target_text is None:  # with a target text, --target may also name a target token by its text
+        check_target_option(target)
     check_outputs(json=json_out, png=png_out, html=html_out)
     from attnflow.api import explain as explain_text
     from attnflow.api import explain_maps

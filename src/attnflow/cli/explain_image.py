@@ -32,7 +32,9 @@ def explain_image(
     """Overlay each patch's relevance for the model's prediction on the image.
 
     The explained position is the CLS token (or the mean of the patches for mean-pooled models);
-    the overlays show the top layer. Example:
+    the overlays show the top layer.
+
+    Example:
 
         attnflow explain-image digit.png --method grad-rollout --png overlay.png
     """

@@ -33,7 +33,9 @@ def reproduce(
     include_cls: bool = typer.Option(False, help="With --protocol words: rank the CLS token too."),
 ) -> None:
     """Correlate raw attention, rollout and flow (CLS row, per layer) with blank-out and input-gradient
-    importance on the subject-verb agreement test set, as in the paper's section 4. Examples:
+    importance on the subject-verb agreement test set, as in the paper's section 4.
+
+    Examples:
 
         attnflow reproduce --examples 200
 
@@ -56,12 +58,17 @@ def reproduce(
         raise AttnflowError(f"--gradient must be one of {', '.join(GRADIENTS)}; got {gradient!r}")
     if include_cls and protocol != "words":
         raise AttnflowError("--include-cls applies to --protocol words; the paper protocol always ranks CLS")
+    from attnflow.config.settings import choices
+
+    if solver not in choices("solver"):
+        raise AttnflowError(f"--solver must be one of {', '.join(choices('solver'))}; got {solver!r}")
     check_agreement_model(model)
-    try:  # before the run, so a bad --out fails in a second, not after minutes of work
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
-    check_writable(out, f"cannot write into --out {str(out)!r}")
+    # Before the run, so a bad --out fails in a second, not after minutes of work; the folder itself is
+    # created only when there is something to write into it (a refusal or Ctrl-C leaves nothing behind).
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir():
+        raise AttnflowError(f"--out must be a folder; {str(existing)!r} is a file")
+    check_writable(existing, f"cannot write into --out {str(out)!r}")
     # Matrices of at most 64 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     if data == "ptb" and model is None:  # train it (first use) before the progress bar starts
@@ -78,6 +85,10 @@ def reproduce(
     note = residue_note(run)
     if note:
         console.print(note, style="yellow")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AttnflowError(f"--out must be a folder that can be created; {str(out)!r}: {exc.strerror}") from exc
     write_csv(run, out / "reproduction.csv")
     write_plot(run, out / "reproduction.png")
     console.print(f"wrote {out / 'reproduction.csv'} and {out / 'reproduction.png'}")

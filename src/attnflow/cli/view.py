@@ -26,7 +26,9 @@ def view(
     title: Optional[str] = typer.Option(None, help="Page or figure title (default: the input text)."),
     id: Optional[str] = typer.Option(None, "--id", help="With a batch folder: the id of the input to show."),
 ) -> None:
-    """Show a saved RESULT without running a model again. Example:
+    """Show a saved RESULT without running a model again.
+
+    Example:
 
         attnflow explain "the keys to the cabinet" --method all --json r.json
         attnflow view r.json --html report.html --png panels.png

@@ -76,16 +76,24 @@ class _Outputs:
     def logits(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         keys = [tuple(int(i) for i in ids) for ids in batch]
         todo = list(dict.fromkeys(k for k in keys if k not in self._cache))
-        if todo:
-            out = np.asarray(_numpy(self._predict([list(k) for k in todo])), dtype=np.float64)
-            if out.ndim != 2 or out.shape[0] != len(todo):
-                raise AttnflowError(f"predict must return logits of shape (batch, outputs) = ({len(todo)}, ...); "
+        # ``predict.batch_size`` sequences per call (default: all at once), progress after each: a bar
+        # over one call of a few hundred sequences would sit still, then jump
+        step = max(1, int(getattr(self._predict, "batch_size", 0) or len(todo) or 1))
+        for start in range(0, len(todo), step):
+            part = todo[start:start + step]
+            out = np.asarray(_numpy(self._predict([list(k) for k in part])), dtype=np.float64)
+            if out.ndim != 2 or out.shape[0] != len(part):
+                raise AttnflowError(f"predict must return logits of shape (batch, outputs) = ({len(part)}, ...); "
                                     f"got {out.shape}")
-            self._cache.update(zip(todo, out))
+            self._cache.update(zip(part, out))
+            self._report(self.done + start + len(part))
         self.done += len(keys)
-        if self._progress is not None:
-            self._progress(min(self.done, self.total), max(self.total, self.done))
+        self._report(self.done)
         return np.stack([self._cache[k] for k in keys])
+
+    def _report(self, done: int) -> None:
+        if self._progress is not None:
+            self._progress(min(done, self.total), max(self.total, done))
 
     def logit(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         return self.logits(batch)[:, self.output]
@@ -273,13 +281,14 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
         raise AttnflowError(f"need at least 2 tokens to rank besides the target and special tokens; "
                             f"this input has {len(positions)}")
     model = _Outputs(predict, output, progress)
-    model.expect(1 + len(positions))
+    # every pass up front, so that the bar's total (and its ETA) holds from the start
+    # (the whole input is looked up again by leave_one_out and by each method's aopc: cached, but counted)
+    model.expect(2 + len(positions) + sum(1 + 2 * len(r) * len(fractions) for r in rows.values()))
     base = model.logits([ids])[0]
     model.output = int(np.argmax(base)) if output is None else int(output)
     if not 0 <= model.output < len(base):
         raise AttnflowError(f"output must be an index into the model's {len(base)} outputs; got {output!r}")
     loo = leave_one_out(model, ids, positions, model.output, fill_id=fill_id)
-    model.expect(sum(2 * len(r) * len(fractions) for r in rows.values()))
     rho, compr, suff = {}, {}, {}
     for m, r in rows.items():
         rho[m] = np.atleast_1d(spearman(r[:, positions], loo[positions]))

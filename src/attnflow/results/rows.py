@@ -191,7 +191,7 @@ def read_result(folder: Any, id: Any) -> Attribution:
     key = _id_value(id, rows.schema.field("id").type)
     found = rows.to_table(filter=ds.field("id") == key).to_pylist()
     if not found:
-        sample = rows.head(5, columns=["id"]).column("id").to_pylist()
+        sample = list(dict.fromkeys(rows.head(50, columns=["id"]).column("id").to_pylist()))[:5]  # a row per method
         raise AttnflowError(f"no row with id {id!r} in {str(folder)!r} (ids look like {', '.join(map(repr, sample))}; "
                             f"failed rows are listed in {ERRORS})")
     maps = _dataset(folder, MAPS)

@@ -79,7 +79,7 @@ def connect(scheduler: Any, workers: int | None = None) -> tuple[Any, Any, str]:
             client = distributed.Client(text, timeout="20s")
     except AttnflowError:
         raise
-    except (OSError, TimeoutError, ValueError) as exc:
+    except (OSError, TimeoutError, ValueError, AssertionError) as exc:  # distributed asserts on odd files
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise AttnflowError(f"cannot reach the Dask scheduler at {text!r}: {reason}") from exc
     return client, None, f"dask ({client.scheduler.address})"

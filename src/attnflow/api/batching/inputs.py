@@ -58,8 +58,8 @@ def read_inputs(data: Any, *, column: str | None = None, id_column: str | None =
     named = column or default
     if named not in columns:
         names = ", ".join(map(repr, columns)) or "none"
-        hint = "--text-column" if column is None else "the column name"
-        raise AttnflowError(f"{shown} has no column {named!r} (its columns: {names}); pick one with {hint}")
+        raise AttnflowError(f"{shown} has no column {named!r} (its columns: {names}); name the column that holds "
+                            "the inputs with --text-column (text_column= in Python)")
     for what, name in (("id", id_column), ("label", label_column)):
         if name is not None and name not in columns:
             raise AttnflowError(f"{shown} has no {what} column {name!r} (its columns: {', '.join(map(repr, columns))})")
@@ -99,7 +99,7 @@ def _read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise AttnflowError(f"{str(path)!r} line {number} is not valid JSON ({exc.msg} at column "
+                raise AttnflowError(f"{str(path)!r} line {number} is not valid JSON ({exc.msg}, column "
                                     f"{exc.colno}); each line must be one JSON object") from exc
             if not isinstance(value, dict):
                 raise AttnflowError(f"{str(path)!r} line {number} is a JSON {type(value).__name__}, not an object; "

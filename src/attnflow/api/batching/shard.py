@@ -86,6 +86,13 @@ def _device(choice: str) -> str:
 
     if choice == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(choice.partition(":")[2] or 0)
+        if index >= count:  # on a cluster's worker; this process checked its own device up front
+            raise AttnflowError(f"device {choice!r} asks for CUDA GPU {index}, and torch sees "
+                                f"{count or 'no'} CUDA GPU{'s' * (count != 1)} on {socket.gethostname()}; "
+                                "use --device cpu or auto")
     return choice
 
 

@@ -33,6 +33,8 @@ class Store:
     def __init__(self, out: Path, manifest: dict) -> None:
         self.out, self.manifest = out, manifest
         self._lock: Any = None
+        self.new = self.had_lock = False
+        self.made_folders: list[Path] = []
 
     # ---------------------------------------------------------------------------- opening
 
@@ -53,6 +55,9 @@ class Store:
             manifest = {"schema": SCHEMA, "version": VERSION, "settings": settings,
                         "input": {"source": source, "rows": rows}, "shards": shards, "runs": []}
         store = cls(out, manifest)
+        store.new = not manifest_path.is_file()
+        store.made_folders = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
+        store.had_lock = (out / ".lock").exists()
         try:
             out.mkdir(parents=True, exist_ok=True)
             (out / ROWS).mkdir(exist_ok=True)
@@ -64,6 +69,25 @@ class Store:
         remove_stale_temporaries(out)
         store._save_manifest()
         return store
+
+    def discard_if_empty(self) -> None:
+        """Undo :meth:`open` for a new run that wrote no shard (it failed or was stopped before its first):
+        remove the manifest, the empty folders, the lock file and ``out`` itself when this run made it,
+        so that the corrected rerun starts afresh. A run continuing an earlier one leaves its folder as
+        it found it."""
+        if not self.new or any((self.out / ROWS).glob("part-*.parquet")):
+            return
+        for path in (self.out / MANIFEST, self.out / ERRORS):
+            path.unlink(missing_ok=True)
+        remove_stale_temporaries(self.out)
+        for folder in (self.out / MAPS, self.out / ROWS):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        if not self.had_lock:
+            (self.out / ".lock").unlink(missing_ok=True)
+        for folder in self.made_folders:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
 
     def _take_lock(self) -> None:
         try:

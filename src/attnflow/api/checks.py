@@ -1,0 +1,170 @@
+"""What an entry point refuses before any model loads, in one place: :func:`attnflow.explain` and
+:func:`attnflow.batch` (and the ``batch`` command, before it imports torch) call these same functions.
+
+- The settings' values are checked by :class:`attnflow.config.Settings` (its one ``check``).
+- :func:`check_text_model`: a model folder against those settings, from its ``config.json`` alone (a
+  refused family, an encoder-decoder where text is explained, the norm weighting on a family whose
+  value projections the architecture table does not know, receptive-field normalisation for a model
+  that is no decoder).
+- :func:`check_device`, :func:`check_scheduler`: where a batch would run (a CUDA request without a
+  CUDA build or GPU; a Dask scheduler address with nothing listening, a scheduler file that is not one).
+
+Nothing here imports torch (:func:`check_device` does only when the installed torch has CUDA): a
+refusal takes well under a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+from attnflow.errors import AttnflowError
+
+
+def _config(name: str) -> dict | None:
+    path = Path(name) / "config.json"
+    if not path.is_file():
+        return None  # a hub id: checked once loaded
+    from attnflow.capture.load import read_config
+
+    return read_config(path)
+
+
+def check_text_model(name: str, *, weighting: str = "attention", causal_norm: str | None = None,
+                     what: str = "explain") -> None:
+    """Refuse a model folder (or a hub id, as far as its name tells) that cannot give text results with
+    these settings."""
+    from attnflow.capture.architectures import PROJECTIONS, architecture, model_type, refuse_unsupported
+    from attnflow.capture.load import check_model_path, model_task
+
+    check_model_path(name)
+    config = _config(name)
+    if config is None:
+        return
+    refuse_unsupported(config)
+    if config.get("is_encoder_decoder"):
+        raise AttnflowError(f"{name!r} is an encoder-decoder model ({model_type(config) or 'no model_type'}); "
+                            f"{what} takes encoder-only and decoder-only models. Explain an encoder-decoder "
+                            "one input at a time with a target text: attnflow explain SOURCE --target-text "
+                            "OUTPUT --model ...")
+    row = architecture(config)
+    if row is not None and row.family == "vision":
+        raise AttnflowError(f"{name!r} is a vision model ({model_type(config)}); {what} takes text models here: "
+                            "use explain-image (or batch --images) for images")
+    if weighting == "norm" and model_type(config) not in PROJECTIONS:
+        kind = model_type(config) or "no model_type"
+        raise AttnflowError(f"the norm weighting needs each attention layer's value and output projections, and "
+                            f"the architecture table does not name them for {kind!r} models ({name!r}); "
+                            f"use weighting 'attention' (--weighting attention), or a family it covers "
+                            f"({', '.join(sorted(PROJECTIONS)[:6])}, ...)")
+    # the task only when needed: reading a class's head may consult transformers' mappings (torch)
+    if causal_norm is not None and model_task(name) not in ("causal-lm", ""):
+        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
+                            "(its queries see the whole input): drop --causal-norm")
+
+
+def refuse_unsupported_folder(name: str) -> None:
+    """A model folder of a refused family (Mamba, Swin, ...), from its ``config.json``: the app lists no
+    model it would refuse when a job runs."""
+    from attnflow.capture.architectures import refuse_unsupported_path
+
+    refuse_unsupported_path(name)
+
+
+# ------------------------------------------------------------------------------ where it runs
+
+def _torch_cuda_build() -> str | None:
+    """The CUDA version the installed torch was built for, read from ``torch/version.py`` without
+    importing torch ("" when that file cannot be read: then torch itself is asked)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    found = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(.+)$", text, re.MULTILINE)
+    if found is None:
+        return ""
+    value = found.group(1).strip()
+    return None if value == "None" else value.strip("'\"")
+
+
+def check_device(device: Any) -> None:
+    """Refuse a device that is not "auto", "cpu", "cuda" or "cuda:N", and a CUDA request on a machine
+    whose torch has no CUDA (a CPU-only build, or no GPU visible)."""
+    text = str(device)
+    if text in ("auto", "cpu"):
+        return
+    found = re.fullmatch(r"cuda(?::(\d+))?", text)
+    if found is None:
+        raise AttnflowError(f"device (--device) must be auto, cpu, cuda or cuda:N; got {device!r}")
+    build = _torch_cuda_build()
+    if build is None:
+        raise AttnflowError(f"device {text!r} asks for a CUDA GPU, and the torch installed here is a CPU-only build; "
+                            "use --device cpu (or auto), or install a CUDA build of torch")
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(found.group(1) or 0)
+    if index >= count:
+        have = f"{count} CUDA GPU{'s' * (count != 1)}" if count else "no CUDA GPU"
+        raise AttnflowError(f"device {text!r} asks for CUDA GPU {index}, and torch sees {have} here; "
+                            "use --device cpu (or auto)" + (f", or cuda:0 to cuda:{count - 1}" if count else ""))
+
+
+def scheduler_address(scheduler: str) -> str:
+    """The address a ``--scheduler`` value names: ``tcp://HOST:PORT`` (or ``HOST:PORT``) as given, or the
+    ``address`` a scheduler file (``dask scheduler --scheduler-file FILE``) records."""
+    text = str(scheduler)
+    path = Path(text).expanduser()
+    if path.is_file() or text.endswith(".json"):
+        if not path.is_file():
+            raise AttnflowError(f"scheduler file {text!r} does not exist; pass the file `dask scheduler "
+                                "--scheduler-file FILE` wrote, or an address like tcp://HOST:8786")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise AttnflowError(f"{text!r} is not a Dask scheduler file (not readable JSON: {exc}); pass the file "
+                                "`dask scheduler --scheduler-file FILE` wrote, or an address like "
+                                "tcp://HOST:8786") from None
+        address = data.get("address") if isinstance(data, dict) else None
+        if not isinstance(address, str) or not address:
+            raise AttnflowError(f"{text!r} is not a Dask scheduler file (a JSON object with an 'address'); pass the "
+                                "file `dask scheduler --scheduler-file FILE` wrote, or an address like "
+                                "tcp://HOST:8786")
+        return address
+    if not re.fullmatch(r"(?:[a-z][a-z0-9+]*://)?[^\s/:]+(?::\d+)?/?|(?:[a-z][a-z0-9+]*://)?\[[0-9a-fA-F:]+\](?::\d+)?/?",
+                        text) or ":" not in text:
+        raise AttnflowError(f"scheduler (--scheduler) must be an address like tcp://HOST:8786 or the path of a "
+                            f"scheduler file; got {text!r}")
+    return text
+
+
+def check_scheduler(scheduler: Any, timeout: float = 3.0) -> None:
+    """Refuse a scheduler that cannot be reached: a malformed address, a file that is not a scheduler file,
+    or a TCP address where nothing listens (one connection attempt of at most ``timeout`` seconds, instead
+    of Dask's retries for 20 s). A ``distributed.Client`` passes as it is."""
+    if scheduler is None or not isinstance(scheduler, (str, Path)):
+        return
+    address = scheduler_address(str(scheduler))
+    scheme, _, rest = address.rpartition("://")
+    if scheme not in ("", "tcp", "tls"):
+        return  # inproc://, ucx://, ws://: left to Dask
+    host, _, port = rest.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        raise AttnflowError(f"scheduler address {address!r} names no port; expected tcp://HOST:PORT "
+                            "(a Dask scheduler listens on 8786 by default)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        shown = address if address == str(scheduler) else f"{address} (from {str(scheduler)!r})"
+        raise AttnflowError(f"cannot reach the Dask scheduler at {shown}: {reason}; start it (dask scheduler) "
+                            "or pass the address it prints, or drop --scheduler to run on this machine") from None

@@ -1,0 +1,250 @@
+"""The new-user campaign, kept: bad input to every command (and to the app's HTTP endpoints) is one line
+that says what was expected, what was given and what to do, exit status 2, and nothing left behind in
+the working folder; where a run was refused, the corrected run into the same output folder works.
+
+A new command or option gets its bad cases here, tried the same way (issue 24)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from attnflow.models import bundled_model_path
+from cli_runner import run_cli
+
+TEXTS = ["the keys to the cabinet are", "the key to the cabinets is"]
+
+
+def _config_folder(root: Path, name: str, config: dict) -> Path:
+    """A model folder whose config.json alone decides the refusal (no weights: nothing may load)."""
+    folder = root / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture()
+def work(tmp_path, monkeypatch):
+    """The working folder a user runs the commands in, with the inputs and refusable model folders
+    kept apart in ``inputs/`` so that "nothing left behind" is checked on the folder itself."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "data.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    (inputs / "bad.jsonl").write_text('{"text": "fine"}\n{"text": oops}\n')
+    (inputs / "notes.json").write_text(json.dumps({"hello": "world"}))
+    (inputs / "notes.txt").write_text("not json at all\n")
+    _config_folder(inputs, "mamba", {"model_type": "mamba", "architectures": ["MambaForCausalLM"]})
+    _config_folder(inputs, "t5", {"model_type": "t5", "is_encoder_decoder": True,
+                                  "architectures": ["T5ForConditionalGeneration"]})
+    # Falcon is explained with attention weights, but the table names no value projections for it
+    _config_folder(inputs, "falcon", {"model_type": "falcon", "architectures": ["FalconForCausalLM"]})
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder, inputs
+
+
+def _free_port() -> int:
+    """A loopback port with nothing listening (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _refused(monkeypatch, capsys, folder: Path, args: list[str], message: str) -> str:
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    lines = err.strip().splitlines()
+    assert code == 2, (args, code, err)
+    assert len(lines) == 1 and lines[0].startswith("attnflow: error: "), (args, err)
+    assert message in lines[0], (args, lines[0])
+    assert not lines[0].rstrip().endswith(("got", "got:", ":")), lines[0]  # says what was given
+    assert sorted(p.name for p in folder.iterdir()) == [], (args, list(folder.iterdir()))  # nothing left
+    return lines[0]
+
+
+def test_batch_refuses_up_front_leaves_nothing_and_the_corrected_rerun_works(work, monkeypatch, capsys):
+    import torch
+
+    folder, inputs = work
+    data = str(inputs / "data.jsonl")
+    out = ["--out", "run"]
+    port = _free_port()
+    cases = [
+        (["--residual", "2"], "'--residual'"),
+        (["--weighting", "norm", "--model", str(inputs / "falcon")], "the norm weighting needs"),
+        (["--model", str(inputs / "t5")], "is an encoder-decoder model"),
+        (["--model", str(inputs / "mamba")], "'mamba' models cannot be explained"),
+        (["--model", str(bundled_model_path("digits_vit"))], "is a vision model"),
+        (["--scheduler", f"tcp://127.0.0.1:{port}"], f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"),
+        (["--scheduler", "127.0.0.1"], "must be an address like tcp://HOST:8786"),
+        (["--scheduler", str(inputs / "notes.json")], "is not a Dask scheduler file"),
+        (["--scheduler", str(inputs / "notes.txt")], "is not a Dask scheduler file"),
+        (["--scheduler", str(inputs / "missing.json")], "does not exist"),
+        (["--shard-size", "0"], "shard_size (--shard-size) must be a positive integer; got 0"),
+        (["--target", "middle"], "target must be 'cls', 'last' or a token position"),
+        (["--head-fusion", "median"], "'--head-fusion'"),
+        (["--device", "tpu"], "device (--device) must be auto, cpu, cuda or cuda:N"),
+        (["--engine", "ray"], "engine (--engine) must be one of auto, dask, local"),
+    ]
+    if not torch.cuda.is_available():  # this machine: a CPU-only torch
+        cases.append((["--device", "cuda"], "asks for a CUDA GPU"))
+    for args, message in cases:
+        _refused(monkeypatch, capsys, folder, ["batch", data, *out, *args], message)
+    code, stdout, err = run_cli(monkeypatch, capsys, "batch", data, *out, "--engine", "local",
+                                 "--methods", "rollout,raw")
+    assert code == 0 and "rows: 2 of 2 explained, 0 failed" in stdout, err
+    # the input's own mistakes: say which option fixes them
+    _refused_keep = [
+        (["batch", data, "--text-column", "body"], "name the column that holds the inputs with --text-column"),
+        (["batch", str(inputs / "bad.jsonl")], "line 2 is not valid JSON (Expecting value, column 10)"),
+    ]
+    for args, message in _refused_keep:
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--out", "other")
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert not (folder / "other").exists()
+    # a missing id names each id once (a row per method used to repeat them)
+    code, _, err = run_cli(monkeypatch, capsys, "view", "run", "--id", "99", "--png", "one.png")
+    assert code == 2 and "no row with id" in err
+    shown = err.split("ids look like ")[1].split(";")[0].split(", ")
+    assert len(shown) == len(set(shown)) == 2, err
+
+
+def test_python_batch_failing_before_its_first_shard_leaves_no_trace(work, minilm_path):
+    """The checks pass (a decoder's config and a tokenizer), the weights are missing: the run fails
+    after the output folder was set up, so that folder must be taken down again, lock included."""
+    import attnflow
+
+    folder, inputs = work
+    model = inputs / "no-weights"
+    shutil.copytree(minilm_path, model, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "config.json"))
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                                                   "vocab_size": 30522}))
+    for out in (folder / "run", folder / "nested" / "run"):
+        with pytest.raises(attnflow.AttnflowError, match="could not load model"):
+            attnflow.batch(TEXTS, str(model), out=out, engine="local")
+        assert sorted(folder.iterdir()) == []
+    (folder / "mine").mkdir()  # a folder the user made stays, empty
+    with pytest.raises(attnflow.AttnflowError, match="could not load model"):
+        attnflow.batch(TEXTS, str(model), out=folder / "mine", engine="local")
+    assert sorted(folder.iterdir()) == [folder / "mine"] and list((folder / "mine").iterdir()) == []
+    run = attnflow.batch(TEXTS, out=folder / "mine", engine="local")  # the lock was released
+    assert run.explained == 2
+    for settings, message in (({"residual": 2}, r"residual must be a number in \[0, 1\]"),
+                              ({"head_fusion": "median"}, "head_fusion must be"),
+                              ({"weighting": "norm", "methods": "grad-rollout"}, "no norm weighting"),
+                              ({"device": "cuda:7"}, "CUDA")):
+        with pytest.raises(attnflow.AttnflowError, match=message):
+            attnflow.batch(TEXTS, out=folder / "settings", engine="local", **settings)
+        assert not (folder / "settings").exists()
+    with pytest.raises(attnflow.AttnflowError, match="cannot reach the Dask scheduler"):
+        attnflow.batch(TEXTS, out=folder / "dask", scheduler=f"tcp://127.0.0.1:{_free_port()}")
+    assert not (folder / "dask").exists()
+
+
+def test_explain_faithfulness_generate_reproduce_view_refusals(work, monkeypatch, capsys, minilm_path):
+    folder, inputs = work
+    cases = [
+        (["explain", "the keys", "--target-text", "die Schlüssel", "--model", minilm_path],
+         "is for encoder-decoder models"),
+        (["explain", "the keys", "--model", str(bundled_model_path("digits_vit"))], "is a vision model"),
+        (["explain", "the keys", "--weighting", "norm", "--model", str(inputs / "falcon")],
+         "the norm weighting needs"),
+        (["explain", "the keys", "--model", str(inputs / "mamba")], "'mamba' models cannot be explained"),
+        (["explain-image", str(inputs), "--png", "x.png"], "is a folder; give an image file"),
+        (["faithfulness", "the keys", "--model", str(inputs / "t5")], "encoder-decoder"),
+        (["generate", "the keys", "--max-new-tokens", "0"], "--max-new-tokens must be a positive integer"),
+        (["reproduce", "--solver", "magic", "--out", "repro"], "--solver must be one of"),
+        (["reproduce", "--examples", "0", "--out", "repro"], "--examples must be at least 1"),
+        (["view", str(inputs / "missing.json"), "--png", "x.png"], "missing.json"),
+    ]
+    for args, message in cases:
+        _refused(monkeypatch, capsys, folder, args, message)
+
+
+def test_a_target_text_target_may_be_a_token(work, monkeypatch, capsys, minilm_path):
+    """``--target`` with ``--target-text`` names a target token by index or text, as the help says."""
+    import transformers
+
+    folder, inputs = work
+    model = inputs / "tiny-bart"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_path)
+    config = transformers.BartConfig(vocab_size=tokenizer.vocab_size, d_model=16, encoder_layers=2, decoder_layers=2,
+                                     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                     decoder_ffn_dim=32, max_position_embeddings=64,
+                                     pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
+                                     eos_token_id=tokenizer.sep_token_id,
+                                     decoder_start_token_id=tokenizer.cls_token_id)
+    transformers.BartForConditionalGeneration(config).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the cabinet", "--target-text",
+                             "the keys", "--target", "keys", "--model", str(model))
+    assert code == 0, err
+    assert "keys" in out
+    assert sorted(p.name for p in folder.iterdir()) == []
+
+
+def test_top_level_help_has_no_dangling_example_lines(monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, "--help")
+    assert code == 0
+    summaries = [line.strip("│ ").strip() for line in out.splitlines()]
+    assert not any(s.endswith(("Example:", "Examples:")) for s in summaries), out
+
+
+# ------------------------------------------------------------------------------- the app, over HTTP
+
+@pytest.fixture(scope="module")
+def app_server():
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    from attnflow.app.process import AppProcess
+
+    app = AppProcess(["--threads", "1", "--workers", "1"])
+    try:
+        app.start()
+        yield app
+    finally:
+        app.stop()
+        os.unlink(app.log)
+
+
+def _http(server, path: str, body: object = None, content_type: str = "application/json") -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    request = urllib.request.Request(server.url + path, data=data, headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def test_app_endpoints_answer_bad_requests_with_one_sentence(app_server, tmp_path):
+    mamba = _config_folder(tmp_path, "mamba", {"model_type": "mamba", "architectures": ["MambaForCausalLM"]})
+    (tmp_path / "file.txt").write_text("x")
+    cases = [
+        ("api/models", {"path": str(mamba)}, "'mamba' models cannot be explained"),
+        ("api/models", {"path": str(tmp_path / "nope")}, "does not exist"),
+        ("api/models", {"path": str(tmp_path)}, "config.json"),
+        ("api/models", {"path": ""}, "type the path of a local model folder"),
+        ("api/jobs", b"{not json", "JSON"),
+        ("api/jobs", {"model": "nope", "text": "hi"}, "no model 'nope' in the list"),
+        ("api/jobs", {"model": "agreement", "text": "hi", "methods": []}, "choose at least one method"),
+        ("api/jobs", {"model": "agreement", "text": "hi", "methods": ["rollout"], "residual": 1.5},
+         "residual must lie between 0 and 1"),
+        ("api/jobs/nope", None, "no such job"),
+        ("api/jobs/nope/top?k=0", None, "no such job"),
+    ]
+    for path, body, message in cases:
+        status, answer = _http(app_server, path, body)
+        assert 400 <= status < 500, (path, status, answer)
+        error = answer.get("error", "")
+        assert message in error and "\n" not in error and "Traceback" not in error, (path, answer)
+    status, answer = _http(app_server, "api/models")
+    assert status == 200 and "mamba" not in json.dumps(answer["models"])  # a refused family is never listed
