@@ -41,3 +41,17 @@ def smollm2(smollm2_dir):
 
     quiet_transformers()
     return load_model(smollm2_dir)
+
+
+@pytest.fixture(autouse=True)
+def _architecture_table_restored():
+    """A test (or a docs example run by test_docs) may register a family with
+    attnflow.register_architecture; the table is global, so each test leaves it as it found it."""
+    from attnflow.capture import architectures
+
+    rows, projections, mlps = dict(architectures.ARCHITECTURES), dict(architectures.PROJECTIONS), dict(architectures.MLPS)
+    yield
+    for table, saved in ((architectures.ARCHITECTURES, rows), (architectures.PROJECTIONS, projections),
+                         (architectures.MLPS, mlps)):
+        table.clear()
+        table.update(saved)
