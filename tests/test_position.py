@@ -145,3 +145,35 @@ def test_evaluate_records_priors_partials_and_the_best_method():
         v.pop("partial"), v.pop("position"), v.pop("interval")
     old.pop("priors"), old.pop("best")
     assert Faithfulness.from_dict(old).partial == {} and Faithfulness.from_dict(old).best()[0] == "truth"
+
+
+def _record(scores, weights=(0.0, 5, 1, 4, 2, 3, 0.5, 0)):
+    w = np.asarray(weights)
+
+    def predict(batch):
+        return np.array([[float(sum(w[t] for t in ids)), 0.0] for ids in batch])
+
+    found = evaluate(predict, [1, 2, 3, 4, 5, 6, 7], scores, output=0, target=6)
+
+    class Result:
+        meta = {"faithfulness": found.to_dict()}
+
+    return found, Result()
+
+
+def test_summary_table_notes_position_and_names_the_best():
+    from attnflow.views.faithfulness import faithfulness_summary, summary_rows
+    from attnflow.views.table import render_text
+
+    found, result = _record({"truth": np.array([5, 1, 4, 2, 3, 0.5, 0]), "later": np.arange(7.0)})
+    rows = {r["name"]: r for r in summary_rows(result.meta["faithfulness"])}
+    assert rows["later"]["note"] == "this ranking mostly reflects position" and rows["truth"]["note"] == ""
+    assert set(PRIORS) <= set(rows) and rows["truth"]["spearman"] == pytest.approx(1.0)
+    text = " ".join(render_text(faithfulness_summary(result), width=200).split())  # captions wrap
+    assert "agrees best with leave-one-out on this input: truth" in text
+    assert "later: this ranking mostly reflects position" in text
+    # a method that only equals a prior does not beat it: the tie goes to the prior
+    found, result = _record({"earlier": -np.arange(7.0)})
+    assert found.best()[0] == PRIORS[1]
+    text = " ".join(render_text(faithfulness_summary(result), width=200).split())
+    assert "no method ranks the tokens better than their position" in text

@@ -198,11 +198,12 @@ class Faithfulness:
 
     def best(self, layer: int = -1) -> tuple[str, float] | None:
         """The method or position prior whose ranking agrees best with leave-one-out on this input
-        (highest rho; a method at ``layer``, default its top layer), with that rho; None if none is defined."""
-        found = [(m, float(v[layer])) for m, v in self.spearman.items() if np.isfinite(v[layer])]
-        found += [(p, float(v["spearman"])) for p, v in self.priors.items() if v.get("spearman") is not None
-                  and np.isfinite(v["spearman"])]
-        return max(found, key=lambda kv: kv[1]) if found else None
+        (highest rho; a method at ``layer``, default its top layer), with that rho; None if none is
+        defined. A tie goes to the prior (a method that only equals position has not beaten it)."""
+        found = [(p, float(v["spearman"])) for p, v in self.priors.items() if v.get("spearman") is not None
+                 and np.isfinite(v["spearman"])]
+        found += [(m, float(v[layer])) for m, v in self.spearman.items() if np.isfinite(v[layer])]
+        return max(found, key=lambda kv: round(kv[1], 12)) if found else None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (NaN -> None)."""

@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attnflow.evaluation.position import NOTE, POSITION_NOTE
+from attnflow.views.position import position_note, row_position_rho
 from attnflow.views.scale import dominant, target_source
 
 
@@ -32,16 +34,28 @@ def _flag(result: Any, method: str, t: int, layer: Any) -> str:
     return f"[bold yellow]{escape(repr(result.sources[j]))} {share:.2f}[/bold yellow]"
 
 
-def _add_rows(table: Table, rows: list[tuple[list[str], str]]) -> Table:
-    """Add ``(cells, flag)`` rows; a "dominated by" column (and a caption saying what it means) only
-    when some row is flagged."""
-    flagged = any(flag for _, flag in rows)
+def _note(result: Any, method: str, t: int, layer: Any) -> str:
+    rho = row_position_rho(result, method, t, layer)
+    return f"[yellow]mostly position (ρ {rho:+.2f})[/yellow]" if position_note(result, method, t, layer) else ""
+
+
+def _add_rows(table: Table, rows: list[tuple[list[str], str, str]]) -> Table:
+    """Add ``(cells, flag, note)`` rows; a "dominated by" column and a "position" column (each with
+    a caption line saying what it means) only when some row has one."""
+    flagged = any(flag for _, flag, _ in rows)
+    noted = any(note for _, _, note in rows)
+    captions = []
     if flagged:
         table.add_column("dominated by")
-        table.caption = "dominated by: one token other than the target holds more than half of the row's mass"
+        captions.append("dominated by: one token other than the target holds more than half of the row's mass")
+    if noted:
+        table.add_column("position")
+        captions.append(f"mostly position: {NOTE} (|Spearman| of its ranking with token position >= {POSITION_NOTE})")
+    if captions:
+        table.caption = "\n".join(captions)
         table.caption_justify = "left"
-    for cells, flag in rows:
-        table.add_row(*cells, *([flag] if flagged else []))
+    for cells, flag, note in rows:
+        table.add_row(*cells, *([flag] if flagged else []), *([note] if noted else []))
     return table
 
 
@@ -70,7 +84,8 @@ def layer_table(result: Any, k: int = 5, method: str | None = None, target: Any 
     table.add_column(f"top {k} tokens")
     skip = _specials(result) if content_only else ()
     rows = [([str(layer + 1), _cell(result.top(k, method=method, target=t, layer=layer, skip=skip,
-                                               content_only=content_only))], _flag(result, method, t, layer))
+                                               content_only=content_only))], _flag(result, method, t, layer),
+             _note(result, method, t, layer))
             for layer in range(result.n_layers - 1, -1, -1) if layer in result.computed[method].layers]
     return _add_rows(table, rows)
 
@@ -86,7 +101,7 @@ def method_table(result: Any, k: int = 5, layer: int = -1, target: Any = None, s
     table.add_column(f"top {k} tokens")
     skip = (*skip, *(_specials(result) if content_only else ()))
     rows = [([method, _cell(result.top(k, method=method, target=t, layer=layer, skip=skip, content_only=content_only))],
-             _flag(result, method, t, layer))
+             _flag(result, method, t, layer), _note(result, method, t, layer))
             for method in methods or [m for m in result.methods if t in result.computed[m].targets]]
     return _add_rows(table, rows)
 
@@ -115,7 +130,7 @@ def generation_table(result: Any, k: int = 3, content_only: bool = False, method
         cells = [str(i), escape(repr(piece)), _cell(entries, quoted=True)]
         if share_column:
             cells.append(f"{float(result.layer_scores(method, i, layer)[: result.input_length].sum()):.2f}")
-        rows.append((cells, _flag(result, method, i, layer)))
+        rows.append((cells, _flag(result, method, i, layer), _note(result, method, i, layer)))
     return _add_rows(table, rows)
 
 
