@@ -27,7 +27,8 @@ that set) is a paired per-prompt difference with its own interval.
 Methods: the paper's raw / rollout / flow (head mean, residual 0.5; attention and norm weighting),
 signed and absolute gradient x input, the two position priors, and whatever the library offers of
 the interventional and one-pass methods (ablated flow = value zeroing of each source token in every
-layer, logit readout; ALTI-Logit; direct logit attribution) when they are installed.
+layer at once, logit readout; ALTI-Logit and direct logit attribution of attention outputs, each
+summed over layers) when they are installed.
 """
 
 from __future__ import annotations
@@ -77,23 +78,23 @@ def library_methods() -> dict[str, Callable]:
     found["ablated flow"] = ablated
     COST["ablated flow"] = "n batched passes"
     try:
-        from attnflow.capture import logit_attribution as la  # ALTI-Logit and DLA, when merged
+        from attnflow.capture.logit_paths import logit_paths
+        from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
     except ImportError:
         return found
-    for name, attr in (("alti-logit", "alti_logit"), ("logit attribution", "direct_logit_attribution")):
-        fn = getattr(la, attr, None)
-        if fn is not None:
-            found[name] = (lambda f: lambda model, ids, target: _summed(f(model, torch.tensor([ids]), [target])))(fn)
-            COST[name] = "one pass"
+
+    def dla(model, ids, target):
+        p = logit_paths(model, torch.tensor(ids), [target])
+        return direct_logit_attribution(p.attentions, p.values, p.grads, p.select)[0].sum(0).numpy()
+
+    def alti(model, ids, target):
+        p = logit_paths(model, torch.tensor(ids), [target])
+        per_layer = direct_logit_attribution(p.attentions, p.values, p.grads, p.select)
+        return alti_logit(per_layer, alti_contributions(p.attentions, p.values, p.w_o, p.residual))[0].sum(0).numpy()
+
+    found["logit attribution"], found["alti-logit"] = dla, alti
+    COST["logit attribution"] = COST["alti-logit"] = "one pass"
     return found
-
-
-def _summed(result) -> np.ndarray:
-    """A one-pass attribution's scores for one target, summed over layers: ``(n,)``."""
-    scores = np.asarray(getattr(result, "scores", result), dtype=float)
-    while scores.ndim > 2:
-        scores = scores[0]
-    return scores.sum(0) if scores.ndim == 2 else scores
 
 
 def mean_input_embedding(model, chunk: int = 8192) -> torch.Tensor:
