@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnflow.api.generation_methods import method_blocks, reuses_cache
 from attnflow.api.seq2seq import generate_seq2seq
 from attnflow.api.text import refuse_seq2seq_norm
 from attnflow.capture import track_generation
@@ -20,7 +21,8 @@ from attnflow.results import Attribution, Block
 
 def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
              residual: float = 0.5, head_fusion: str = "mean", causal_norm: str | None = None,
-             weighting: str = "attention", **generate_kwargs: Any) -> Attribution:
+             weighting: str = "attention", method: Any = "rollout", progress: Any = None,
+             **generate_kwargs: Any) -> Attribution:
     """Generate a completion of ``prompt`` and roll out attention for every generated token.
 
     model: a loaded causal LM with its ``tokenizer``, or what :func:`attnflow.load_model` takes (a
@@ -32,6 +34,10 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
     weighting: "attention" (the paper's) or "norm" (attention times the length of each transformed
         value vector, Kobayashi et al. 2020; see :func:`attnflow.explain`).
+    method: "rollout" (the paper's refined method), or one or a list of "ablated-flow",
+        "ablated-flow-layers", "occlusion", "occlusion-mean", "alti-logit", "logit-attribution"
+        (computed beside rollout; see :mod:`attnflow.api.generation_methods`). progress(done, total):
+        called as the per-source methods run.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"`` picks how
         the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).
@@ -53,13 +59,17 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         refuse_seq2seq_norm(weighting)
         return generate_seq2seq(model, tokenizer, prompt, max_new_tokens, residual=residual, head_fusion=head_fusion,
                                 **generate_kwargs)
+    names = [method] if isinstance(method, str) else list(method)
+    extra = [n for n in names if n != "rollout"]
     trace = track_generation(model, tokenizer, prompt, max_new_tokens, residual=residual, head_fusion=head_fusion,
-                             causal_norm=causal_norm, weighting=weighting, **generate_kwargs)
+                             causal_norm=causal_norm, weighting=weighting, keep_cache=reuses_cache(extra),
+                             **generate_kwargs)
     m = len(trace.prompt_ids)
+    blocks = {"rollout": Block.full(trace.rows), **method_blocks(model, trace, extra, trace.rows.shape[1], progress)}
     return Attribution(
         kind="generation", sources=trace.prompt_tokens + trace.generated_tokens, targets=trace.generated_tokens,
-        target_positions=[m - 1 + i for i in range(len(trace.new_ids))], blocks={"rollout": Block.full(trace.rows)},
-        n_layers=trace.rows.shape[1], input=prompt, input_length=m, model=name,
+        target_positions=[m - 1 + i for i in range(len(trace.new_ids))], blocks=blocks,
+        n_layers=trace.rows.shape[1], method=names[0], input=prompt, input_length=m, model=name,
         params={"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm,
                 "do_sample": trace.do_sample, "max_new_tokens": max_new_tokens, "weighting": weighting},
         meta={"completion": trace.completion, "generated_ids": trace.new_ids, "prompt_ids": trace.prompt_ids,

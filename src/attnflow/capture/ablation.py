@@ -33,9 +33,9 @@ output) is the architecture table's row (:data:`attnflow.capture.architectures.P
 API (stable; the explain/generate integration and the decoder study use it)::
 
     ablated_flow(model, input_ids, targets=None, *, layers="all", readout="logit", tokens=None,
-                 foils=None, batch_size=16, progress=None) -> Ablation
+                 foils=None, batch_size=16, progress=None, cache=None, clean_logits=None) -> Ablation
     occlusion(model, input_ids, targets=None, *, replacement=None, readout="logit", tokens=None,
-              foils=None, batch_size=16, progress=None) -> Ablation
+              foils=None, batch_size=16, progress=None, cache=None, clean_logits=None) -> Ablation
     mean_embedding(model) -> (hidden,) the mean input embedding over the vocabulary
     Ablation.scores  # (len(targets), variants, n): variants = 1 ("all" / occlusion) or layers ("each")
     Ablation.targets, Ablation.tokens, Ablation.clean   # positions, explained ids, clean readouts
@@ -213,18 +213,21 @@ def _cache_keyword(model: Any) -> str:
 
 class _Prefix:
     """The clean key/value cache of ``ids[:built]``, grown chunk by chunk, and the clean logits read
-    on the way at the target positions."""
+    on the way at the target positions. ``given``: a cache of the same sequence already computed (a
+    generation's own): copies of it are cropped to each chunk's prefix instead, when its layers allow
+    cropping (sliding-window layers keep only their window and do not)."""
 
-    def __init__(self, model: Any, ids: torch.Tensor, targets: list[int]) -> None:
+    def __init__(self, model: Any, ids: torch.Tensor, targets: list[int], given: Any = None) -> None:
         from transformers import DynamicCache
 
         self.model, self.ids, self.targets = model, ids, targets
+        self.given = given if given is not None and getattr(given, "is_croppable", False) else None
         self.cache = DynamicCache(config=model.config)
         self.built = 0
         self.logits: dict[int, torch.Tensor] = {}
 
     def grow(self, to: int) -> None:
-        if to <= self.built:
+        if to <= self.built or self.given is not None:
             return
         device = next(self.model.parameters()).device
         out = self.model(input_ids=self.ids[None, self.built:to].to(device), use_cache=True,
@@ -234,34 +237,49 @@ class _Prefix:
                 self.logits[t] = out.logits[0, t - self.built].detach()
         self.built = to
 
-    def copy(self, batch: int) -> Any:
-        if self.built == 0:
+    def copy(self, batch: int, j0: int) -> Any:
+        """The clean cache of ``ids[:j0]``, repeated ``batch`` times (None for an empty prefix)."""
+        if j0 == 0:
             return None
-        cache = copy.deepcopy(self.cache)
+        cache = None
+        if self.given is not None:
+            cache = copy.deepcopy(self.given)
+            try:
+                remove = cache.get_seq_length() - j0
+                if remove > 0:
+                    cache.crop(-remove)  # negative: drop that many positions from the end
+            except (ValueError, RuntimeError):  # sliding-window layers past their window keep no past
+                self.given, cache = None, None
+        if cache is None:
+            self.grow(j0)
+            cache = copy.deepcopy(self.cache)
         cache.batch_repeat_interleave(batch)
         return cache
 
 
 def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple[int, int]], *, delete: bool,
          replacement: torch.Tensor | None, readout: str, tokens: Any, foils: Any, batch_size: int,
-         progress: Progress | None, variants: int, method: str) -> Ablation:
+         progress: Progress | None, variants: int, method: str, cache: Any = None,
+         clean_logits: Any = None) -> Ablation:
     """Every element ``(source j, variant v)``: one edited run over ``[j0, last target]`` from the clean
     prefix cache of its chunk; ``v`` is the layer zeroed (-1: all layers, or an embedding edit)."""
     n = ids.numel()
     last = max(targets)
     device = next(model.parameters()).device
-    prefix = _Prefix(model, ids, targets)
     scores = np.zeros((len(targets), variants, n))
     index = {t: i for i, t in enumerate(targets)}
     elements = sorted(elements)
     with torch.no_grad(), architecture_fixes(model):
-        prefix.grow(last + 1)  # the clean readouts (and the whole clean cache is never needed past here)
-        clean_logits = torch.stack([prefix.logits[t] for t in targets])
+        if clean_logits is None:  # the clean readouts: one pass (a generation gives its own logits)
+            prefix = _Prefix(model, ids, targets)
+            prefix.grow(last + 1)
+            clean_logits = torch.stack([prefix.logits[t] for t in targets])
+        clean_logits = torch.as_tensor(clean_logits)
         explained = (clean_logits.argmax(-1).cpu() if tokens is None
                      else torch.as_tensor(np.atleast_1d(tokens)).long())
         foil_ids = None if foils is None else torch.as_tensor(np.atleast_1d(foils)).long()
         clean = _readout(clean_logits.cpu(), explained, foil_ids, readout)
-        prefix = _Prefix(model, ids, targets)  # rebuilt chunk by chunk from here on
+        prefix = _Prefix(model, ids, targets, given=cache)  # clean prefixes, chunk by chunk
         done = 0
         for start in range(0, len(elements), batch_size):
             chunk = elements[start:start + batch_size]
@@ -285,9 +303,10 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
             # which positions of the run hold each target's logits (deletion shifts those after j by one)
             wanted = [t for t in targets if t >= j0]
             single = len(wanted) == 1 and wanted[0] == last
+            cache_in = prefix.copy(len(chunk), j0)  # before the edit is active: it may run the clean prefix
             with _editing(_Edit(zero=zero, embed=embed)):
                 out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=1 if single else 0,
-                            **{_cache_keyword(model): prefix.copy(len(chunk))})
+                            **{_cache_keyword(model): cache_in})
             logits = out.logits.detach().cpu()
             for b, (j, v) in enumerate(chunk):
                 for t in wanted:
@@ -310,7 +329,7 @@ def _sources(targets: list[int]) -> list[int]:
 
 def ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, layers: str = "all", readout: str = "logit",
                  tokens: Any = None, foils: Any = None, batch_size: int = BATCH,
-                 progress: Progress | None = None) -> Ablation:
+                 progress: Progress | None = None, cache: Any = None, clean_logits: Any = None) -> Ablation:
     """Ablated flow of a causal decoder (see the module docstring).
 
     input_ids: ``(n,)`` or ``(1, n)`` token ids. targets: positions to explain (default: the last;
@@ -319,6 +338,9 @@ def ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, layers: str
         axis, ``layers x`` the cost). readout, tokens, foils: see the module docstring (tokens
         default to the model's argmax at each target). batch_size: edited sequences per forward call.
     progress(done, total): called after every batch.
+    cache, clean_logits: a key/value cache of ``input_ids`` already computed (a generation's own; used
+        when its layers can be cropped) and the clean logits at the targets ``(len(targets), vocab)``
+        in sorted target order, so that neither is computed again.
 
     Returns an :class:`Ablation` with ``scores (len(targets), 1 or layers, n)``.
     """
@@ -330,7 +352,8 @@ def ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, layers: str
     variants = [-1] if layers == "all" else list(range(n_layers))
     elements = [(j, v) for j in _sources(targets) for v in variants]
     return _run(model, ids, targets, elements, delete=False, replacement=None, readout=readout, tokens=tokens,
-                foils=foils, batch_size=batch_size, progress=progress, variants=len(variants), method="ablated-flow")
+                foils=foils, batch_size=batch_size, progress=progress, variants=len(variants), method="ablated-flow",
+                cache=cache, clean_logits=clean_logits)
 
 
 def mean_embedding(model: Any, chunk: int = 8192) -> torch.Tensor:
@@ -349,7 +372,7 @@ def mean_embedding(model: Any, chunk: int = 8192) -> torch.Tensor:
 
 def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: Any = None, readout: str = "logit",
               tokens: Any = None, foils: Any = None, batch_size: int = BATCH,
-              progress: Progress | None = None) -> Ablation:
+              progress: Progress | None = None, cache: Any = None, clean_logits: Any = None) -> Ablation:
     """Leave-one-out occlusion of a causal decoder: the readout's drop when source ``j`` is deleted
     (``replacement=None``) or its input embedding replaced by ``replacement`` (a ``(hidden,)``
     vector, or ``"mean"`` for :func:`mean_embedding`, ``"zero"`` for zeros). Batched and cached as
@@ -372,4 +395,4 @@ def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: A
     elements = [(j, -1) for j in range(last if vector is None else last + 1)]
     return _run(model, ids, targets, elements, delete=vector is None, replacement=vector, readout=readout,
                 tokens=tokens, foils=foils, batch_size=batch_size, progress=progress, variants=1,
-                method="occlusion")
+                method="occlusion", cache=cache, clean_logits=clean_logits)

@@ -59,6 +59,8 @@ class GenerationTrace:
         token ``i``, at every layer, over every position (zero from column ``m + i`` on, the
         positions it could not see); each row sums to 1.
     strategy: how the rows were computed ("rows" or "incremental", see the module docstring).
+    cache, logits: with ``keep_cache=True``, the generation's key/value cache (every position but the
+        last) and its logits ``(n_new, vocab)`` at the predicting positions, for methods that reuse them.
     """
 
     prompt_ids: list[int]
@@ -69,6 +71,8 @@ class GenerationTrace:
     rows: np.ndarray
     do_sample: bool
     strategy: str = "rows"
+    cache: Any = None
+    logits: Any = None
 
 
 @contextmanager
@@ -195,7 +199,8 @@ class _Steps:
 
 def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int = 20, *,
                      residual: float = 0.5, head_fusion: str = "mean", causal_norm: str | None = None,
-                     strategy: str = "auto", weighting: str = "attention", **generate_kwargs: Any) -> GenerationTrace:
+                     strategy: str = "auto", weighting: str = "attention", keep_cache: bool = False,
+                     **generate_kwargs: Any) -> GenerationTrace:
     """Generate a completion of ``prompt`` with a loaded causal LM and roll out attention for every
     generated token (see :class:`GenerationTrace`).
 
@@ -205,6 +210,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     weighting: "attention" or "norm" (each layer's map weighted by the lengths of the transformed
         value vectors, :mod:`attnflow.core.weighting`; the norms of earlier positions are kept, as
         their keys and values are cached).
+    keep_cache: keep the generation's key/value cache and logits in the trace (see :class:`GenerationTrace`).
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling.
     """
@@ -237,11 +243,18 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
               "return_dict_in_generate": False, "use_cache": True}
     if not modules:
         kwargs["output_attentions"] = True
+    keep_cache = keep_cache and bool(modules)  # the dict would also keep every step's attention tuple
+    if keep_cache:
+        kwargs.update(return_dict_in_generate=True, output_logits=True)
     if kwargs.get("pad_token_id") is None and tokenizer.pad_token_id is None:
         kwargs["pad_token_id"] = tokenizer.eos_token_id  # transformers' own fallback, without its warning
     with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model), streaming(model, modules, steps):
         sequences = model.generate(input_ids=enc["input_ids"].to(device),
                                    attention_mask=enc["attention_mask"].to(device), **kwargs)
+    cache = logits = None
+    if keep_cache:
+        cache, logits = sequences.past_key_values, torch.stack([x[0] for x in sequences.logits]).detach().cpu()
+        sequences = sequences.sequences
     new_ids = sequences[0, m:].tolist()
     n_new = len(new_ids)
     if steps.calls != n_new:
@@ -259,4 +272,4 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     return GenerationTrace(prompt_ids=prompt_ids, new_ids=new_ids, prompt_tokens=token_strings(tokenizer, prompt_ids),
                            generated_tokens=token_strings(tokenizer, new_ids),
                            completion=tokenizer.decode(new_ids, skip_special_tokens=True), rows=rows.numpy(),
-                           do_sample=bool(kwargs["do_sample"]), strategy=strategy)
+                           do_sample=bool(kwargs["do_sample"]), strategy=strategy, cache=cache, logits=logits)
