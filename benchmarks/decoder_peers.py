@@ -9,9 +9,11 @@ SmolLM2-135M on the CPU, one torch thread in every process, greedy decoding of `
 - **plain generate**: ``model.generate`` alone, the baseline, measured in this process (transformers
   5.x) and again in inseq's process (transformers 4.53.3), so each method's ratio is against the
   plain generate of its own interpreter;
-- **attnflow ablated flow**: ``attnflow.capture.ablation.ablated_flow`` (value zeroing of each
-  source token in every layer at once, logit readout) for every generated token on the generated
-  sequence, after the same plain generate: "through generation" = generate + ablated flow;
+- **attnflow.generate(method=["rollout", "ablated-flow"])**: what a user runs: the generation with
+  rollout tracked and ablated flow (value zeroing of each source token in every layer at once, logit
+  readout) for every generated token, reusing the generation's key/value cache and logits;
+- **generate + ablated_flow**: for reference, plain generate then
+  ``attnflow.capture.ablation.ablated_flow`` on the generated sequence from scratch (no reuse);
 - **inseq value_zeroing**: ``inseq.load_model(model, "value_zeroing").attribute(prompt,
   generation_args=...)`` in a separate interpreter (``/work/venvs/inseq``, see
   benchmarks/peers/inseq_value_zeroing.py), which also decodes the tokens itself.
@@ -101,6 +103,11 @@ def main() -> None:
         found, abl_cpu, abl_wall = timed(lambda: ablated_flow(model, full, targets, layers="all", readout="logit",
                                                              tokens=generated))
         assert found.scores.shape == (args.new, 1, len(full))
+        text_prompt = tokenizer.decode(ids)
+        result, api_cpu, api_wall = timed(lambda: attnflow.generate(model, tokenizer, text_prompt, args.new,
+                                                                    method=["rollout", "ablated-flow"],
+                                                                    min_new_tokens=args.new))
+        same_api = list(result.meta["generated_ids"]) == generated
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         proc = subprocess.run([args.inseq, str(child), str(smollm2_path()), json.dumps(ids), str(args.new)],
@@ -109,7 +116,8 @@ def main() -> None:
         child_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         child_wall = time.perf_counter() - started
         row = {"prompt": name, "prompt_tokens": m, "new": args.new, "plain_cpu": plain_cpu, "plain_wall": plain_wall,
-               "ablated_cpu": abl_cpu, "ablated_wall": abl_wall, "child_cpu": child_cpu, "child_wall": child_wall,
+               "ablated_cpu": abl_cpu, "ablated_wall": abl_wall, "api_cpu": api_cpu, "api_wall": api_wall,
+               "api_same_tokens": same_api, "child_cpu": child_cpu, "child_wall": child_wall,
                "load": load()}
         if proc.returncode != 0:
             row["inseq_error"] = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -122,22 +130,22 @@ def main() -> None:
     print()
     print(f"SmolLM2-135M, 1 torch thread per process, {args.new} new tokens, greedy; CPU s (wall s); load average "
           "after each prompt")
-    print("| prompt | plain generate (attnflow's process) | attnflow: generate + ablated flow | ratio to plain "
+    print("| prompt | plain generate (attnflow's process) | attnflow.generate(ablated-flow) | ratio to plain "
+          "| generate + ablated_flow, no reuse | ratio to plain "
           "| plain generate (inseq's process) | inseq value_zeroing | ratio to plain | inseq child, all CPU "
-          "| inseq / attnflow (CPU) | same tokens | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| inseq / attnflow.generate (CPU) | same tokens | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        ours = r["plain_cpu"] + r["ablated_cpu"]
-        ours_wall = r["plain_wall"] + r["ablated_wall"]
+        ours, ref = r["api_cpu"], r["plain_cpu"] + r["ablated_cpu"]
+        head = (f"| {r['prompt']} ({r['prompt_tokens']}) | {r['plain_cpu']:.2f} ({r['plain_wall']:.2f}) | {ours:.2f} "
+                f"({r['api_wall']:.2f}) | {ours / r['plain_cpu']:.1f}x | {ref:.2f} ({r['plain_wall'] + r['ablated_wall']:.2f}) "
+                f"| {ref / r['plain_cpu']:.1f}x ")
         if "inseq_error" in r:
-            print(f"| {r['prompt']} ({r['prompt_tokens']}) | {r['plain_cpu']:.2f} ({r['plain_wall']:.2f}) | {ours:.2f} "
-                  f"({ours_wall:.2f}) | {ours / r['plain_cpu']:.1f}x | – | inseq failed: {r['inseq_error']} | – | "
-                  f"{r['child_cpu']:.1f} | – | – | {r['load']} |")
+            print(f"{head}| – | inseq failed: {r['inseq_error']} | – | {r['child_cpu']:.1f} | – | – | {r['load']} |")
             continue
-        print(f"| {r['prompt']} ({r['prompt_tokens']}) | {r['plain_cpu']:.2f} ({r['plain_wall']:.2f}) | {ours:.2f} "
-              f"({ours_wall:.2f}) | {ours / r['plain_cpu']:.1f}x | {r['peer_plain_cpu']:.2f} ({r['peer_plain_wall']:.2f}) "
+        print(f"{head}| {r['peer_plain_cpu']:.2f} ({r['peer_plain_wall']:.2f}) "
               f"| {r['peer_inseq_cpu']:.2f} ({r['peer_inseq_wall']:.2f}) | {r['peer_inseq_cpu'] / r['peer_plain_cpu']:.1f}x "
-              f"| {r['child_cpu']:.1f} | {r['peer_inseq_cpu'] / ours:.1f}x | {r['same_tokens']} | {r['load']} |")
+              f"| {r['child_cpu']:.1f} | {r['peer_inseq_cpu'] / ours:.1f}x | {r['same_tokens'] and r['api_same_tokens']} | {r['load']} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     sys.exit(0)
