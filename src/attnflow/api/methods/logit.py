@@ -20,9 +20,8 @@ import numpy as np
 import torch
 
 from attnflow.capture.logit_paths import LogitPaths, logit_paths
-from attnflow.core.logit_attribution import alti_contributions
+from attnflow.core.logit_attribution import alti_contributions, direct_logit_attribution
 from attnflow.core.logit_attribution import alti_logit as _alti_logit
-from attnflow.core.logit_attribution import direct_logit_attribution
 from attnflow.errors import AttnflowError
 
 
