@@ -44,6 +44,18 @@ class Fusion(str, Enum):
     min = "min"
 
 
+def _faithfulness_for_short_inputs(report, model) -> None:
+    """A short input's report carries the faithfulness numbers (attnflow.api.honest), computed here."""
+    from attnflow.api.honest import with_faithfulness
+    from attnflow.capture.load import cached_model, model_task, resolve_model
+
+    name = resolve_model(model)
+    if model_task(name) == "encoder":
+        return  # a bare encoder: no prediction
+    lm, tokenizer = cached_model(name)
+    with_faithfulness(report, lm, tokenizer)
+
+
 @app.command()
 def explain(
     text: str = typer.Argument(..., help="The input text, quoted."),
@@ -102,6 +114,7 @@ def explain(
                            if m in chosen or m in ("raw", "rollout"))
             report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, **options)
             result = report.select(methods=chosen, targets=[report.target])
+            _faithfulness_for_short_inputs(report, model)
     console = Console()
     if result.prediction is not None:
         console.print(f"prediction: [bold]{result.prediction}[/bold]")

@@ -15,6 +15,9 @@ from attnflow.cli.explain import WEIGHTING_HELP, CausalNorm, Weighting
 from attnflow.cli.outputs import check_outputs
 from attnflow.errors import AttnflowError
 
+GENERATION_METHODS = ("rollout", "ablated-flow", "ablated-flow-layers", "occlusion", "occlusion-mean", "alti-logit",
+                      "logit-attribution")
+
 
 @app.command()
 def generate(
@@ -30,12 +33,18 @@ def generate(
     seed: int = typer.Option(0, help="Random seed for --sample."),
     causal_norm: Optional[CausalNorm] = typer.Option(None, help="Receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
     weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
+    method: Optional[list[str]] = typer.Option(None, "--method", help="Decoders: which explanations to compute, "
+                                               "repeat for several (" + ", ".join(GENERATION_METHODS) + "). Default: "
+                                               "rollout beside ablated-flow (value zeroing, the measured-faithful "
+                                               "method; docs/decoders.md). --method rollout: the paper's alone."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained interactive HTML report."),
 ) -> None:
     """Complete PROMPT and print, for each generated token, the prompt tokens its attention
-    rollout (mean over layers) lands on most. Rollout is tracked incrementally with the KV cache.
+    rollout (mean over layers) lands on most, beside those ablated flow finds it uses (the drop of
+    the token's logit when a prompt token's values are zeroed in every layer), with a note on rows
+    that mostly reflect position. Rollout is tracked incrementally with the KV cache.
     With an encoder-decoder model PROMPT is the source, and each generated token gets the joint
     rollout over the source (top decoder layer).
 
@@ -46,15 +55,28 @@ def generate(
     check_text(prompt, "the prompt")
     # Refuse bad output paths before the (slow) generation, so nothing is half done.
     check_outputs(json=json_out, png=png_out, html=html_out)
+    from attnflow.api.honest import DECODER_METHODS
+
+    methods = list(dict.fromkeys(method)) if method else list(DECODER_METHODS)
+    unknown = [m for m in methods if m not in GENERATION_METHODS]
+    if unknown:
+        raise AttnflowError(f"--method must be one of {', '.join(GENERATION_METHODS)}; got {unknown[0]!r}")
     import torch
 
     from attnflow.api import generate as generate_text
     from attnflow.capture.load import cached_model
 
     lm, tokenizer = cached_model(model, task="generation")
+    if getattr(lm.config, "is_encoder_decoder", False):  # joint rollout only: the decoder methods are for decoders
+        if method and methods != ["rollout"]:
+            raise AttnflowError("--method other than rollout is for decoder-only models; an encoder-decoder "
+                                "generation shows the joint rollout")
+        methods = ["rollout"]
     torch.manual_seed(seed)
+    options = {"method": methods} if methods != ["rollout"] else {}
     result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
-                           causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
+                           causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value,
+                           **options)
     if token is not None:  # before any file is written; the files open on this token
         result = result.with_target(token)
     console = Console()

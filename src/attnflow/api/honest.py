@@ -1,0 +1,54 @@
+"""Honest defaults: what a decoder's explanation shows unless asked otherwise, and the faithfulness
+numbers a short input's report carries.
+
+- ``DECODER_METHODS``: the paper's rollout beside the method that agreed best with what the model
+  uses in the decoder study (docs/decoders.md, "Study": ablated flow, value zeroing of each source
+  token in every layer). ``attnflow generate`` and the app's generation show both; ``method="rollout"``
+  (``--method rollout``) gives the paper's alone.
+- :func:`with_faithfulness`: for an input of at most ``REPORT_FAITHFULNESS_MAX`` tokens on a model
+  with a prediction head (a causal LM or a sequence classifier), measure every computed method
+  against leave-one-out on the fly (:func:`attnflow.evaluation.faithfulness.evaluate`) and attach
+  the record to ``result.meta["faithfulness"]``, so the report shows the faithfulness table and the
+  summary against position. Measured on SmolLM2 at 30 tokens: see docs/faithfulness.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnflow.api.faithfulness import _head, _input_ids, _label, model_predict
+from attnflow.errors import AttnflowError
+from attnflow.evaluation.faithfulness import evaluate
+
+DECODER_METHODS = ("rollout", "ablated-flow")
+REPORT_FAITHFULNESS_MAX = 32  # tokens; above it a report is made without the on-the-fly numbers
+
+
+def with_faithfulness(result: Any, model: Any, tokenizer: Any, max_tokens: int = REPORT_FAITHFULNESS_MAX) -> bool:
+    """Attach on-the-fly faithfulness numbers to a text ``result`` of ``model`` when the input is short
+    and the model has a prediction head; returns whether it did. Every method computed for the
+    result's target is measured; an input, model or target it does not apply to is left as it was."""
+    if result.kind != "text" or result.n_sources > max_tokens or "faithfulness" in (result.meta or {}):
+        return False
+    try:
+        decoder = _head(model) == "decoder"
+    except AttnflowError:
+        return False  # a bare encoder: no prediction to be faithful to
+    t = result.target
+    target = result.target_positions[t]
+    if decoder and target != result.n_sources - 1:
+        return False  # a decoder's prediction is read at the last position only
+    if not isinstance(result.input, str):
+        return False
+    ids = _input_ids(model, tokenizer, result.input, truncate=False)  # the tokenizer call capture made
+    if len(ids) != result.n_sources:
+        return False
+    scores = {m: result.row(m, t) for m in result.methods if t in result.computed[m].targets}
+    if not scores or result.n_sources - 1 - len((result.meta or {}).get("special", [])) < 2:
+        return False
+    found = evaluate(model_predict(model, decoder), list(ids), scores, special=(result.meta or {}).get("special", ()),
+                     target=target)
+    found.label = _label(model, tokenizer, decoder, found.output)
+    found.meta = {"head": "decoder" if decoder else "classifier", "on_the_fly": True}
+    result.meta["faithfulness"] = found.to_dict()
+    return True
