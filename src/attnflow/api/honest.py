@@ -7,7 +7,8 @@ numbers a short input's report carries.
   (``--method rollout``) gives the paper's alone.
 - :func:`with_faithfulness`: for an input of at most ``REPORT_FAITHFULNESS_MAX`` tokens on a model
   with a prediction head (a causal LM or a sequence classifier), measure every computed method
-  against leave-one-out on the fly (:func:`attnflow.evaluation.faithfulness.evaluate`) and attach
+  against leave-one-out on the fly (:func:`attnflow.evaluation.faithfulness.evaluate`; a decoder's
+  deletions from the cached occlusion of :mod:`attnflow.capture.ablation`; no AOPC) and attach
   the record to ``result.meta["faithfulness"]``, so the report shows the faithfulness table and the
   summary against position. Measured on SmolLM2 at 30 tokens: see docs/faithfulness.md.
 """
@@ -24,10 +25,13 @@ DECODER_METHODS = ("rollout", "ablated-flow")
 REPORT_FAITHFULNESS_MAX = 32  # tokens; above it a report is made without the on-the-fly numbers
 
 
-def with_faithfulness(result: Any, model: Any, tokenizer: Any, max_tokens: int = REPORT_FAITHFULNESS_MAX) -> bool:
+def with_faithfulness(result: Any, model: Any, tokenizer: Any, max_tokens: int = REPORT_FAITHFULNESS_MAX,
+                      aopc: bool = False) -> bool:
     """Attach on-the-fly faithfulness numbers to a text ``result`` of ``model`` when the input is short
     and the model has a prediction head; returns whether it did. Every method computed for the
-    result's target is measured; an input, model or target it does not apply to is left as it was."""
+    result's target is measured against leave-one-out (rho, partial rho given position, the position
+    priors, the best method); AOPC only with ``aopc=True`` (it costs two passes per method and level;
+    ``attnflow faithfulness`` gives it). An input, model or target it does not apply to is left as it was."""
     if result.kind != "text" or result.n_sources > max_tokens or "faithfulness" in (result.meta or {}):
         return False
     try:
@@ -46,8 +50,16 @@ def with_faithfulness(result: Any, model: Any, tokenizer: Any, max_tokens: int =
     scores = {m: result.row(m, t) for m in result.methods if t in result.computed[m].targets}
     if not scores or result.n_sources - 1 - len((result.meta or {}).get("special", [])) < 2:
         return False
+    loo, output = None, None
+    if decoder:
+        # leave-one-out from the cached occlusion (positions before a deleted token are never
+        # recomputed): about half the token steps of one full pass per deletion
+        from attnflow.capture.ablation import occlusion
+
+        found = occlusion(model, ids, [target])
+        loo, output = found.scores[0, 0], int(found.tokens[0])
     found = evaluate(model_predict(model, decoder), list(ids), scores, special=(result.meta or {}).get("special", ()),
-                     target=target)
+                     target=target, loo=loo, output=output, aopc_levels=aopc)
     found.label = _label(model, tokenizer, decoder, found.output)
     found.meta = {"head": "decoder" if decoder else "classifier", "on_the_fly": True}
     result.meta["faithfulness"] = found.to_dict()

@@ -282,7 +282,7 @@ def default_positions(n: int, special: Sequence[int], target: int) -> list[int]:
 def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int | None = None,
              positions: Sequence[int] | None = None, special: Sequence[int] = (), target: int | None = None,
              fractions: Sequence[float] = FRACTIONS, fill_id: int | None = None, label: str | None = None,
-             progress: Progress | None = None) -> Faithfulness:
+             progress: Progress | None = None, loo: Any = None, aopc_levels: bool = True) -> Faithfulness:
     """Leave-one-out Spearman and AOPC for every method and layer of ``scores``.
 
     predict: token-id lists -> logits ``(batch, outputs)`` of the explained output (module docstring).
@@ -291,6 +291,9 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
     output: the class / vocabulary id explained; None: the argmax of ``predict([ids])``.
     positions: the ranked (and deletable) positions; None: all but ``special`` and ``target``
     (an Attribution supplies both from its meta and default target).
+    loo: the leave-one-out drops ``(n,)`` already computed for ``output`` (e.g. by a decoder's cached
+    occlusion, :func:`attnflow.capture.ablation.occlusion`); None: computed here with ``predict``.
+    aopc_levels: False skips AOPC (comprehensiveness and sufficiency are NaN), for a quick check.
     """
     ids = [int(i) for i in np.asarray(ids).reshape(-1)]
     n = len(ids)
@@ -314,8 +317,17 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
     model.output = int(np.argmax(base)) if output is None else int(output)
     if not 0 <= model.output < len(base):
         raise AttnflowError(f"output must be an index into the model's {len(base)} outputs; got {output!r}")
-    loo = leave_one_out(model, ids, positions, model.output, fill_id=fill_id)
-    model.expect(sum(2 * len(r) * len(fractions) for r in rows.values()))
+    if loo is None:
+        loo = leave_one_out(model, ids, positions, model.output, fill_id=fill_id)
+    else:
+        given = np.asarray(loo, dtype=float).reshape(-1)
+        if given.shape != (n,) or not np.isfinite(given[positions]).all():
+            raise AttnflowError(f"loo must hold a finite drop for every ranked position of the {n} tokens; "
+                                f"got shape {given.shape}")
+        loo = np.full(n, np.nan)
+        loo[positions] = given[positions]
+    if aopc_levels:
+        model.expect(sum(2 * len(r) * len(fractions) for r in rows.values()))
     rho, compr, suff, partial, where, interval = {}, {}, {}, {}, {}, {}
     y, z = loo[positions], np.asarray(positions, dtype=float)
     for m, r in rows.items():
@@ -324,7 +336,10 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
         where[m] = np.atleast_1d(position_rho(x, positions))
         partial[m] = np.atleast_1d(partial_spearman(x, y, z)) if len(positions) >= 3 else np.full(len(r), np.nan)
         interval[m] = list(spearman_interval(x[-1], y))
-        compr[m], suff[m] = aopc(model, ids, r, positions, model.output, tuple(fractions), fill_id=fill_id)
+        if aopc_levels:
+            compr[m], suff[m] = aopc(model, ids, r, positions, model.output, tuple(fractions), fill_id=fill_id)
+        else:
+            compr[m], suff[m] = np.full(len(r), np.nan), np.full(len(r), np.nan)
     prior = {name: {"spearman": float(spearman(s, y)), "interval": list(spearman_interval(s, y))}
              for name, s in priors(positions).items()}
     z = base - base.max()
