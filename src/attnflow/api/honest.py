@@ -4,7 +4,8 @@ numbers a short input's report carries.
 - ``DECODER_METHODS``: the paper's rollout beside the method that agreed best with what the model
   uses in the decoder study (docs/decoders.md, "Study": ablated flow, value zeroing of each source
   token in every layer). ``attnflow generate`` and the app's generation show both; ``method="rollout"``
-  (``--method rollout``) gives the paper's alone.
+  (``--method rollout``) gives the paper's alone. :func:`with_decoder_methods` adds ablated flow
+  beside an explained decoder text (``attnflow explain``; ``--paper-only`` leaves it out).
 - :func:`with_faithfulness`: for an input of at most ``REPORT_FAITHFULNESS_MAX`` tokens on a model
   with a prediction head (a causal LM or a sequence classifier), measure every computed method
   against leave-one-out on the fly (:func:`attnflow.evaluation.faithfulness.evaluate`; a decoder's
@@ -16,6 +17,8 @@ numbers a short input's report carries.
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from attnflow.api.faithfulness import _head, _input_ids, _label, model_predict
 from attnflow.errors import AttnflowError
@@ -64,3 +67,29 @@ def with_faithfulness(result: Any, model: Any, tokenizer: Any, max_tokens: int =
     found.meta = {"head": "decoder" if decoder else "classifier", "on_the_fly": True}
     result.meta["faithfulness"] = found.to_dict()
     return True
+
+
+def with_decoder_methods(result: Any, model: Any, tokenizer: Any, methods: Any = DECODER_METHODS) -> list[str]:
+    """Add, beside a decoder text result's own methods, the measured-faithful ones of ``methods``
+    (``"ablated-flow"``: value zeroing of each source in every layer at once, the drop of the target's
+    predicted-token logit) for the result's target, placed at the top layer. Returns the names added
+    (none for an encoder, a classifier, or a target other than the last position)."""
+    from attnflow.capture.ablation import ablated_flow
+    from attnflow.results import Block
+
+    wanted = [m for m in methods if m == "ablated-flow" and m not in result.blocks]
+    if result.kind != "text" or not wanted or not isinstance(result.input, str):
+        return []
+    try:
+        if _head(model) != "decoder":
+            return []
+    except AttnflowError:
+        return []
+    t = result.target
+    position = result.target_positions[t]
+    ids = _input_ids(model, tokenizer, result.input, truncate=False)
+    if len(ids) != result.n_sources or position != len(ids) - 1:
+        return []
+    found = ablated_flow(model, ids, [position], layers="all", readout="logit")
+    result.blocks["ablated-flow"] = Block(np.asarray(found.scores, dtype=float), (t,), (result.n_layers - 1,))
+    return ["ablated-flow"]

@@ -44,16 +44,24 @@ class Fusion(str, Enum):
     min = "min"
 
 
-def _faithfulness_for_short_inputs(report, model) -> None:
-    """A short input's report carries the faithfulness numbers (attnflow.api.honest), computed here."""
-    from attnflow.api.honest import with_faithfulness
+def _honest(result, report, model, paper_only: bool) -> None:
+    """A decoder's text gets ablated flow beside the paper's methods (unless ``paper_only``), and a
+    short input's report the faithfulness numbers (attnflow.api.honest)."""
+    from attnflow.api.honest import with_decoder_methods, with_faithfulness
     from attnflow.capture.load import cached_model, model_task, resolve_model
 
+    if result.kind != "text" or (paper_only and report is None):
+        return
     name = resolve_model(model)
     if model_task(name) == "encoder":
         return  # a bare encoder: no prediction
     lm, tokenizer = cached_model(name)
-    with_faithfulness(report, lm, tokenizer)
+    if not paper_only:
+        with_decoder_methods(result, lm, tokenizer)
+        if report is not None:
+            with_decoder_methods(report, lm, tokenizer)
+    if report is not None:
+        with_faithfulness(report, lm, tokenizer)
 
 
 @app.command()
@@ -73,6 +81,9 @@ def explain(
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
     html_out: Optional[Path] = typer.Option(
         None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
+    paper_only: bool = typer.Option(False, "--paper-only", help="Decoders: show only the paper's methods, without "
+                                    "ablated flow (value zeroing, the measured-faithful method; docs/decoders.md) "
+                                    "beside them."),
     causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
     weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
     target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
@@ -114,7 +125,7 @@ def explain(
                            if m in chosen or m in ("raw", "rollout"))
             report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, **options)
             result = report.select(methods=chosen, targets=[report.target])
-            _faithfulness_for_short_inputs(report, model)
+        _honest(result, report, model, paper_only)
     console = Console()
     if result.prediction is not None:
         console.print(f"prediction: [bold]{result.prediction}[/bold]")
@@ -124,7 +135,9 @@ def explain(
         console.print(f"wrote {json_out}")
     if png_out is not None:
         # titled with the text and every setting
-        result.plot(png_out, **({"content_only": content_only} if result.kind == "text" else {}))
+        plotted = result.select(methods=[m for m in result.methods if m != "ablated-flow"]) \
+            if "ablated-flow" in result.methods else result
+        plotted.plot(png_out, **({"content_only": content_only} if result.kind == "text" else {}))
         console.print(f"wrote {png_out}")
     if report is not None:
         report.to_html(html_out)
