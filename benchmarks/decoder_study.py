@@ -59,7 +59,8 @@ from attnflow.evaluation.position import POSITION_NOTE, PRIORS, mean_interval, p
 # cost class per method: what one explanation costs beyond the forward pass that makes the prediction
 COST = {"raw": "one pass", "rollout": "one pass", "flow": "one pass (+ max-flow)", "rollout norm": "one pass",
         "flow norm": "one pass (+ max-flow)", "grad x input": "fwd + bwd", "|grad x input|": "fwd + bwd",
-        PRIORS[0]: "free", PRIORS[1]: "free"}
+        PRIORS[0]: "free", PRIORS[1]: "free", "ablated flow": "n batched passes", "logit attribution": "one pass",
+        "alti-logit": "one pass"}
 PAPER = ("raw", "rollout", "flow")
 
 
@@ -76,7 +77,6 @@ def library_methods() -> dict[str, Callable]:
         return ablated_flow(model, torch.tensor([ids]), [target], layers="all", readout="logit").scores[0, 0]
 
     found["ablated flow"] = ablated
-    COST["ablated flow"] = "n batched passes"
     try:
         from attnflow.capture.logit_paths import logit_paths
         from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
@@ -93,7 +93,6 @@ def library_methods() -> dict[str, Callable]:
         return alti_logit(per_layer, alti_contributions(p.attentions, p.values, p.w_o, p.residual))[0].sum(0).numpy()
 
     found["logit attribution"], found["alti-logit"] = dla, alti
-    COST["logit attribution"] = COST["alti-logit"] = "one pass"
     return found
 
 
