@@ -1,6 +1,6 @@
 """The shape of the house, checked from the source: layers, one-way imports, no cycles.
 
-    core <- capture <- results <- views / evaluation <- api <- cli / app
+    config <- core <- capture <- results <- views / evaluation <- api <- cli / app
 
 Every ``import`` statement counts, including those made inside functions (they run too). The
 package root (``attnflow/__init__.py``, the public facade) may import anything; nothing imports it.
@@ -20,6 +20,7 @@ PACKAGE = SRC / "attnflow"
 # Longest prefix wins. Same-layer packages may import each other, but never in a cycle.
 LAYERS = {
     "attnflow.errors": 0, "attnflow.data": 0, "attnflow.models": 0,  # the exception, data, bundled model folders
+    "attnflow.config": 0,  # Settings and the method registry: tables every layer reads
     "attnflow.core": 1,
     "attnflow.capture": 2,
     "attnflow.results": 3,
@@ -166,3 +167,118 @@ def test_help_and_import_do_not_load_torch():
             "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# ------------------------------------------------------------------ one home per setting, method and model fact
+
+def _spellings(tree: ast.AST) -> list[tuple[int, str, list[str]]]:
+    """Literal tuples, lists, sets and dict keys that spell two or more of a group: the registry's
+    method names, a setting's allowed values, the target names. ``__all__`` and the facade's ``_LAZY``
+    (function names, not lists of methods) do not count."""
+    from attnflow.config import registry
+    from attnflow.config.settings import TARGET_NAMES, choices
+
+    groups = {"method names": set(registry.REGISTRY) | {registry.ALL}, "target names": set(TARGET_NAMES),
+              **{f"{n} values": set(choices(n, none=False)) for n in ("head_fusion", "weighting", "causal_norm")}}
+    exempt = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id in ("__all__", "_LAZY") for t in node.targets)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in exempt:
+            continue
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            elements = node.elts
+        elif isinstance(node, ast.Dict):
+            elements = [k for k in node.keys if k is not None]
+        else:
+            continue
+        strings = {e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        for group, names in groups.items():
+            if len(strings & names) >= 2:
+                found.append((node.lineno, group, sorted(strings & names)))
+    return found
+
+
+def test_no_module_outside_settings_and_the_registry_spells_their_lists():
+    homes = {"attnflow.config.settings", "attnflow.config.registry"}
+    for name, path in MODULES.items():
+        if name not in homes:
+            found = _spellings(ast.parse(path.read_text(encoding="utf-8")))
+            assert not found, f"{name} spells {found}: read attnflow.config.settings / attnflow.config.registry"
+
+
+def _class_name_checks(tree: ast.AST) -> list[int]:
+    """Lines that guess what a model is from a class name: ``"CausalLM" in name``,
+    ``name.endswith("ForSequenceClassification")`` and the like."""
+    import re
+
+    pattern = re.compile(r"^(For[A-Z]\w*|\w*(CausalLM|LMHead\w*|Classification|ConditionalGeneration|Seq2SeqLM))$")
+
+    def marks(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(pattern.match(node.value))
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            if marks(node.left) or any(isinstance(c, (ast.Tuple, ast.List)) and any(marks(e) for e in c.elts)
+                                       for c in node.comparators):
+                lines.append(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("endswith", "startswith") and any(marks(a) for a in node.args)):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_model_kind_is_guessed_from_a_class_name():
+    for name, path in MODULES.items():
+        if not name.startswith("attnflow.models.train_"):
+            lines = _class_name_checks(ast.parse(path.read_text(encoding="utf-8")))
+            assert not lines, (f"{name} guesses a model's kind from its class name at lines {lines}: read the "
+                               "architecture table (attnflow.api.models.resolve / capture.architectures.model_head)")
+
+
+def test_the_source_checkers_can_fail():
+    snippet = ast.parse('M = ("raw", "flow")\nF = {"mean": 1, "max": 2}\n__all__ = ["raw", "rollout"]\n'
+                        'ok = ("raw", "image")\nif "CausalLM" in name or n.endswith("ForSequenceClassification"): pass\n')
+    assert [(line, group) for line, group, _ in _spellings(snippet)] == [(1, "method names"), (2, "head_fusion values")]
+    assert _class_name_checks(snippet) == [5, 5]
+
+
+def test_cli_and_app_reach_models_through_the_api():
+    for name, targets in GRAPH.items():
+        if name.startswith(("attnflow.cli", "attnflow.app")):
+            bad = sorted(t for t in targets if t.startswith(("attnflow.capture", "attnflow.core")))
+            assert not bad, f"{name} imports {bad}: the CLI and the app go through attnflow.api, results and views"
+
+
+# Process machinery (subprocesses, signals, shared memory) still in the core, to be moved behind a runner the
+# api passes in (issue 25); nothing else may join it.
+PROCESS_MACHINERY_IN_CORE = {"attnflow.core.flow.background"}
+
+
+def test_core_runs_no_processes():
+    for name in MODULES:
+        if name.startswith("attnflow.core"):
+            _, others = imports(name)
+            process = others & {"subprocess", "signal", "ctypes", "multiprocessing"}
+            assert not process or name in PROCESS_MACHINERY_IN_CORE, f"{name} imports {sorted(process)}"
+
+
+def test_the_package_root_lists_only_the_public_api():
+    import attnflow
+
+    shown = set(dir(attnflow))
+    assert not shown & {"Any", "annotations", "importlib"}, shown
+    assert set(attnflow.__all__) <= shown and all(not n.startswith("_") for n in attnflow.__all__)
+    for name in attnflow.__all__:
+        assert getattr(attnflow, name) is not None
+
+
+def test_the_apps_route_handlers_live_at_module_level():
+    """Each route's handler is a module-level function (readable, testable alone), not a closure
+    nested in create_app; create_app only wires the routes to the catalog and job store."""
+    tree = ast.parse(MODULES["attnflow.app.server"].read_text(encoding="utf-8"))
+    create = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "create_app")
+    nested = [n.name for n in ast.walk(create) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not create]
+    assert nested == [], f"create_app defines {nested}"
+    assert create.end_lineno - create.lineno < 15

@@ -11,7 +11,11 @@ from transformers import AutoTokenizer
 import attnflow
 from attnflow.capture.ablation import ablated_flow, occlusion
 from attnflow.capture.logit_paths import logit_paths
-from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
+from attnflow.core.logit_attribution import (
+    alti_contributions,
+    alti_logit,
+    direct_logit_attribution,
+)
 from tests.factory import tiny_model
 
 PROMPT = "the keys to the old cabinet"
@@ -94,5 +98,5 @@ def test_rollout_alone_is_unchanged(tokenizer):
 
 def test_unknown_generation_method_is_refused(tokenizer):
     model = tiny_model("llama", vocab=tokenizer.vocab_size)
-    with pytest.raises(attnflow.AttnflowError, match="generate tracks rollout and ablated-flow"):
+    with pytest.raises(attnflow.AttnflowError, match="generate explains each token with rollout or ablated-flow"):
         attnflow.generate(model, tokenizer, PROMPT, 2, method="flow")

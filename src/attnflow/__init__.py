@@ -31,6 +31,7 @@ _LAZY = {
     "explain": "attnflow.api", "explain_attentions": "attnflow.api", "explain_image": "attnflow.api",
     "explain_maps": "attnflow.api", "generate": "attnflow.api", "faithfulness": "attnflow.api", "faithfulness_report": "attnflow.api",
     "batch": "attnflow.api", "BatchRun": "attnflow.api",
+    "Settings": "attnflow.config", "methods": "attnflow.config", "register_architecture": "attnflow.api",
 }
 
 __all__ = ["AttnflowError", "AttnflowWarning", "LongFlowWarning", "capture", *_LAZY]
@@ -56,4 +57,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    """The public API only (not the helpers this module imports: typing's ``Any``, ``importlib``, ...)."""
+    return sorted([*__all__, "__version__"])

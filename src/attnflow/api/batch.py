@@ -24,8 +24,10 @@ from attnflow.api.batching.inputs import Inputs, read_inputs
 from attnflow.api.batching.plan import fingerprint, plan, token_lengths
 from attnflow.api.batching.shard import Settings, ShardOutput, ShardTask
 from attnflow.api.batching.store import SHARD_KEY, Store
-from attnflow.api.text import TEXT_METHODS, resolve_methods
-from attnflow.core.weighting import check_weighting
+from attnflow.api.models import is_name
+from attnflow.api.text import refuse_norm_with_gradients, resolve_methods
+from attnflow.config.settings import UNSET
+from attnflow.config.settings import Settings as Explanation
 from attnflow.errors import AttnflowError
 from attnflow.results.rows import ERRORS, ROWS, SCHEMA, VERSION, pyarrow, read_result
 
@@ -90,11 +92,7 @@ def _check(options: dict, images: bool) -> list[str]:
     methods = options["methods"]
     if isinstance(methods, str) and "," in methods:
         methods = [m.strip() for m in methods.split(",") if m.strip()]
-    from attnflow.api.images import IMAGE_METHODS
-
-    names, _ = resolve_methods(methods, IMAGE_METHODS if images else TEXT_METHODS)
-    if options["head_fusion"] not in ("mean", "max", "min"):
-        raise AttnflowError(f"head_fusion must be 'mean', 'max' or 'min'; got {options['head_fusion']!r}")
+    names, _ = resolve_methods(methods, "image" if images else "text")
     if options["engine"] not in ENGINES:
         raise AttnflowError(f"engine must be one of {', '.join(ENGINES)}; got {options['engine']!r}")
     if options["device"] not in DEVICES and not str(options["device"]).startswith("cuda:"):
@@ -109,9 +107,6 @@ def _check(options: dict, images: bool) -> list[str]:
     if options["engine"] == "local" and (options["scheduler"] is not None or workers is not None):
         raise AttnflowError("the local engine runs in this process: drop scheduler/workers or use engine='dask'")
     target = options["target"]
-    if target is not None and not (isinstance(target, int) and not isinstance(target, bool)) and not (
-            isinstance(target, str) and (target in ("cls", "last") or target.lstrip("-").isdigit())):
-        raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
     if images and options["maps"]:
         raise AttnflowError("full maps are for text: an image result has one target, the read-out")
     if images and target is not None:
@@ -120,10 +115,10 @@ def _check(options: dict, images: bool) -> list[str]:
 
 
 def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, methods: Any = "rollout",
-          target: Any = None, text_column: str | None = None, id_column: str | None = None,
-          label_column: str | None = None, images: bool = False, maps: bool = False, truncate: bool = False,
-          residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto", causal_norm: str | None = None,
-          weighting: str = "attention", engine: str = "auto", scheduler: Any = None, workers: int | None = None, shard_size: int = 64,
+          target: Any = UNSET, text_column: str | None = None, id_column: str | None = None,
+          label_column: str | None = None, images: bool = False, maps: bool = False, truncate: bool = UNSET,
+          residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET, causal_norm: str | None = UNSET,
+          weighting: str = UNSET, settings: Explanation | None = None, engine: str = "auto", scheduler: Any = None, workers: int | None = None, shard_size: int = 64,
           batch_size: int = 32, device: str = "auto", progress: Progress | None = None) -> BatchRun:
     """Explain every row of ``data`` and write the rows to the folder ``out`` (see docs/batch.md).
 
@@ -136,6 +131,9 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     methods: "rollout", "flow", "raw", "grad-rollout", "all", "rollout,flow" or a list.
     target: as in :func:`attnflow.explain` ("cls", "last", a position; None: each model's default).
     weighting: "attention" or "norm", as in :func:`attnflow.explain` (not with grad-rollout).
+    settings: an :class:`attnflow.Settings`; the setting keywords (target, residual, head_fusion,
+        solver, causal_norm, truncate, weighting) override it. The rows' header records
+        ``settings.as_dict()`` as ``params``.
     maps: also keep every target's scores (``out/maps/``; flow then costs one max-flow per target).
     engine: "auto" (with ``scheduler``: that Dask cluster; else this process while that is quicker than
         starting a LocalCluster, which then takes over, see :func:`attnflow.api.batching.engine.run_auto`),
@@ -150,15 +148,16 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     malformed file or a missing column raises :class:`~attnflow.AttnflowError` before any work).
     """
     started = time.perf_counter()
+    explained = Explanation.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
+                                  causal_norm=causal_norm, truncate=truncate, weighting=weighting)
+    target, residual, head_fusion, solver = explained.target, explained.residual, explained.head_fusion, explained.solver
+    causal_norm, truncate, weighting = explained.causal_norm, explained.truncate, explained.weighting
     options = dict(methods=methods, head_fusion=head_fusion, engine=engine, device=device, shard_size=shard_size,
                    batch_size=batch_size, workers=workers, scheduler=scheduler, target=target, maps=maps)
     names = _check(options, images)
-    check_weighting(weighting)
-    if weighting == "norm" and "grad-rollout" in names:
-        raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
-                            "use weighting='attention' for it")
+    refuse_norm_with_gradients(names, explained)
     pyarrow()
-    loaded_model = model is not None and not isinstance(model, (str, bytes)) and not hasattr(model, "__fspath__")
+    loaded_model = not is_name(model)
     if loaded_model and engine == "dask" or loaded_model and scheduler is not None:
         raise AttnflowError("pass the model as a path or hub id for the Dask engine (each worker loads it once); "
                             "a loaded model works with engine='local'")
@@ -173,7 +172,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     lengths = [0] * len(inputs) if images else token_lengths(inputs.values, tokenizer if loaded_model
                                                              else _tokenizer(model_name))
     shards = plan(lengths, shard_size)
-    target_value = int(target) if isinstance(target, str) and target.lstrip("-").isdigit() else target
+    target_value = target
     recorded = {"model": model_name if not loaded_model else str(getattr(model, "name_or_path", "") or
                                                                   type(model).__name__),
                 "methods": names, "target": target_value, "images": images, "maps": maps, "residual": residual,
@@ -181,8 +180,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
                 **({"weighting": weighting} if weighting != "attention" else {}), "id_type": inputs.id_type, "label_type": inputs.label_type}
     shown_model = recorded["model"] if loaded_model else _model_label(model_name, images)
     header = {"schema": SCHEMA, "version": VERSION, "model": shown_model, "methods": names,
-              "params": {**{k: recorded[k] for k in ("residual", "head_fusion", "causal_norm", "solver", "truncate",
-                                                     "target")}, "weighting": weighting}}
+              "params": explained.as_dict()}
     settings = Settings(model=model_name, methods=tuple(names), target=target_value, images=images, maps=maps,
                         residual=residual, head_fusion=head_fusion, solver=solver, causal_norm=causal_norm,
                         truncate=truncate, weighting=weighting, batch_size=batch_size, device=device, id_type=inputs.id_type,

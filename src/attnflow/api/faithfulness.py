@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.api.models import Loaded, is_name, resolve
 from attnflow.api.text import _check_text, explain
-from attnflow.capture.load import cached_model, check_model_path, is_encoder_decoder_path, model_task, resolve_model
+from attnflow.capture.load import check_model_path, is_encoder_decoder_path, model_task, resolve_model
 from attnflow.capture.text import encode, is_causal, max_length
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.faithfulness import FRACTIONS, Faithfulness, evaluate
@@ -45,16 +46,17 @@ def _refuse_without_head(name: str) -> None:
         raise AttnflowError(f"{name!r} is a {arch} checkpoint, without a prediction head; {_NO_HEAD}")
 
 
-def _head(model: Any) -> str:
-    """"decoder" or "classifier", or a refusal for a model whose output is no prediction."""
-    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+def _head(loaded: Loaded) -> str:
+    """"decoder" or "classifier" (from the architecture table, see :mod:`attnflow.api.models`), or a
+    refusal for a model whose output is no prediction."""
+    if loaded.family == "encoder-decoder":
         raise AttnflowError("encoder-decoder models are not covered; faithfulness covers classifiers and decoders")
-    name = type(model).__name__
-    if is_causal(model) and model.get_output_embeddings() is not None:
+    if is_causal(loaded.model) and loaded.model.get_output_embeddings() is not None:
         return "decoder"
-    if name.endswith("ForSequenceClassification"):
+    if loaded.head == "classification":
         return "classifier"
-    raise AttnflowError(f"{name} has no sequence-classification or language-model head; {_NO_HEAD}")
+    raise AttnflowError(f"{type(loaded.model).__name__} has no sequence-classification or language-model head; "
+                        f"{_NO_HEAD}")
 
 
 def model_predict(model: Any, decoder: bool, batch_size: int = BATCH) -> Callable[[list[list[int]]], np.ndarray]:
@@ -108,8 +110,8 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         or a loaded model with its ``tokenizer``); None: the default model (the bundled agreement
         classifier). A bare encoder (no head) or an encoder-decoder model is refused.
     method: anything :func:`attnflow.explain` takes ("all", a name, a list).
-    options: passed to :func:`attnflow.explain` (``target``, ``residual``, ``head_fusion``,
-        ``causal_norm``, ``solver``, ``truncate``, and any weighting option it accepts).
+    options: passed to :func:`attnflow.explain` (``settings=`` or its keywords ``target``,
+        ``residual``, ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``, ``weighting``).
     fractions, positions, fill_id: see :func:`attnflow.evaluation.faithfulness.evaluate` (AOPC
         levels; which tokens are ranked and deleted, default all but special tokens and the target;
         replace instead of delete).
@@ -120,16 +122,15 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     ``docs/faithfulness.md``); :func:`faithfulness_report` turns it back into a :class:`Faithfulness`.
     """
     _check_text(text)
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        name = resolve_model(model)
-        check_model_path(name)
-        _refuse_without_head(name)
-        model, tokenizer = cached_model(name)
-    elif tokenizer is None:
-        raise AttnflowError("pass the tokenizer together with a loaded model")
-    decoder = _head(model) == "decoder"
+    if is_name(model):
+        model = resolve_model(model)
+        check_model_path(model)
+        _refuse_without_head(model)
+    loaded = resolve(model, tokenizer)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    decoder = _head(loaded) == "decoder"
     result = explain(text, model, tokenizer=tokenizer, method=method, **options)
-    ids = _input_ids(model, tokenizer, text, bool(options.get("truncate", False)))
+    ids = _input_ids(model, tokenizer, text, bool(result.params.get("truncate", False)))  # keyword or settings=
     if len(ids) != result.n_sources:  # the same tokenizer call as capture: a mismatch is a bug
         raise AttnflowError(f"internal: {len(ids)} token ids for a {result.n_sources}-token result")
     target = result.target_positions[result.target]

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnflow.api.generation_methods import method_blocks, reuses_cache
+from attnflow.api.generation_methods import check, method_blocks, reuses_cache
+from attnflow.api.models import resolve
 from attnflow.api.seq2seq import generate_seq2seq
-from attnflow.api.text import refuse_seq2seq_norm
+from attnflow.api.text import refuse_seq2seq_settings
 from attnflow.capture import track_generation
-from attnflow.capture.load import cached_model
-from attnflow.errors import AttnflowError
+from attnflow.config.settings import UNSET, Settings
 from attnflow.results import Attribution, Block
 
 
 def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
-             residual: float = 0.5, head_fusion: str = "mean", causal_norm: str | None = None,
-             weighting: str = "attention", method: Any = "rollout", progress: Any = None,
-             **generate_kwargs: Any) -> Attribution:
+             residual: float = UNSET, head_fusion: str = UNSET, causal_norm: str | None = UNSET,
+             weighting: str = UNSET, settings: Settings | None = None, method: Any = "rollout",
+             progress: Any = None, **generate_kwargs: Any) -> Attribution:
     """Generate a completion of ``prompt`` and roll out attention for every generated token.
 
     model: a loaded causal LM with its ``tokenizer``, or what :func:`attnflow.load_model` takes (a
@@ -34,10 +34,12 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
     weighting: "attention" (the paper's) or "norm" (attention times the length of each transformed
         value vector, Kobayashi et al. 2020; see :func:`attnflow.explain`).
-    method: "rollout" (the paper's refined method), or one or a list of "ablated-flow",
-        "ablated-flow-layers", "occlusion", "occlusion-mean", "alti-logit", "logit-attribution"
-        (computed beside rollout; see :mod:`attnflow.api.generation_methods`). progress(done, total):
-        called as the per-source methods run.
+    settings: an :class:`attnflow.Settings` (the keywords above override it; its target is unused:
+        every generated token is explained).
+    method: "rollout" (tracked while the model generates), or one or a list of the registered methods
+        that run the model ("ablated-flow", "alti-logit", ...; :mod:`attnflow.api.generation_methods`),
+        computed beside rollout; the result opens on the first. progress(done, total): called as the
+        per-source methods run.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"`` picks how
         the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).
@@ -46,31 +48,24 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     length ``m``); target ``i`` is generated token ``i``, explained by the rollout row of the position
     that predicted it (``m - 1 + i``). ``meta`` holds the completion and the generated token ids.
     """
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model, tokenizer = cached_model(model, task="generation")
-        name = str(getattr(model, "name_or_path", "") or type(model).__name__)
-    elif tokenizer is None:
-        raise AttnflowError("pass the tokenizer together with a loaded model")
-    else:
-        name = str(getattr(model, "name_or_path", "") or type(model).__name__)
-    if getattr(model.config, "is_encoder_decoder", False):
-        if causal_norm is not None:
-            raise AttnflowError("causal_norm is for decoder-only models; encoder-decoder rollout has no such option")
-        refuse_seq2seq_norm(weighting)
-        return generate_seq2seq(model, tokenizer, prompt, max_new_tokens, residual=residual, head_fusion=head_fusion,
-                                **generate_kwargs)
+    settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
+                              weighting=weighting)
+    loaded = resolve(model, tokenizer, task="generation")
+    model, tokenizer, name = loaded.model, loaded.tokenizer, loaded.name
+    if loaded.family == "encoder-decoder":
+        refuse_seq2seq_settings(settings)
+        return generate_seq2seq(model, tokenizer, prompt, max_new_tokens, settings=settings, **generate_kwargs)
     names = [method] if isinstance(method, str) else list(method)
-    extra = [n for n in names if n != "rollout"]
-    trace = track_generation(model, tokenizer, prompt, max_new_tokens, residual=residual, head_fusion=head_fusion,
-                             causal_norm=causal_norm, weighting=weighting, keep_cache=reuses_cache(extra),
-                             **generate_kwargs)
+    check(names)
+    trace = track_generation(model, tokenizer, prompt, max_new_tokens, residual=settings.residual,
+                             head_fusion=settings.head_fusion, causal_norm=settings.causal_norm,
+                             weighting=settings.weighting, keep_cache=reuses_cache(names), **generate_kwargs)
     m = len(trace.prompt_ids)
-    blocks = {"rollout": Block.full(trace.rows), **method_blocks(model, trace, extra, trace.rows.shape[1], progress)}
+    blocks = {"rollout": Block.full(trace.rows), **method_blocks(model, trace, names, trace.rows.shape[1], progress)}
     return Attribution(
         kind="generation", sources=trace.prompt_tokens + trace.generated_tokens, targets=trace.generated_tokens,
         target_positions=[m - 1 + i for i in range(len(trace.new_ids))], blocks=blocks,
         n_layers=trace.rows.shape[1], method=names[0], input=prompt, input_length=m, model=name,
-        params={"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm,
-                "do_sample": trace.do_sample, "max_new_tokens": max_new_tokens, "weighting": weighting},
+        params={**settings.as_dict(), "do_sample": trace.do_sample, "max_new_tokens": max_new_tokens},
         meta={"completion": trace.completion, "generated_ids": trace.new_ids, "prompt_ids": trace.prompt_ids,
               "strategy": trace.strategy})

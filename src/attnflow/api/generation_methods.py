@@ -1,64 +1,68 @@
-"""The decoder methods through a generation: every generated token explained by one of
-ablated flow, occlusion, ALTI-Logit or direct logit attribution, as ``M[n_generated, sources, layers]``.
+"""The model-based methods of the registry through a generation: every generated token explained by
+ablated flow, occlusion, ALTI-Logit or logit attribution (any registered text method that runs the
+model), as ``M[n_generated, sources, layers]`` beside the tracked rollout.
 
 Generated token ``i`` sits at position ``m + i`` and is predicted at ``m - 1 + i``; each method
 explains that token (the one generated, not the argmax) with the sequence up to it, exactly as one
 teacher-forced pass over ``prompt + generated[:i]`` per token would (``tests/test_generation_methods.py``
 checks it), but in one go: the logit methods take one pass over the whole sequence (positions do not
-interact along the direct path), and ablated flow / occlusion one edited run per source that reads
-every later target, starting from the generation's own key/value cache and logits (reused, not
-recomputed) where its layers can be cropped.
+interact along the direct path), and the per-source methods (ablated flow, occlusion) one edited run
+per source that reads every later target, starting from the generation's own key/value cache and
+logits (reused, not recomputed) where its layers can be cropped.
 
-    method_blocks(model, trace, methods, progress=None) -> {method: Block}
+    offered() -> the method names generate accepts besides "rollout"
+    reuses_cache(methods) -> whether the generation should keep its cache and logits
+    method_blocks(model, trace, methods, n_layers, progress=None) -> {method: Block}
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from attnflow.api.methods import ablation, logit
+from attnflow.config import registry
+from attnflow.config.registry import PER_SOURCE, Context
 from attnflow.errors import AttnflowError
 from attnflow.results import Block
 
-# name -> (function, has a layers axis, reuses the generation's cache)
-FUNCTIONS = {
-    "ablated-flow": (ablation.ablated_flow, False, True),
-    "ablated-flow-layers": (ablation.ablated_flow_layers, True, True),
-    "occlusion": (ablation.occlusion, False, True),
-    "occlusion-mean": (ablation.occlusion_mean, False, True),
-    "alti-logit": (logit.alti_logit, True, False),
-    "logit-attribution": (logit.logit_attribution, True, False),
-}
+TRACKED = registry.GENERATION_TRACKED
+
+
+def offered() -> tuple[str, ...]:
+    """Registered text methods that run the model (so they can explain any generated token)."""
+    return registry.generation_methods()[1:]
+
+
+def check(methods: list[str]) -> None:
+    unknown = [m for m in methods if m != TRACKED and m not in offered()]
+    if unknown:
+        raise AttnflowError(f"generate explains each token with {TRACKED} or {', '.join(offered())}; "
+                            f"got {unknown[0]!r}")
 
 
 def reuses_cache(methods: list[str]) -> bool:
-    return any(FUNCTIONS[m][2] for m in methods if m in FUNCTIONS)
+    return any(registry.get(m).cost == PER_SOURCE for m in methods if m != TRACKED)
 
 
 def method_blocks(model: Any, trace: Any, methods: list[str], n_layers: int, progress: Any = None) -> dict[str, Block]:
     """method -> :class:`Block` ``(n_generated, layers, m + n_generated)`` for a generation ``trace``
     (:class:`attnflow.capture.generation.GenerationTrace`); a method without a layers axis fills the
-    top layer only."""
-    unknown = [m for m in methods if m not in FUNCTIONS]
-    if unknown:
-        raise AttnflowError(f"generate tracks rollout and {', '.join(FUNCTIONS)}; got {unknown[0]!r}")
+    top layer only, as in every text result."""
+    check(methods)
     ids = list(trace.prompt_ids) + list(trace.new_ids)
     m, k = len(trace.prompt_ids), len(trace.new_ids)
     rows = [m - 1 + i for i in range(k)]
     blocks = {}
     for name in methods:
-        function, layered, _ = FUNCTIONS[name]
-        extra = {"tokens": list(trace.new_ids)}
-        if trace.cache is not None and FUNCTIONS[name][2]:
+        if name == TRACKED:
+            continue
+        record = registry.get(name)
+        extra: dict[str, Any] = {"tokens": list(trace.new_ids)}
+        if trace.cache is not None and record.cost == PER_SOURCE:
             extra.update(cache=trace.cache, clean_logits=trace.logits)
-        context = SimpleNamespace(kind="text", model=model, input_ids=ids, rows=rows, layers=None, progress=progress,
-                                  settings=None, attentions=None, tokenizer=None, gradients=None, extra=extra)
-        values = np.asarray(function(context), dtype=float).transpose(1, 0, 2)  # (rows, layers, N)
-        if layered:
-            blocks[name] = Block.full(values)
-        else:
-            blocks[name] = Block(values, tuple(range(k)), (n_layers - 1,))
+        context = Context(kind="text", attentions=None, settings=None, rows=rows, model=model, input_ids=ids,
+                          progress=progress, extra=extra)
+        values = np.asarray(record(context), dtype=float).transpose(1, 0, 2)  # (rows, layers, N)
+        blocks[name] = Block.full(values) if record.layers else Block(values, tuple(range(k)), (n_layers - 1,))
     return blocks

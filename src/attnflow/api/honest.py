@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from attnflow.api.faithfulness import _head, _input_ids, _label, model_predict
+from attnflow.api.models import resolve
+from attnflow.config.registry import DECODER_DEFAULT as DECODER_METHODS
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.faithfulness import evaluate
 
-DECODER_METHODS = ("rollout", "ablated-flow")
 REPORT_FAITHFULNESS_MAX = 32  # tokens; above it a report is made without the on-the-fly numbers
 
 
@@ -38,7 +39,7 @@ def with_faithfulness(result: Any, model: Any, tokenizer: Any, max_tokens: int =
     if result.kind != "text" or result.n_sources > max_tokens or "faithfulness" in (result.meta or {}):
         return False
     try:
-        decoder = _head(model) == "decoder"
+        decoder = _head(resolve(model, tokenizer)) == "decoder"
     except AttnflowError:
         return False  # a bare encoder: no prediction to be faithful to
     t = result.target
@@ -77,11 +78,11 @@ def with_decoder_methods(result: Any, model: Any, tokenizer: Any, methods: Any =
     from attnflow.capture.ablation import ablated_flow
     from attnflow.results import Block
 
-    wanted = [m for m in methods if m == "ablated-flow" and m not in result.blocks]
+    wanted = [m for m in methods if m == DECODER_METHODS[-1] and m not in result.blocks]
     if result.kind != "text" or not wanted or not isinstance(result.input, str):
         return []
     try:
-        if _head(model) != "decoder":
+        if _head(resolve(model, tokenizer)) != "decoder":
             return []
     except AttnflowError:
         return []
@@ -91,5 +92,5 @@ def with_decoder_methods(result: Any, model: Any, tokenizer: Any, methods: Any =
     if len(ids) != result.n_sources or position != len(ids) - 1:
         return []
     found = ablated_flow(model, ids, [position], layers="all", readout="logit")
-    result.blocks["ablated-flow"] = Block(np.asarray(found.scores, dtype=float), (t,), (result.n_layers - 1,))
-    return ["ablated-flow"]
+    result.blocks[wanted[0]] = Block(np.asarray(found.scores, dtype=float), (t,), (result.n_layers - 1,))
+    return wanted

@@ -17,34 +17,35 @@ from typing import Any, Callable
 
 import numpy as np
 
-from attnflow.api.text import resolve_methods
-from attnflow.capture.vision import ImageMaps, cached_vision_model, capture_images, image_settings
-from attnflow.core.gradient import grad_rollout
-from attnflow.core.methods import METHODS, method_rows
+from attnflow.api.models import resolve
+from attnflow.capture.vision import ImageMaps, capture_images, image_settings
+from attnflow.config import registry
+from attnflow.config.registry import Context
+from attnflow.config.settings import UNSET, Settings
 from attnflow.errors import AttnflowError, AttnflowWarning
 from attnflow.results import Attribution, Block
 
-IMAGE_METHODS = (*METHODS, "grad-rollout")
+IMAGE_METHODS = registry.names("image")
 
 
 def check_method(method: Any) -> list[str]:
-    return resolve_methods(method, IMAGE_METHODS)[0]
+    return registry.resolve(method, "image")[0]
 
 
-def image_rows(maps: ImageMaps, method: str, *, layers: Any = None, residual: float = 0.5, head_fusion: str = "mean",
-               solver: str = "auto", progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+def image_rows(maps: ImageMaps, method: str, *, layers: Any = None, residual: float = UNSET, head_fusion: str = UNSET,
+               solver: str = UNSET, progress: Callable[[int, int], None] | None = None,
+               settings: Settings | None = None) -> np.ndarray:
     """``(batch, layers, patches)``: each patch's relevance for the read-out position at each layer
     (all layers, or those in ``layers``)."""
     check_method(method)
+    settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver)
+    record = registry.get(method)
+    if record.cost == registry.FORWARD_BACKWARD and maps.gradients is None:
+        raise AttnflowError(f"{method} needs gradients: capture with capture_images(..., gradients=True)")
     src, cols = maps.layout.sources, maps.layout.patches
-    if method in METHODS:
-        rows = np.asarray(method_rows(maps.attentions, method, src, layers=layers, residual=residual,
-                                      head_fusion=head_fusion, solver=solver, progress=progress))
-    else:
-        if maps.gradients is None:
-            raise AttnflowError("grad-rollout needs gradients: capture with capture_images(..., gradients=True)")
-        full = np.asarray(grad_rollout(maps.attentions, maps.gradients))[:, :, src]  # (batch, layers, src, n)
-        rows = full if layers is None else full[:, np.atleast_1d(layers)]
+    context = Context(kind="image", attentions=maps.attentions, settings=settings, rows=list(src), layers=layers,
+                      gradients=maps.gradients, progress=progress)
+    rows = np.asarray(record(context))  # (batch, layers, read-out rows, n)
     return rows.mean(axis=2)[..., cols]  # mean over read-out rows (one row for CLS)
 
 
@@ -59,9 +60,9 @@ def _name(image: Any, i: int) -> str:
 
 
 def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", target_class: Any = None,
-                  residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto",
+                  residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                   progress: Callable[[int, int], None] | None = None,
-                  weighting: str = "attention") -> Attribution | list[Attribution]:
+                  weighting: str = UNSET, settings: Settings | None = None) -> Attribution | list[Attribution]:
     """Explain one image (a path, PIL image or array) or a list of them (one batch).
 
     model: a folder (``str`` or ``pathlib.Path``) or hub id (loaded once and reused), or a loaded image
@@ -75,23 +76,25 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
     model was trained on (shrunk or enlarged a lot, squashed, a colour photo for a grey model) gets an
     :class:`~attnflow.errors.AttnflowWarning`.
     """
-    methods, shown = resolve_methods(method, IMAGE_METHODS)
+    settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver, weighting=weighting)
+    if settings.causal_norm is not None or settings.target is not None:
+        raise AttnflowError("images explain the classifier's read-out with every query seeing the whole image: "
+                            "leave causal_norm and target unset (target_class picks the class)")
+    methods, shown = registry.resolve(method, "image")
     single = not isinstance(images, (list, tuple))
     batch = [images] if single else list(images)
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model = cached_vision_model(model)
-    maps = capture_images(model, batch, gradients="grad-rollout" in methods, target=target_class, weighting=weighting,
-                          head_fusion=head_fusion)
-    values = {m: image_rows(maps, m, residual=residual, head_fusion=head_fusion, solver=solver, progress=progress)
-              for m in methods}
+    model = resolve(model, task="vision").model
+    gradients = any(registry.get(m).cost == registry.FORWARD_BACKWARD for m in methods)
+    maps = capture_images(model, batch, gradients=gradients, target=target_class, weighting=settings.weighting,
+                          head_fusion=settings.head_fusion)
+    values = {m: image_rows(maps, m, settings=settings, progress=progress) for m in methods}
     label = lambda i: str(maps.labels.get(int(i), int(i)))  # noqa: E731
     predicted = maps.logits.argmax(-1).tolist()
     layout = maps.layout
     rows, cols = layout.grid
     sources = [f"patch ({r}, {c})" for r in range(rows) for c in range(cols)]
     read_out = "[CLS]" if layout.pooling == "cls" else "mean of patches"
-    params = {"residual": residual, "head_fusion": head_fusion, "solver": solver, "pooling": layout.pooling,
-              "weighting": weighting}
+    params = {**settings.as_dict(), "pooling": layout.pooling}
     settings = image_settings(model)
     out = []
     for i in range(len(batch)):

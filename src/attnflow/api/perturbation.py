@@ -11,7 +11,8 @@ from typing import Any, Callable
 import numpy as np
 
 from attnflow.api.images import IMAGE_METHODS, patch_scores
-from attnflow.capture.vision import cached_vision_model, capture_images, image_settings
+from attnflow.api.models import resolve
+from attnflow.capture.vision import capture_images, image_settings
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.perturbation import Curve, perturbation_curves
 
@@ -48,8 +49,7 @@ def evaluate_perturbation(model: Any = None, images: Any = None, labels: Any = N
         raise AttnflowError("give one label per image")
     if limit is not None:
         images, labels = images[:limit], labels[:limit]
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model = cached_vision_model(model)
+    model = resolve(model, task="vision").model
     fill_values = fill_value(model, fill)
     maps = capture_images(model, list(images), gradients="grad-rollout" in methods)
     scores = {}

@@ -17,10 +17,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from attnflow.capture import load_model
+from attnflow.api.models import is_name, resolve
 from attnflow.capture.seq2seq import capture_seq2seq, track_seq2seq_generation
-from attnflow.core.joint import joint_flow, joint_raw, joint_rollout
-from attnflow.core.methods import FLOW_ALL_MAX, METHODS, resolve_methods
+from attnflow.config import registry
+from attnflow.config.registry import Context
+from attnflow.config.settings import UNSET, Settings
+from attnflow.core.methods import FLOW_ALL_MAX
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution, Block
 from attnflow.results.attribution import label_index
@@ -31,13 +33,8 @@ Progress = Callable[[int, int], None]
 def _loaded(model: Any, tokenizer: Any) -> tuple[Any, Any, str]:
     if model is None:
         raise AttnflowError("pass an encoder-decoder model (a folder, hub id or loaded model)")
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        name = str(model)
-        model, tokenizer = load_model(name, task="seq2seq")
-        return model, tokenizer, name
-    if tokenizer is None:
-        raise AttnflowError("pass the tokenizer together with a loaded model")
-    return model, tokenizer, str(getattr(model, "name_or_path", "") or type(model).__name__)
+    loaded = resolve(model, tokenizer, task="seq2seq")
+    return loaded.model, loaded.tokenizer, str(model) if is_name(model) else loaded.name
 
 
 def _as_block(values: np.ndarray, targets: list[int]) -> Block:
@@ -49,9 +46,9 @@ def _as_block(values: np.ndarray, targets: list[int]) -> Block:
 
 
 def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokenizer: Any = None,
-                    method: Any = "rollout", target: Any = None, flow_targets: str = "auto", residual: float = 0.5,
-                    head_fusion: str = "mean", solver: str = "auto", truncate: bool = False,
-                    progress: Progress | None = None) -> Attribution:
+                    method: Any = "rollout", target: Any = None, flow_targets: str = "auto", residual: float = UNSET,
+                    head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
+                    progress: Progress | None = None, settings: Settings | None = None) -> Attribution:
     """Teacher-force ``target_text`` after ``source`` and explain every target token over the source
     tokens and the target prefix, at every decoder layer.
 
@@ -60,55 +57,53 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
         while the source and target together have at most ``FLOW_ALL_MAX`` tokens (``flow_targets``
         "auto"), else for ``target`` only ("all" / "target" force either).
     target: the target token shown by default (index or text; default the first).
+    settings: as in :func:`attnflow.explain` (its target is not used: ``target`` picks a token).
     """
-    methods, shown = resolve_methods(method, METHODS)
+    settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate)
+    methods, shown = registry.resolve(method, "seq2seq")
     if target_text is None:
         raise AttnflowError("an encoder-decoder model explains a given output: pass target_text= (CLI: --target-text), "
                             "or let the model write its own with attnflow.generate (CLI: attnflow generate)")
     if flow_targets not in ("auto", "all", "target"):
         raise AttnflowError(f"flow_targets must be 'auto', 'all' or 'target'; got {flow_targets!r}")
-    if head_fusion not in ("mean", "max", "min"):
-        raise AttnflowError(f"explaining needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
     model, tokenizer, name = _loaded(model, tokenizer)
-    maps = capture_seq2seq(model, tokenizer, source, target_text, truncate=truncate)
+    maps = capture_seq2seq(model, tokenizer, source, target_text, truncate=settings.truncate)
     s, t = len(maps.source_tokens), len(maps.target_tokens)
     chosen = label_index(maps.target_tokens, target, 0)
     attn = (maps.encoder.double().numpy(), maps.decoder.double().numpy(), maps.cross.double().numpy())
     every = list(range(t))
     blocks = {}
     for m in methods:
-        if m == "rollout":
-            blocks[m] = _as_block(joint_rollout(*attn, residual=residual, head_fusion=head_fusion), every)
-        elif m == "raw":
-            blocks[m] = _as_block(joint_raw(attn[2], t, head_fusion=head_fusion), every)
-        else:
-            rows = every if flow_targets == "all" or (flow_targets == "auto" and s + t <= FLOW_ALL_MAX) else [chosen]
-            values = joint_flow(*attn, residual=residual, head_fusion=head_fusion, positions=rows, solver=solver,
-                                progress=progress)
-            blocks[m] = _as_block(values, rows)
+        costly = registry.get(m).cost == registry.MAX_FLOW
+        rows = every if not costly or flow_targets == "all" or (flow_targets == "auto" and s + t <= FLOW_ALL_MAX) \
+            else [chosen]
+        context = Context(kind="seq2seq", attentions=attn, settings=settings, rows=rows, progress=progress,
+                          model=model, tokenizer=tokenizer, extra={"target_tokens": t})
+        blocks[m] = _as_block(registry.get(m)(context), rows)
     return Attribution(
         kind="seq2seq", sources=maps.source_tokens + [maps.start_token] + maps.target_tokens,
         targets=maps.target_tokens, target_positions=[s + i for i in range(t)], blocks=blocks,
         n_layers=int(maps.decoder.shape[0]), target=chosen, method=shown, input=source, input_length=s, model=name,
-        params={"residual": residual, "head_fusion": head_fusion, "solver": solver, "truncate": truncate,
-                "teacher_forcing": True},
+        params={**settings.as_dict(), "target": target, "teacher_forcing": True},
         meta={"target_text": target_text, "encoder_layers": int(maps.encoder.shape[0]),
               "predicted_tokens": maps.predicted_tokens, "source_ids": maps.source_ids, "target_ids": maps.target_ids})
 
 
-def generate_seq2seq(model: Any, tokenizer: Any, source: str, max_new_tokens: int = 20, *, residual: float = 0.5,
-                     head_fusion: str = "mean", truncate: bool = False, **generate_kwargs: Any) -> Attribution:
+def generate_seq2seq(model: Any, tokenizer: Any, source: str, max_new_tokens: int = 20, *, residual: float = UNSET,
+                     head_fusion: str = UNSET, truncate: bool = UNSET, settings: Settings | None = None,
+                     **generate_kwargs: Any) -> Attribution:
     """Let an encoder-decoder model generate an output for ``source`` and track the joint rollout of
     every generated token through the KV cache (equal to one teacher-forced pass over the output)."""
+    settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, truncate=truncate)
     model, tokenizer, name = _loaded(model, tokenizer)
-    trace = track_seq2seq_generation(model, tokenizer, source, max_new_tokens, residual=residual,
-                                     head_fusion=head_fusion, truncate=truncate, **generate_kwargs)
+    trace = track_seq2seq_generation(model, tokenizer, source, max_new_tokens, residual=settings.residual,
+                                     head_fusion=settings.head_fusion, truncate=settings.truncate, **generate_kwargs)
     s, n = len(trace.source_ids), len(trace.new_ids)
     return Attribution(
         kind="seq2seq", sources=trace.source_tokens + [trace.start_token] + trace.generated_tokens,
         targets=trace.generated_tokens, target_positions=[s + i for i in range(n)],
         blocks={"rollout": Block.full(trace.rows)}, n_layers=int(trace.rows.shape[1]), input=source, input_length=s,
-        model=name, params={"residual": residual, "head_fusion": head_fusion, "do_sample": trace.do_sample,
-                            "max_new_tokens": max_new_tokens, "teacher_forcing": False},
+        model=name, params={**settings.as_dict(), "do_sample": trace.do_sample, "max_new_tokens": max_new_tokens,
+                            "teacher_forcing": False},
         meta={"completion": trace.completion, "generated_ids": trace.new_ids, "source_ids": trace.source_ids,
               "encoder_layers": trace.n_encoder_layers})

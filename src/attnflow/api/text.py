@@ -17,23 +17,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
+from attnflow.api.models import is_name, loaded_name, resolve
 from attnflow.capture import capture
-from attnflow.capture.load import cached_model, cached_tokenizer, check_model_path, model_task, resolve_model
+from attnflow.capture.load import cached_tokenizer, check_model_path, model_task, resolve_model
 from attnflow.capture.text import is_causal
 from attnflow.capture.vocabulary import warn_unknown_words
-from attnflow.core.causal import check_causal_norm
-from attnflow.core.fusion import check_residual
+from attnflow.config import registry
+from attnflow.config.registry import Context
+from attnflow.config.settings import UNSET, Settings
 from attnflow.core.maps import AttentionMaps
-from attnflow.core.methods import FLOW_ALL_MAX, METHODS, method_rows
-from attnflow.core.methods import resolve_methods as _resolve_methods
-from attnflow.core.weighting import check_weighting
+from attnflow.core.methods import FLOW_ALL_MAX
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution, Block
 
-# Methods explain() offers for text: the paper's three plus gradient-weighted rollout (classifiers).
-TEXT_METHODS = (*METHODS, "grad-rollout")
+# Methods explain() offers for text (read from the registry: attnflow.config.registry).
+TEXT_METHODS = registry.names("text")
 
 # Above this many tokens explain_maps(targets="auto") computes the explained target only: every
 # target of a 2,048-token, 30-layer input is 250 million numbers per method, more than a report can
@@ -43,9 +42,9 @@ MAPS_ALL_MAX = 1024
 Progress = Callable[[int, int], None]
 
 
-def resolve_methods(method: Any, allowed: Sequence[str] = TEXT_METHODS) -> tuple[list[str], str]:
-    """:func:`attnflow.core.methods.resolve_methods` with the text methods allowed by default."""
-    return _resolve_methods(method, allowed)
+def resolve_methods(method: Any, kind: str = "text", *, model_free: bool = False) -> tuple[list[str], str]:
+    """:func:`attnflow.config.registry.resolve` (the registry) for results of ``kind``."""
+    return registry.resolve(method, kind, model_free=model_free)
 
 
 def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> int:
@@ -56,21 +55,10 @@ def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> i
     return resolve_position(target, len(maps.tokens), ids, maps.causal, tokenizer)
 
 
-def check_target(target: Any) -> Any:
-    """Refuse a target that names no position, before anything is loaded; returns it with a digit
-    string turned into an int."""
-    if isinstance(target, str) and target.lstrip("-").isdigit():
-        return int(target)
-    if target is None or target in ("cls", "last") or (isinstance(target, (int, np.integer))
-                                                      and not isinstance(target, bool)):
-        return target
-    raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
-
-
 def resolve_position(target: Any, n: int, ids: list[int], causal: bool, tokenizer: Any = None) -> int:
     """:func:`resolve_target` from a token count and ids (known from the tokenizer alone, so that a
-    target outside the input is refused before the model loads)."""
-    target = check_target(target)
+    target outside the input is refused before the model loads). ``target`` as :class:`Settings`
+    checked it (no second check here)."""
     if target is None:
         target = "last" if causal else "cls"
     if isinstance(target, (int, np.integer)):
@@ -87,12 +75,12 @@ def resolve_position(target: Any, n: int, ids: list[int], causal: bool, tokenize
     raise AttnflowError("this model's input has no CLS token; use target='last' or a position")
 
 
-def _shown(methods: Any, method: str | None, allowed: Sequence[str]) -> tuple[list[str], str]:
+def _shown(methods: Any, method: str | None, model_free: bool = False) -> tuple[list[str], str]:
     """Methods of a maps result and the one its report opens on (``method``; default rollout)."""
-    names, _ = resolve_methods(list(methods) if not isinstance(methods, str) else methods, allowed)
+    names, _ = resolve_methods(list(methods) if not isinstance(methods, str) else methods, model_free=model_free)
     if method is not None and method not in names:
         raise AttnflowError(f"method {method!r} must be one of the computed methods {names}")
-    return names, method or ("rollout" if "rollout" in names else names[0])
+    return names, method or (registry.ALL_SHOWN if registry.ALL_SHOWN in names else names[0])
 
 
 def _prediction(maps: AttentionMaps, model: Any) -> str | None:
@@ -114,16 +102,7 @@ class Prepared:
     model: Any
     name: str
     text: str
-
-    def grad_rollout(self) -> np.ndarray:
-        """``(layers, n, n)`` gradient-weighted rollout (Chefer et al. 2021) for the predicted class,
-        from a second, differentiable pass over the same token ids. Needs a sequence classifier."""
-        from attnflow.capture.gradients import capture_gradients
-        from attnflow.core.gradient import grad_rollout
-
-        ids = self.maps.input_ids[None].to(next(self.model.parameters()).device)
-        g = capture_gradients(self.model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, target=None)
-        return np.asarray(grad_rollout(g.attentions, g.gradients))[0]
+    tokenizer: Any = None
 
 
 def _check_text(text: Any) -> None:
@@ -134,74 +113,67 @@ def _check_text(text: Any) -> None:
         raise AttnflowError("text must be a non-empty string")
 
 
-def _before_loading(text: str, name: str, *, target: Any, truncate: bool, causal_norm: str | None) -> None:
+def _before_loading(text: str, name: str, settings: Settings) -> None:
     """What can be refused from the config and the tokenizer alone, before the model's weights load:
     receptive-field normalisation for a model that is no decoder, a target outside the input."""
     check_model_path(name)
     task = model_task(name)
-    if causal_norm is not None and task not in ("causal-lm", ""):
+    if settings.causal_norm is not None and task not in ("causal-lm", ""):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
                             "(its queries see the whole input)")
     tokenizer = cached_tokenizer(name)
-    if not truncate:  # truncation changes the length; the target is then checked after capture
+    if not settings.truncate:  # truncation changes the length; the target is then checked after capture
         ids = tokenizer(text)["input_ids"]
-        resolve_position(target, len(ids), list(ids), task == "causal-lm", tokenizer)
+        resolve_position(settings.target, len(ids), list(ids), task == "causal-lm", tokenizer)
 
 
-def prepare(text: str, model: Any, tokenizer: Any, *, target: Any, head_fusion: str | None,
-            truncate: bool, causal_norm: str | None = None, residual: float = 0.5,
-            weighting: str = "attention") -> Prepared:
+def prepare(text: str, model: Any, tokenizer: Any, settings: Settings) -> Prepared:
     """Load the model if given by name or path (reused between calls, see
-    :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve ``target``. Everything
-    that can be refused without the model is refused before it loads."""
+    :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve the target. Everything
+    that can be refused without the model is refused before it loads (``settings`` were checked
+    when built)."""
     _check_text(text)
-    if head_fusion not in ("mean", "max", "min"):
-        raise AttnflowError(f"explaining needs head_fusion 'mean', 'max' or 'min'; got {head_fusion!r}")
-    check_residual(residual)
-    check_causal_norm(causal_norm)
-    check_weighting(weighting)
-    target = check_target(target)
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        name = resolve_model(model)
-        _before_loading(text, name, target=target, truncate=truncate, causal_norm=causal_norm)
-        tokenizer = cached_tokenizer(name)
-        warn_unknown_words(text, tokenizer, name)
-        model, tokenizer = cached_model(name)
-    elif tokenizer is None:
-        raise AttnflowError("pass the tokenizer together with a loaded model")
+    if is_name(model):
+        model = resolve_model(model)
+        _before_loading(text, model, settings)
+        warn_unknown_words(text, cached_tokenizer(model), model)
+        loaded = resolve(model)
     else:
+        loaded = resolve(model, tokenizer)
         warn_unknown_words(text, tokenizer, str(getattr(model, "name_or_path", "") or ""))
-    if causal_norm is not None and not is_causal(model):
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if settings.causal_norm is not None and not is_causal(model):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
                             "(its queries see the whole input)")
     # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
-    maps = capture(model, tokenizer, text, truncate=truncate, head_fusion=head_fusion, weighting=weighting)
-    return prepared(maps, text, model, tokenizer, target=target)
+    maps = capture(model, tokenizer, text, truncate=settings.truncate, head_fusion=settings.head_fusion,
+                   weighting=settings.weighting)
+    return prepared(maps, text, model, tokenizer, target=settings.target)
 
 
 def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any) -> Prepared:
     """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.api.batching`)
     with its target resolved and the model's prediction read, ready for :func:`attribute`."""
-    name = str(getattr(model, "name_or_path", "") or type(model).__name__)
     return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
-                    model=model, name=name, text=text)
+                    model=model, name=loaded_name(model), text=text, tokenizer=tokenizer)
 
 
-def _blocks(attentions: Any, methods: list[str], rows_for: Callable[[str], list[int]], *, residual: float,
-            head_fusion: str | None, solver: str, causal_norm: str | None, progress: Progress | None,
-            grad: Callable[[], np.ndarray] | None = None) -> dict[str, Block]:
-    """method -> :class:`Block` of the rows ``rows_for(method)`` at every layer."""
+def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[str], list[int]],
+            settings: Settings, progress: Progress | None, run: Prepared | None = None) -> dict[str, Block]:
+    """method -> :class:`Block` of the rows ``rows_for(method)`` at every layer, each computed by its
+    registry function (:mod:`attnflow.config.registry`); ``run`` gives model-based methods the model."""
     blocks = {}
     for method in methods:
         rows = rows_for(method)
-        if method == "grad-rollout":
-            if grad is None:
-                raise AttnflowError("grad-rollout needs the model (a sequence classifier); use attnflow.explain")
-            values = grad()[:, rows, :]
-        else:
-            values = np.asarray(method_rows(attentions, method, rows, residual=residual, head_fusion=head_fusion,
-                                            solver=solver, causal_norm=causal_norm, progress=progress), dtype=float)
-        blocks[method] = Block.rows(np.asarray(values, dtype=float).transpose(1, 0, 2), rows)
+        context = Context(kind="text", attentions=attentions, settings=settings, rows=rows, progress=progress,
+                          model=run.model if run is not None else None,
+                          tokenizer=run.tokenizer if run is not None else None,
+                          input_ids=attentions.input_ids if run is not None else None)
+        values = np.asarray(registry.get(method)(context), dtype=float).transpose(1, 0, 2)
+        if registry.get(method).layers:
+            blocks[method] = Block.rows(values, rows)
+        else:  # one score per source for the whole stack: placed at the top layer
+            blocks[method] = Block(values, tuple(rows), (attentions.attentions.shape[-4] - 1,))
     return blocks
 
 
@@ -234,45 +206,41 @@ def _rows_for(targets: Any, flow_targets: str, target: int, n: int) -> Callable[
 def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, method: str, text: Any,
                  prediction: str | None, model: str | None, params: dict[str, Any]) -> Attribution:
     tokens = [str(t) for t in maps.tokens]
-    n_layers = next(iter(blocks.values())).values.shape[1]
+    n_layers = int(maps.attentions.shape[-4])
     return Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(len(tokens))),
                        blocks=blocks, n_layers=n_layers, target=target, method=method, input=text,
                        prediction=prediction, model=model, params=params,
                        meta={"special": [int(i) for i in maps.special], "causal": bool(maps.causal)})
 
 
-def _explain(text: str, model: Any, tokenizer: Any, *, methods: list[str], shown: str, target: Any, targets: Any,
-             flow_targets: str, residual: float, head_fusion: str, solver: str, truncate: bool,
-             progress: Progress | None, causal_norm: str | None, weighting: str = "attention") -> Attribution:
-    if weighting == "norm" and "grad-rollout" in methods:
+def refuse_norm_with_gradients(methods: Sequence[str], settings: Settings) -> None:
+    if settings.weighting == "norm" and "grad-rollout" in methods:
         raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
                             "use weighting='attention' for it")
-    run = prepare(text, model, tokenizer, target=target, head_fusion=head_fusion, truncate=truncate,
-                  causal_norm=causal_norm, residual=residual, weighting=weighting)
-    return attribute(run, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets, residual=residual,
-                     head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
-                     causal_norm=causal_norm)
 
 
-def attribute(run: Prepared, *, methods: list[str], shown: str, targets: Any, flow_targets: str, residual: float,
-              head_fusion: str, solver: str, truncate: bool, progress: Progress | None,
-              causal_norm: str | None) -> Attribution:
+def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, methods: list[str], shown: str,
+             targets: Any, flow_targets: str, progress: Progress | None) -> Attribution:
+    refuse_norm_with_gradients(methods, settings)
+    run = prepare(text, model, tokenizer, settings)
+    return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
+                     progress=progress)
+
+
+def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: str, targets: Any, flow_targets: str,
+              progress: Progress | None) -> Attribution:
     """The methods on one prepared input (the part of :func:`explain` / :func:`explain_maps` after
     capture; ``attnflow batch`` calls it on each text of a batched forward pass)."""
-    text = run.text
     rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens))
-    blocks = _blocks(run.maps, methods, rows_for, residual=residual, head_fusion=head_fusion, solver=solver,
-                     causal_norm=causal_norm, progress=progress, grad=run.grad_rollout)
-    params = {"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm, "solver": solver,
-              "truncate": truncate, "weighting": run.maps.weighting}
-    return _text_result(run.maps, blocks, target=run.target, method=shown, text=text, prediction=run.prediction,
-                        model=run.name, params=params)
+    blocks = _blocks(run.maps, methods, rows_for, settings, progress, run=run)
+    return _text_result(run.maps, blocks, target=run.target, method=shown, text=run.text, prediction=run.prediction,
+                        model=run.name, params=settings.as_dict())
 
 
-def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = None,
-            residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto", truncate: bool = False,
-            progress: Progress | None = None, causal_norm: str | None = None,
-            target_text: str | None = None, weighting: str = "attention") -> Attribution:
+def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = UNSET,
+            residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
+            progress: Progress | None = None, causal_norm: str | None = UNSET,
+            target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
@@ -292,28 +260,33 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
         forced; ``text`` is then the source and the result is of kind "seq2seq" (see
         :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
+    settings: an :class:`attnflow.Settings` holding every setting; the keywords above (residual,
+        head_fusion, weighting, causal_norm, solver, target, truncate) override it.
 
-    Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only.
+    Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only;
+    ``result.params`` is ``settings.as_dict()``.
     """
     if target_text is not None or _encoder_decoder(model):
         from attnflow.api.seq2seq import explain_seq2seq
 
-        if causal_norm is not None:
-            raise AttnflowError("causal_norm is for decoder-only models; encoder-decoder rollout has no such option")
-        refuse_seq2seq_norm(weighting)
-        return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, target=target,
-                               residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate,
-                               progress=progress)
+        # a seq2seq target picks a target token by index or by its text: not a Settings target
+        settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver,
+                                  truncate=truncate, causal_norm=causal_norm, weighting=weighting)
+        refuse_seq2seq_settings(settings)
+        return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, settings=settings,
+                               target=None if target is UNSET else target, progress=progress)
+    settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
+                              truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     methods, shown = resolve_methods(method)
-    return _explain(text, model, tokenizer, methods=methods, shown=shown, target=target, targets="target",
-                    flow_targets="target",
-                    residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
-                    causal_norm=causal_norm, weighting=weighting)
+    return _explain(text, model, tokenizer, settings, methods=methods, shown=shown, targets="target",
+                    flow_targets="target", progress=progress)
 
 
-def refuse_seq2seq_norm(weighting: str) -> None:
-    check_weighting(weighting)
-    if weighting != "attention":
+def refuse_seq2seq_settings(settings: Settings) -> None:
+    """Encoder-decoder rollout has no receptive-field normalisation and no norm weighting."""
+    if settings.causal_norm is not None:
+        raise AttnflowError("causal_norm is for decoder-only models; encoder-decoder rollout has no such option")
+    if settings.weighting != "attention":
         raise AttnflowError("the norm weighting is for encoder-only and decoder-only models; encoder-decoder "
                             "rollout uses attention weights (weighting='attention')")
 
@@ -322,43 +295,51 @@ def _encoder_decoder(model: Any) -> bool:
     """Whether ``model`` (a loaded model or a model folder) is an encoder-decoder model."""
     if model is None:
         return False
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        from attnflow.capture.load import is_encoder_decoder_path
+    from attnflow.api.models import describe
 
-        return is_encoder_decoder_path(str(model))
-    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+    try:
+        return describe(model)[0] == "encoder-decoder"
+    except AttnflowError:  # no config.json here: a hub id, or a path that loading refuses with its sentence
+        return False
 
 
 def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
-                 methods: Any = ("raw", "rollout", "flow"), method: str | None = None, target: Any = None,
-                 flow_targets: str = "auto", residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto",
-                 truncate: bool = False, progress: Progress | None = None,
-                 causal_norm: str | None = None, targets: str = "auto", weighting: str = "attention") -> Attribution:
+                 methods: Any = registry.ALL, method: str | None = None, target: Any = UNSET,
+                 flow_targets: str = "auto", residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
+                 truncate: bool = UNSET, progress: Progress | None = None,
+                 causal_norm: str | None = UNSET, targets: str = "auto", weighting: str = UNSET,
+                 settings: Settings | None = None) -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
     ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
     names the one a report opens on (default: rollout when computed, else the first of ``methods``).
     ``targets="auto"`` computes every target up to ``MAPS_ALL_MAX`` tokens and the explained one
     above (``"all"`` always). One forward pass, plus one differentiable pass when ``methods``
-    includes "grad-rollout" (sequence classifiers only). ``weighting`` as in :func:`explain`."""
-    names, shown = _shown(methods, method, TEXT_METHODS)
+    includes "grad-rollout" (sequence classifiers only). ``weighting`` and ``settings`` as in
+    :func:`explain`."""
+    settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
+                              truncate=truncate, causal_norm=causal_norm, weighting=weighting)
+    names, shown = _shown(methods, method)
     if targets not in ("auto", "all"):
         raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} "
                             "(use explain for one target)")
-    return _explain(text, model, tokenizer, methods=names, shown=shown, target=target,
-                    targets=targets, flow_targets=flow_targets, residual=residual, head_fusion=head_fusion,
-                    solver=solver, truncate=truncate, progress=progress, causal_norm=causal_norm, weighting=weighting)
+    return _explain(text, model, tokenizer, settings, methods=names, shown=shown, targets=targets,
+                    flow_targets=flow_targets, progress=progress)
 
 
 def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int = 0,
-                       methods: Any = ("raw", "rollout", "flow"), targets: Any = "all", flow_targets: str = "auto",
-                       residual: float = 0.5, head_fusion: str = "mean", solver: str = "auto",
-                       causal_norm: str | None = None, progress: Progress | None = None, prediction: str | None = None,
-                       model: str | None = None, text: str | None = None) -> Attribution:
+                       methods: Any = registry.ALL, targets: Any = "all", flow_targets: str = "auto",
+                       residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
+                       causal_norm: str | None = UNSET, progress: Progress | None = None, prediction: str | None = None,
+                       model: str | None = None, text: str | None = None, settings: Settings | None = None
+                       ) -> Attribution:
     """An :class:`~attnflow.results.Attribution` from attention you already have: ``(layers, heads,
     n, n)``, the Hugging Face tuple of one input, or :class:`AttentionMaps`. ``tokens`` label the
     positions (default: the maps' tokens, else "0", "1", ...); ``targets`` "all", "target" or a list of
-    positions (flow for every target follows ``flow_targets``, as in :func:`explain_maps`)."""
+    positions (flow for every target follows ``flow_targets``, as in :func:`explain_maps`). Only the
+    methods that need no model (the registry's ``needs_model`` is False) apply."""
+    settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver,
+                              causal_norm=causal_norm)
     maps = attentions if isinstance(attentions, AttentionMaps) else None
     if maps is None:
         from attnflow.core.inputs import as_stack
@@ -377,9 +358,8 @@ def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, 
     if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or not -n <= target < n:
         raise AttnflowError(f"target must be a position in [{-n}, {n}); got {target!r}")
     target = int(target) % n
-    names, shown = _shown(methods, None, METHODS)
-    blocks = _blocks(maps, names, _rows_for(targets, flow_targets, target, n), residual=residual,
-                     head_fusion=head_fusion, solver=solver, causal_norm=causal_norm, progress=progress)
-    params = {"residual": residual, "head_fusion": head_fusion, "causal_norm": causal_norm, "solver": solver}
+    names, shown = _shown(methods, None, model_free=True)
+    blocks = _blocks(maps, names, _rows_for(targets, flow_targets, target, n), settings, progress)
+    params = {k: v for k, v in settings.as_dict().items() if k not in ("target", "truncate", "weighting")}
     return _text_result(maps, blocks, target=target, method=shown, text=text, prediction=prediction, model=model,
                         params=params)

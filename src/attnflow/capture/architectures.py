@@ -23,8 +23,6 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
   type without them is refused for the norm weighting.
 - ``fixes``: corrections applied while attnflow runs the model (see :func:`architecture_fixes`).
-- ``mlp``: the feed-forward block, as a path from the attention module (set in :data:`MLPS`): logit
-  attribution keeps it out of the direct path from an attention output to the logit.
 - ``attention_class``: for a family whose model classes declare no ``_can_record_outputs`` (older
   modelling code), the class name of the module that returns ``(output, attention weights)``, so that
   streaming capture and the norm weighting can hook it (:func:`attnflow.capture.hooks.attention_modules`).
@@ -65,10 +63,21 @@ class Architecture:
     fixes: tuple[str, ...] = ()
     qkv: str | None = None
     attention_class: str | None = None
+    heads: tuple[tuple[str, str], ...] = ()  # (model class name, head) for classes transformers' auto maps lack
     mlp: str | None = None
 
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder", "vision", "unsupported")
+
+# A model's head: what its class puts on top of the family's body, read from transformers' auto-model
+# mappings (model_type -> class name), or from a row's ``heads`` for a registered family.
+HEADS = {
+    "classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "seq2seq": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "base": "MODEL_MAPPING_NAMES",
+}
 
 _WINDOWED_VISION = ("windowed or hierarchical vision attention: layers attend within local windows or over a "
                     "downsampled, changing patch grid, so the layers' attention maps do not chain over one set of tokens")
@@ -88,23 +97,34 @@ _SEQ2SEQ_BART = dict(family="encoder-decoder", self_attention="self_attn", cross
                      value="v_proj", output="out_proj")
 _SEQ2SEQ_T5 = dict(family="encoder-decoder", self_attention="SelfAttention", cross_attention="EncDecAttention",
                    value="v", output="o")
+# Value and output projections for the norm weighting (see the module docstring); every row that names
+# them has a case in tests/test_norm_weighting.py (a test enforces it).
+_BERT_LIKE = dict(value="value", output="../output.dense")
+_LLAMA_LIKE = dict(value="v_proj", output="o_proj")
 
 ARCHITECTURES: dict[str, Architecture] = {
     # Every supported row has a case in tests/test_architectures_matrix.py (a test enforces it), which
     # also generates the supported-architectures table of docs/architectures.md.
     # ------------------------------------------------------------------ encoders (generic rules)
-    **{t: Architecture("encoder") for t in (
-        "bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "mpnet", "modernbert", "xlm-roberta")},
+    **{t: Architecture("encoder", **_BERT_LIKE) for t in ("bert", "roberta", "electra", "xlm-roberta")},
+    "distilbert": Architecture("encoder", value="v_lin", output="out_lin"),
+    **{t: Architecture("encoder") for t in ("albert", "deberta-v2", "mpnet", "modernbert")},
     # pre-LayerNorm BERT (GPT-2's block; the bundled agreement model); its classes declare no recorder
-    "megatron-bert": Architecture("encoder", attention_class="MegatronBertSelfAttention"),
+    "megatron-bert": Architecture("encoder", attention_class="MegatronBertSelfAttention", **_BERT_LIKE),
     # ------------------------------------------------------------------ decoders
-    **{t: Architecture("decoder") for t in (
-        "gpt2", "llama", "gemma", "qwen3", "phi", "gpt_neox", "opt", "bloom", "gptj", "gpt_bigcode", "stablelm", "olmo",
-        "granite", "smollm3")},
+    **{t: Architecture("decoder", **_LLAMA_LIKE) for t in (
+        "llama", "gemma", "qwen3", "olmo", "granite", "smollm3", "stablelm")},
+    "gpt2": Architecture("decoder", value="c_attn", output="c_proj", qkv="concat"),
+    "phi": Architecture("decoder", value="v_proj", output="dense"),
+    "opt": Architecture("decoder", value="v_proj", output="out_proj"),
+    "gpt_neox": Architecture("decoder", value="query_key_value", output="dense", qkv="interleaved"),
+    **{t: Architecture("decoder") for t in ("bloom", "gptj", "gpt_bigcode")},
     # sliding window on every layer (config.sliding_window, no layer_types)
-    **{t: Architecture("decoder") for t in ("mistral", "mixtral", "starcoder2", "phi3")},
+    **{t: Architecture("decoder", **_LLAMA_LIKE) for t in ("mistral", "mixtral", "starcoder2")},
+    "phi3": Architecture("decoder", value="qkv_proj", output="o_proj", qkv="concat"),
     # hybrid local/global: config.layer_types says which layers slide
-    **{t: Architecture("decoder") for t in ("gemma2", "gemma3_text", "qwen2", "qwen2_moe", "cohere2", "olmo3")},
+    **{t: Architecture("decoder", **_LLAMA_LIKE) for t in ("gemma2", "gemma3_text", "qwen2")},
+    **{t: Architecture("decoder") for t in ("qwen2_moe", "cohere2", "olmo3")},
     # GPT-Neo's local layers keep a full KV cache and mask outside the window
     "gpt_neo": Architecture("decoder", window="window_size", layer_types="attention_layers", windowed_type="local"),
     # Falcon's eager attention (rotary variant) adds the boolean causal mask to the scores instead of masking:
@@ -115,7 +135,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         "bart", "marian", "mbart", "pegasus", "m2m_100", "blenderbot", "blenderbot-small", "plbart")},
     **{t: Architecture(**_SEQ2SEQ_T5) for t in ("t5", "mt5", "umt5")},
     # ------------------------------------------------------------------ vision transformers
-    **{t: Architecture("vision") for t in ("vit", "deit", "beit", "dinov2")},
+    **{t: Architecture("vision", **_LLAMA_LIKE) for t in ("vit", "deit", "beit", "dinov2")},
     # ------------------------------------------------------------------ refused, with the reason
     **{t: Architecture("unsupported", _WINDOWED_VISION) for t in (
         "swin", "swinv2", "donut-swin", "maskformer-swin", "swin2sr", "dinat", "hiera", "pvt", "pvt_v2",
@@ -135,26 +155,9 @@ ARCHITECTURES: dict[str, Architecture] = {
         "mobilenet_v1", "mobilenet_v2")},
 }
 
-# Value and output projections of decoder-only, encoder and vision rows, for the norm weighting (see the
-# module docstring). Every entry has a case in tests/test_norm_weighting.py (a test enforces it).
-_LLAMA_LIKE = dict(value="v_proj", output="o_proj")
-PROJECTIONS: dict[str, dict[str, str]] = {
-    **{t: dict(value="value", output="../output.dense") for t in (
-        "bert", "roberta", "electra", "xlm-roberta", "megatron-bert")},
-    "distilbert": dict(value="v_lin", output="out_lin"),
-    **{t: _LLAMA_LIKE for t in (
-        "llama", "gemma", "qwen3", "olmo", "granite", "smollm3", "stablelm", "mistral", "mixtral", "starcoder2",
-        "gemma2", "gemma3_text", "qwen2")},
-    "phi": dict(value="v_proj", output="dense"),
-    "opt": dict(value="v_proj", output="out_proj"),
-    "gpt2": dict(value="c_attn", output="c_proj", qkv="concat"),
-    "phi3": dict(value="qkv_proj", output="o_proj", qkv="concat"),
-    "gpt_neox": dict(value="query_key_value", output="dense", qkv="interleaved"),
-    **{t: _LLAMA_LIKE for t in ("vit", "deit", "beit", "dinov2")},
-}
 # The feed-forward block of each layer, as a path from the attention module like ``value``/``output``:
 # logit attribution (attnflow.capture.logit_paths) cuts it out of the direct path to the logit. Every
-# entry is checked by the exact-sum tests of tests/test_logit_attribution.py on its family.
+# entry's family is checked by the exact-sum tests of tests/test_logit_attribution.py where it has one.
 MLPS: dict[str, str] = {
     **{t: "../mlp" for t in (
         "llama", "gemma", "qwen3", "olmo", "granite", "smollm3", "stablelm", "mistral", "mixtral", "starcoder2",
@@ -162,17 +165,72 @@ MLPS: dict[str, str] = {
     **{t: "../../intermediate" for t in ("bert", "roberta", "electra", "xlm-roberta", "megatron-bert")},
     "distilbert": "../ffn",
 }
-QKV_LAYOUTS = (None, "concat", "interleaved")
-for _type, _names in PROJECTIONS.items():
-    ARCHITECTURES[_type] = replace(ARCHITECTURES[_type], **_names)
-
 for _type, _path in MLPS.items():
     ARCHITECTURES[_type] = replace(ARCHITECTURES[_type], mlp=_path)
+QKV_LAYOUTS = (None, "concat", "interleaved")
 
-for _type, _row in ARCHITECTURES.items():  # a typo in a row must fail on import, not on a user's model
-    assert _row.qkv in QKV_LAYOUTS, (_type, _row.qkv)
-    assert _row.family in FAMILIES, (_type, _row.family)
-    assert (_row.family == "unsupported") == (_row.unsupported is not None), _type
+
+def _check_row(model_type: str, row: Architecture) -> None:
+    """A typo in a row must fail on import (or on registering), not on a user's model."""
+    if row.qkv not in QKV_LAYOUTS:
+        raise AttnflowError(f"qkv must be one of {QKV_LAYOUTS}; got {row.qkv!r} for {model_type!r}")
+    if row.family not in FAMILIES:
+        raise AttnflowError(f"family must be one of {', '.join(FAMILIES)}; got {row.family!r} for {model_type!r}")
+    if (row.family == "unsupported") != (row.unsupported is not None):
+        raise AttnflowError(f"{model_type!r}: a row says why exactly when its family is 'unsupported'")
+    bad = sorted(set(dict(row.heads).values()) - set(HEADS))
+    if bad:
+        raise AttnflowError(f"heads must be among {', '.join(HEADS)}; got {bad} for {model_type!r}")
+    if (row.value is None) != (row.output is None):
+        raise AttnflowError(f"{model_type!r}: name both the value and the output projection, or neither")
+
+
+for _type, _row in ARCHITECTURES.items():
+    _check_row(_type, _row)
+
+
+def _projections(row: Architecture) -> dict[str, str | None]:
+    return dict(value=row.value, output=row.output, **({"qkv": row.qkv} if row.qkv else {}))
+
+
+def _weighs(row: Architecture) -> bool:
+    """Whether the norm weighting of a decoder-only, encoder or vision row can run (encoder-decoder rows
+    name their projections for the seq2seq capture, which has no norm weighting)."""
+    return row.value is not None and row.family != "encoder-decoder"
+
+
+# The rows that name value and output projections for the norm weighting, read from the table.
+PROJECTIONS: dict[str, dict[str, str | None]] = {t: _projections(row) for t, row in ARCHITECTURES.items()
+                                                 if _weighs(row)}
+
+
+def register_architecture(model_type: str, family: str, *, heads: dict[str, str] | None = None,
+                          replace_row: bool = False, **facts: Any) -> Architecture:
+    """Add a row to the architecture table, so attnflow explains a model family without an edit to the
+    package (like inseq's ``register_model_config``).
+
+    model_type: the family's ``config.model_type``. family: "encoder", "decoder", "encoder-decoder" or
+    "vision" (or "unsupported" with ``unsupported="why"``). heads: model class name -> head ("base",
+    "classification", "causal-lm", "seq2seq", "image-classification") for classes transformers' auto
+    mappings do not list (a custom family's). facts: any other column (``value``, ``output``,
+    ``qkv``, ``window``, ``attention_class``, ...; see the module docstring). An existing row is kept
+    unless ``replace_row``. Returns the row."""
+    if not isinstance(model_type, str) or not model_type:
+        raise AttnflowError(f"model_type must be a non-empty string; got {model_type!r}")
+    if model_type in ARCHITECTURES and not replace_row:
+        raise AttnflowError(f"{model_type!r} is already in the architecture table; pass replace_row=True to change it")
+    fields = set(Architecture.__dataclass_fields__) - {"family", "heads"}
+    unknown = sorted(set(facts) - fields)
+    if unknown:
+        raise AttnflowError(f"{unknown[0]!r} is not a column of the architecture table; the columns are "
+                            f"{', '.join(sorted(fields))}")
+    row = Architecture(family, heads=tuple(sorted((heads or {}).items())), **facts)
+    _check_row(model_type, row)
+    ARCHITECTURES[model_type] = row
+    PROJECTIONS.pop(model_type, None)
+    if _weighs(row):
+        PROJECTIONS[model_type] = _projections(row)
+    return row
 
 
 def model_type(model_or_config: Any) -> str:
@@ -187,6 +245,63 @@ def model_type(model_or_config: Any) -> str:
 def architecture(model_or_config: Any) -> Architecture | None:
     """The table's row for a model, config or config dict, or None for a model type without a row."""
     return ARCHITECTURES.get(model_type(model_or_config))
+
+
+def class_name(model_or_config: Any) -> str:
+    """The model class: a loaded model's, or the first of a config's ``architectures`` ("" if unsaid)."""
+    config = getattr(model_or_config, "config", None)
+    if config is not None and not isinstance(model_or_config, dict):
+        return type(model_or_config).__name__
+    if isinstance(model_or_config, dict):
+        archs = model_or_config.get("architectures")
+    else:
+        archs = getattr(model_or_config, "architectures", None)
+    return str(archs[0]) if isinstance(archs, (list, tuple)) and archs else ""
+
+
+def model_head(model_or_config: Any) -> str:
+    """What a model's class puts on its body (see :data:`HEADS`): an exact lookup of the class in its
+    row's ``heads``, then in transformers' auto-model mappings for its ``model_type`` (every type's, for
+    a config that names none); "" when neither names the class (or a config does not say its class)."""
+    name, kind = class_name(model_or_config), model_type(model_or_config)
+    if not name:
+        return ""
+    row = ARCHITECTURES.get(kind)
+    if row is not None and name in dict(row.heads):
+        return dict(row.heads)[name]
+    from transformers.models.auto import modeling_auto
+
+    for head, mapping_name in HEADS.items():
+        mapping = getattr(modeling_auto, mapping_name, {})
+        # a config without model_type (or of a type the mapping lacks): the class among every type's
+        candidates = [mapping[kind]] if kind in mapping else list(mapping.values())
+        if any(name == c or (not isinstance(c, str) and name in c) for c in candidates):
+            return head
+    return ""
+
+
+def model_family(model_or_config: Any) -> str:
+    """The table's family of a model, config or config dict; for a model type without a row, what its
+    config says (``is_encoder_decoder``, ``is_decoder``) or its head (a causal-LM head: a decoder),
+    else "encoder"."""
+    row = architecture(model_or_config)
+    if row is not None:
+        return row.family
+    config = getattr(model_or_config, "config", model_or_config)
+    flag = (config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d))
+    if flag("is_encoder_decoder", False):
+        return "encoder-decoder"
+    if flag("is_decoder", False) or model_head(model_or_config) == "causal-lm":
+        return "decoder"
+    return "encoder"
+
+
+def model_kind(family: str, head: str) -> str:
+    """What a user would call the model: "encoder", "classifier", "decoder", "encoder-decoder",
+    "vision" (or "unsupported")."""
+    if family == "encoder" and head == "classification":
+        return "classifier"
+    return family
 
 
 def is_encoder_decoder(model_or_config: Any) -> bool:

@@ -18,20 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.capture import pypi_models
-from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path
+from attnflow.capture.architectures import class_name, model_head, refuse_unsupported, refuse_unsupported_path
 from attnflow.errors import AttnflowError
 
 # "generation" is not a head: it loads encoder-decoder configs as "seq2seq" and others as "causal-lm".
 TASKS = ("encoder", "classification", "causal-lm", "seq2seq", "generation")
 
-# What the config's architecture name must contain for a task whose head is trained, and what to say
-# when it does not: loading a checkpoint into a head it lacks gives that head random weights, whose
-# output (a "generated" text, a "prediction") would look plausible and mean nothing.
+# Tasks whose head must be trained (the head the config's class has, read from the architecture table:
+# :func:`attnflow.capture.architectures.model_head`), and what to say when it is not: loading a
+# checkpoint into a head it lacks gives that head random weights, whose output (a "generated" text, a
+# "prediction") would look plausible and mean nothing.
 HEADS = {
-    "classification": (("ForSequenceClassification",), "a sequence-classification head",
-                       "explaining a classifier's prediction needs one"),
-    "causal-lm": (("ForCausalLM", "LMHeadModel"), "a causal language-model head",
-                  "generating text needs a decoder, e.g. --model smollm2 (SmolLM2-135M)"),
+    "classification": ("a sequence-classification head", "explaining a classifier's prediction needs one"),
+    "causal-lm": ("a causal language-model head", "generating text needs a decoder, e.g. --model smollm2 (SmolLM2-135M)"),
 }
 
 
@@ -121,21 +120,19 @@ def read_config(path: Path) -> dict:
     return data
 
 
-def _architecture(path_or_id: str) -> str:
+def _config(path_or_id: str) -> dict:
     config_file = Path(path_or_id) / "config.json"
-    if config_file.is_file():
-        archs = read_config(config_file).get("architectures") or [""]
-        return str(archs[0]) if isinstance(archs, list) and archs else ""
-    return ""
+    return read_config(config_file) if config_file.is_file() else {}
 
 
 def model_task(path_or_id: str) -> str:
     """What a model folder's config says it is: "classification", "causal-lm", "encoder", or "" when
     it does not say (no config.json or no ``architectures``; hub ids)."""
-    arch = _architecture(path_or_id)
-    if not arch:
+    config = _config(path_or_id)
+    if not class_name(config):
         return ""
-    return next((task for task, (marks, *_) in HEADS.items() if any(m in arch for m in marks)), "encoder")
+    head = model_head(config)
+    return head if head in HEADS else "encoder"
 
 
 def is_encoder_decoder_path(path_or_id: str) -> bool:
@@ -150,9 +147,10 @@ def check_head(name: str, task: str) -> None:
     lacks: generating with an encoder, classifying with a bare encoder."""
     if task not in HEADS:
         return
-    arch = _architecture(name)
-    marks, head, need = HEADS[task]
-    if arch and not any(m in arch for m in marks):
+    config = _config(name)
+    arch = class_name(config)
+    head, need = HEADS[task]
+    if arch and model_head(config) != task:
         raise AttnflowError(f"{name!r} is a {arch} checkpoint, without {head}; {need}")
 
 

@@ -29,7 +29,7 @@ normalisations are found by their class. Attention must be eager (its weights ar
 API (stable)::
 
     logit_paths(model, inputs, targets=None, *, tokens=None, foils=None) -> LogitPaths
-    LogitPaths: attentions (L, H, n, n), values (L, n, kv, d), w_o (L, hidden, H, d),
+    LogitPaths: attentions (L, H, n, n), values (L, n, kv, d), w_o (L x (hidden, H, d), the weights' views),
                 residual (L, n, hidden), grads (L, n, H, d), select (targets, n),
                 targets, tokens, logits (the explained logits, float64), attention_part (targets, L)
 """
@@ -45,10 +45,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, architecture_fixes, model_type, refuse_unsupported
-from attnflow.capture.hooks import checked_weights, streamable_modules, streaming
+from attnflow.capture.architectures import (
+    architecture,
+    architecture_fixes,
+    model_family,
+    model_head,
+    model_type,
+    refuse_unsupported,
+)
+from attnflow.capture.hooks import _INSTALL, checked_weights, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
-from attnflow.capture.text import is_causal
 from attnflow.capture.values import _find, projections
 from attnflow.errors import AttnflowError
 
@@ -59,7 +65,7 @@ class LogitPaths:
 
     attentions: torch.Tensor
     values: torch.Tensor
-    w_o: torch.Tensor
+    w_o: list[torch.Tensor]
     residual: torch.Tensor
     grads: torch.Tensor
     select: torch.Tensor
@@ -143,22 +149,23 @@ def _tanh_hook(module: Any, args: Any, output: Any) -> Any:
 
 def _install(model: Any, modules: list[Any], found: list[Any]) -> None:
     """The hooks, once per model, idle unless a pass is active in the calling thread."""
-    if getattr(model, "_attnflow_logit_paths", False):
-        return
-    row = architecture(model)
-    if row is None or row.mlp is None:
-        raise AttnflowError(f"logit attribution cuts each layer's feed-forward block out of the direct path, and the "
-                            f"architecture table does not name it for {model_type(model) or type(model).__name__!r} "
-                            "models")
-    for layer, m in enumerate(modules):
-        _find(model, m.name, row.output).register_forward_pre_hook(_leaf_hook(layer))
-        _find(model, m.name, row.mlp).register_forward_hook(_cut_hook)
-    for module in model.modules():
-        if _is_norm(module):
-            module.register_forward_hook(_norm_hook)
-        elif isinstance(module, torch.nn.Tanh):
-            module.register_forward_hook(_tanh_hook)
-    model._attnflow_logit_paths = True
+    with _INSTALL:  # threads sharing a model (the app's jobs) install them once
+        if getattr(model, "_attnflow_logit_paths", False):
+            return
+        row = architecture(model)
+        if row is None or row.mlp is None:
+            name = model_type(model) or type(model).__name__
+            raise AttnflowError(f"logit attribution cuts each layer's feed-forward block out of the direct path, "
+                                f"and the architecture table does not name it for {name!r} models")
+        for layer, m in enumerate(modules):
+            _find(model, m.name, row.output).register_forward_pre_hook(_leaf_hook(layer))
+            _find(model, m.name, row.mlp).register_forward_hook(_cut_hook)
+        for module in model.modules():
+            if _is_norm(module):
+                module.register_forward_hook(_norm_hook)
+            elif isinstance(module, torch.nn.Tanh):
+                module.register_forward_hook(_tanh_hook)
+        model._attnflow_logit_paths = True
 
 
 @contextmanager
@@ -170,17 +177,28 @@ def _active(state: _Pass) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
+def _unembedded(seen: dict[str, torch.Tensor], unembed: Any, targets: list[int], tokens: torch.Tensor,
+                z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The explained logits as ``ratio * (h_t . W_U[c])`` from the unembedding's input ``h``, the ratio
+    ``z / u`` of the model's logit to the unembedding's output frozen (1 unless the model soft-caps or
+    scales its logits after the unembedding; exact at this input): the same gradient as through the
+    logits, without a backward pass through the whole vocabulary."""
+    h = seen["h"][0][targets]
+    weight = unembed.weight
+    rows = (weight.T if type(unembed).__name__ == "Conv1D" else weight)[tokens.to(weight.device)]
+    ratio = torch.where(u != 0, z / torch.where(u != 0, u, torch.ones_like(u)), torch.ones_like(u)).detach()
+    return ratio * (h * rows.to(h.dtype)).sum(-1)
+
+
 def _head(model: Any) -> bool:
-    """True for a causal LM (next-token logits), False for a sequence classifier."""
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise AttnflowError("logit attribution covers decoder-only language models and sequence classifiers; "
-                            f"{type(model).__name__} is an encoder-decoder model")
-    if is_causal(model) and model.get_output_embeddings() is not None:
+    """True for a causal LM (next-token logits), False for a sequence classifier (the table's head)."""
+    head = model_head(model)
+    if head == "causal-lm" and model_family(model) == "decoder":
         return True
-    if type(model).__name__.endswith("ForSequenceClassification"):
+    if head == "classification":
         return False
-    raise AttnflowError(f"logit attribution explains a logit, so it needs a causal language-model or sequence-"
-                        f"classification head; {type(model).__name__} has neither")
+    raise AttnflowError(f"logit attribution explains a logit, so it needs a decoder-only causal language-model or a "
+                        f"sequence-classification head; {type(model).__name__} has neither")
 
 
 def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = None,
@@ -221,7 +239,10 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
     feed = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in feed.items()}
     unembed = model.get_output_embeddings() if decoder else None
     pre_cap: dict[str, torch.Tensor] = {}
-    handle = unembed.register_forward_hook(lambda m, a, out: pre_cap.__setitem__("u", out)) if decoder else None
+    handles = []
+    if decoder:  # the unembedding's input and output: u_c = h . W_U[c] without a backward pass through the vocabulary
+        handles.append(unembed.register_forward_pre_hook(lambda m, a: pre_cap.__setitem__("h", a[0])))
+        handles.append(unembed.register_forward_hook(lambda m, a, out: pre_cap.__setitem__("u", out)))
     try:
         with torch.enable_grad(), architecture_fixes(model), streaming(model, modules, state), _active(state):
             out = model(**feed, output_hidden_states=True, use_cache=False)
@@ -234,14 +255,12 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
             pick = lambda r, ids: r.gather(-1, ids[:, None])[:, 0]  # noqa: E731
             zc, uc = pick(rows, explained), pick(urows, explained)
             # soft-capped logits (z = cap * tanh(u / cap)): the ratio z / u, frozen, is exact here
-            ratio = torch.where(uc != 0, zc / torch.where(uc != 0, uc, torch.ones_like(uc)), torch.ones_like(uc))
-            objective = ratio.detach() * uc
+            objective = _unembedded(pre_cap, unembed, targets, explained, zc, uc) if decoder else zc
             value = zc.detach().to(torch.float64)
             if foils is not None:
                 foil_ids = torch.as_tensor(np.atleast_1d(foils)).long().to(rows.device)
                 zf, uf = pick(rows, foil_ids), pick(urows, foil_ids)
-                ratio_f = torch.where(uf != 0, zf / torch.where(uf != 0, uf, torch.ones_like(uf)), torch.ones_like(uf))
-                objective = objective - ratio_f.detach() * uf
+                objective = objective - (_unembedded(pre_cap, unembed, targets, foil_ids, zf, uf) if decoder else zf)
                 value = value - zf.detach().to(torch.float64)
             leaves = state.leaves
             if any(leaf is None for leaf in leaves) or any(w is None for w in state.weights) \
@@ -250,7 +269,7 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
                                     "architecture table names the wrong modules for logit attribution")
             grads = torch.autograd.grad(objective.sum(), leaves, allow_unused=True)
     finally:
-        if handle is not None:
+        for handle in handles:
             handle.remove()
     n_layers = len(modules)
     g = torch.stack([torch.zeros_like(leaf[0]) if gr is None else gr[0] for gr, leaf in zip(grads, leaves)])
@@ -264,7 +283,7 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
         select[0] = 1.0
     # the attention part of the logit per target and layer: sum_p select[i, p] grads[l, p] . ctx[l, p]
     part = torch.einsum("ip,lp->il", select, (g * ctx).sum(-1))
-    w_o = torch.stack([f.w_o.detach().to(torch.float64).cpu().reshape(f.w_o.shape[0], heads, d) for f in found])
+    w_o = [f.w_o.detach().reshape(f.w_o.shape[0], heads, d) for f in found]  # views: no copy of the weights
     hidden = out.hidden_states
     residual = torch.stack([h[0].detach().to(torch.float64).cpu() for h in hidden[:n_layers]])
     return LogitPaths(attentions=torch.stack(state.weights), values=torch.stack(state.v), w_o=w_o,

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import architecture_fixes, check_text_model
+from attnflow.capture.architectures import architecture_fixes, check_text_model, model_family
 from attnflow.capture.hooks import Reducer, replay_attentions, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.values import projections
@@ -24,9 +24,9 @@ from attnflow.errors import AttnflowError
 
 
 def is_causal(model: Any) -> bool:
-    """True for decoders (causal language models), whose queries see only earlier keys."""
-    name = type(model).__name__
-    return bool(getattr(model.config, "is_decoder", False)) or "CausalLM" in name or "LMHeadModel" in name
+    """True for decoders, whose queries see only earlier keys: the architecture table's family (or a
+    config that says ``is_decoder``)."""
+    return bool(getattr(model.config, "is_decoder", False)) or model_family(model) == "decoder"
 
 
 def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:

@@ -39,7 +39,7 @@ def main(*, fast_exit: bool = True) -> None:
     # Long flow runs print their estimate through the progress bar instead of as a Python warning.
     warnings.filterwarnings("ignore", category=LongFlowWarning)
     if "transformers" in sys.modules:
-        from attnflow.capture.load import quiet_transformers
+        from attnflow.api.models import quiet_transformers
 
         quiet_transformers()
     try:

@@ -39,9 +39,9 @@ def serve_app(
     except ImportError as exc:
         raise AttnflowError(f"the app needs starlette and uvicorn ({exc.name} is missing): "
                             "pip install 'attnflow[app]'") from exc
+    from attnflow.api.models import quiet_transformers
     from attnflow.app.catalog import Catalog
     from attnflow.app.server import bind, is_loopback, serve, url_of
-    from attnflow.capture.load import quiet_transformers
 
     local = is_loopback(host)
     catalog = Catalog(list(model or []), allow_paths=local if allow_paths is None else allow_paths)

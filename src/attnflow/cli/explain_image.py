@@ -9,20 +9,22 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
-from attnflow.cli.explain import WEIGHTING_HELP, Method, Weighting
+from attnflow.cli.options import Weighting, method_enum, method_option, option
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
+
+ImageMethod = method_enum("image")
 
 
 @app.command("explain-image")
 def explain_image(
     images: List[Path] = typer.Argument(..., help="One or more image files (any format PIL reads)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Image classifier folder or hub id. Default: the bundled digits ViT."),
-    method: Method = typer.Option(Method.rollout, help="raw | rollout | flow | grad-rollout (gradient-weighted rollout) | all."),
+    method: ImageMethod = method_option("image", "rollout"),
     target: Optional[str] = typer.Option(None, "--class", help="Class grad-rollout explains (index or label). Default: the predicted class."),
-    residual: float = typer.Option(0.5, min=0.0, max=1.0, help="Weight of the residual connection for rollout and flow: A = (1-r)W + rI."),
-    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
+    residual: float = option("residual"),
+    weighting: Weighting = option("weighting"),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the overlays here (.png), one panel per image and method."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON (one image at a time)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained HTML report (one image at a time)."),

@@ -11,7 +11,8 @@ from rich.console import Console
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.explain import WEIGHTING_HELP, CausalNorm, Fusion, Method, Weighting
+from attnflow.cli.explain import Method
+from attnflow.cli.options import CausalNorm, HeadFusion, Weighting, chosen_methods, method_option, model_option, option
 from attnflow.cli.outputs import check_outputs
 from attnflow.cli.progress import progress_bar
 
@@ -19,15 +20,15 @@ from attnflow.cli.progress import progress_bar
 @app.command()
 def faithfulness(
     text: str = typer.Argument(..., help="The input text, quoted."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A sequence classifier or a decoder: a folder, a "
-                                        ".gguf file, a hub id, or 'smollm2'. Default: the bundled agreement model. A "
-                                        "bare encoder (no prediction head) is refused."),
-    method: Method = typer.Option(Method.all, help="raw, rollout, flow, all three, or grad-rollout (classifiers)."),
-    residual: float = typer.Option(0.5, min=0.0, max=1.0, help="Weight of the residual connection: A = (1-r)W + rI."),
-    head_fusion: Fusion = typer.Option(Fusion.mean, help="How heads are combined in each layer."),
-    causal_norm: Optional[CausalNorm] = typer.Option(None, help="Decoders: receptive-field normalisation ('keys' or 'sink'). Off by default."),
-    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
-    truncate: bool = typer.Option(False, help="Cut texts longer than the model's maximum instead of refusing them."),
+    model: Optional[str] = model_option("A sequence classifier or a decoder: a folder, a .gguf file, a hub id, or "
+                                        "'smollm2'. Default: the bundled agreement model. A bare encoder (no "
+                                        "prediction head) is refused."),
+    method: Method = method_option("text", "all"),
+    residual: float = option("residual"),
+    head_fusion: HeadFusion = option("head_fusion"),
+    causal_norm: Optional[CausalNorm] = option("causal_norm"),
+    weighting: Weighting = option("weighting"),
+    truncate: bool = option("truncate"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result with its faithfulness numbers as JSON."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML report (with the faithfulness table)."),
 ) -> None:
@@ -48,7 +49,7 @@ def faithfulness(
 
     options = dict(residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
-    chosen = ["raw", "rollout", "flow"] if method == Method.all else [method.value]
+    chosen = chosen_methods(method)
     with progress_bar("leave-one-out and AOPC passes") as bar:
         result = measure(text, model, method=chosen, progress=bar, **options)
     console = Console()

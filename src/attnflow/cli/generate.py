@@ -11,32 +11,34 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.explain import WEIGHTING_HELP, CausalNorm, Weighting
+from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, model_option, option
 from attnflow.cli.outputs import check_outputs
+from attnflow.config.registry import DECODER_DEFAULT, generation_methods
 from attnflow.errors import AttnflowError
 
-GENERATION_METHODS = ("rollout", "ablated-flow", "ablated-flow-layers", "occlusion", "occlusion-mean", "alti-logit",
-                      "logit-attribution")
+GenerationMethod = _choice_enum("GenerationMethod", generation_methods())
+TRACKED, *OFFERED = generation_methods()
 
 
 @app.command()
 def generate(
     prompt: str = typer.Argument(..., help="The prompt, quoted."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A decoder ('smollm2', installed from PyPI) or an "
-                                        "encoder-decoder (T5, BART, Marian, ...): a folder, a .gguf file or a hub id. "
-                                        "Default: the installed SmolLM2."),
+    model: Optional[str] = model_option("A decoder ('smollm2', installed from PyPI) or an encoder-decoder (T5, BART, "
+                                        "Marian, ...): a folder, a .gguf file or a hub id. Default: the installed "
+                                        "SmolLM2."),
     max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", help="How many tokens to generate at most."),
     token: Optional[str] = typer.Option(None, help="Generated token to plot: 0-based index (negative from the end) or its text. Default: the first."),
     top: int = typer.Option(3, min=1, help="How many prompt tokens to list per generated token."),
     content_only: bool = typer.Option(False, "--content-only", help="Leave punctuation and very common words out of the ranking."),
     sample: bool = typer.Option(False, help="Sample instead of greedy decoding."),
     seed: int = typer.Option(0, help="Random seed for --sample."),
-    causal_norm: Optional[CausalNorm] = typer.Option(None, help="Receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). Off by default."),
-    weighting: Weighting = typer.Option(Weighting.attention, help=WEIGHTING_HELP),
-    method: Optional[list[str]] = typer.Option(None, "--method", help="Decoders: which explanations to compute, "
-                                               "repeat for several (" + ", ".join(GENERATION_METHODS) + "). Default: "
-                                               "rollout beside ablated-flow (value zeroing, the measured-faithful "
-                                               "method; docs/decoders.md). --method rollout: the paper's alone."),
+    causal_norm: Optional[CausalNorm] = option("causal_norm"),
+    weighting: Weighting = option("weighting"),
+    method: Optional[list[GenerationMethod]] = typer.Option(
+        None, help=f"How each generated token is explained: {TRACKED} (tracked while generating), or "
+        f"{', '.join(OFFERED)} (computed beside it); repeat the option for several, the first is shown. Default: "
+        f"{' beside '.join(DECODER_DEFAULT)} (the measured-faithful method; docs/decoders.md). --method {TRACKED}: "
+        "the paper's alone."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained interactive HTML report."),
@@ -55,28 +57,21 @@ def generate(
     check_text(prompt, "the prompt")
     # Refuse bad output paths before the (slow) generation, so nothing is half done.
     check_outputs(json=json_out, png=png_out, html=html_out)
-    from attnflow.api.honest import DECODER_METHODS
-
-    methods = list(dict.fromkeys(method)) if method else list(DECODER_METHODS)
-    unknown = [m for m in methods if m not in GENERATION_METHODS]
-    if unknown:
-        raise AttnflowError(f"--method must be one of {', '.join(GENERATION_METHODS)}; got {unknown[0]!r}")
     import torch
 
     from attnflow.api import generate as generate_text
-    from attnflow.capture.load import cached_model
+    from attnflow.api.models import resolve
 
-    lm, tokenizer = cached_model(model, task="generation")
-    if getattr(lm.config, "is_encoder_decoder", False):  # joint rollout only: the decoder methods are for decoders
-        if method and methods != ["rollout"]:
-            raise AttnflowError("--method other than rollout is for decoder-only models; an encoder-decoder "
-                                "generation shows the joint rollout")
-        methods = ["rollout"]
+    loaded = resolve(model, task="generation")
+    lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
-    options = {"method": methods} if methods != ["rollout"] else {}
-    result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample,
-                           causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value,
-                           **options)
+    from attnflow.cli.progress import progress_bar
+
+    # default: the paper's rollout beside the measured-faithful method (registry.DECODER_DEFAULT)
+    names = list(dict.fromkeys(m.value for m in method)) if method else list(DECODER_DEFAULT)
+    with progress_bar(", ".join(names), unit="runs") as bar:
+        result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample, method=names, progress=bar,
+                               causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
     if token is not None:  # before any file is written; the files open on this token
         result = result.with_target(token)
     console = Console()

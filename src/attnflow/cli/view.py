@@ -64,7 +64,7 @@ def _batch_row(folder: Path, id: Optional[str]):
     if loaded.kind == "image" and loaded.image is None:  # rows keep the path, not the pixels
         import numpy as np
 
-        from attnflow.capture.vision import open_image
+        from attnflow.api.models import open_image
 
         picture = open_image(loaded.input)
         picture = picture.convert("L" if picture.mode in ("1", "L", "I", "F") else "RGB")

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import torch
 
-from attnflow.errors import AttnflowError
+from attnflow.config.settings import check_choice, choices
 
-CAUSAL_NORMS = (None, "keys", "sink")
+CAUSAL_NORMS = choices("causal_norm")
 
 
 def check_causal_norm(causal_norm: str | None) -> None:
-    if causal_norm not in CAUSAL_NORMS:
-        raise AttnflowError(f"causal_norm must be None, 'keys' or 'sink'; got {causal_norm!r}")
+    check_choice("causal_norm", causal_norm)
 
 
 def normalize_causal(w: torch.Tensor, causal_norm: str | None, mask: torch.Tensor) -> torch.Tensor:

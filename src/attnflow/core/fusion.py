@@ -21,20 +21,19 @@ import numbers
 
 import torch
 
+from attnflow.config.settings import check_choice, check_number, choices
 from attnflow.core.causal import check_causal_norm, normalize_causal
 from attnflow.errors import AttnflowError
 
-HEAD_FUSIONS = ("mean", "max", "min", None)
+HEAD_FUSIONS = (*choices("head_fusion"), None)  # None: keep each head (the core's per-head maps)
 
 
 def check_head_fusion(head_fusion: str | None) -> None:
-    if head_fusion not in HEAD_FUSIONS:
-        raise AttnflowError(f"head_fusion must be one of 'mean', 'max', 'min' or None; got {head_fusion!r}")
+    check_choice("head_fusion", head_fusion, HEAD_FUSIONS)
 
 
 def check_residual(residual: float) -> None:
-    if not (isinstance(residual, (int, float)) and 0.0 <= float(residual) <= 1.0):
-        raise AttnflowError(f"residual must be a number in [0, 1]; got {residual!r}")
+    check_number("residual", residual)
 
 
 def fuse_heads(values: torch.Tensor, head_fusion: str | None) -> torch.Tensor:

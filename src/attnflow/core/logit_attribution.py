@@ -37,11 +37,13 @@ projection's bias belongs to no token.
 API (stable)::
 
     direct_logit_attribution(attentions, values, grads, select) -> (targets, L, n)
-    alti_contributions(attentions, values, w_o, residual, chunk=64) -> C (L, n, n)
+    alti_contributions(attentions, values, w_o, residual, chunk=64, dtype=float32) -> C (L, n, n)
     alti_logit(dla, contributions) -> (targets, L, n)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -63,23 +65,31 @@ def direct_logit_attribution(attentions: torch.Tensor, values: torch.Tensor, gra
     return torch.einsum("ip,lpj->ilj", select.to(per_position.dtype), per_position)
 
 
-def alti_contributions(attentions: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor, residual: torch.Tensor,
-                       chunk: int = 64) -> torch.Tensor:
+def alti_contributions(attentions: torch.Tensor, values: torch.Tensor, w_o: Any, residual: torch.Tensor,
+                       chunk: int = 64, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """ALTI's ``C_l (L, n, n)`` (rows: positions ``t``, columns: contributing tokens ``j``), rows
-    summing to one. ``w_o (L, D, H, d)``: each head's slice of the output projection;
-    ``residual (L, n, D)``: each layer's input. ``chunk`` rows of ``t`` at a time (memory ``chunk n D``)."""
+    summing to one. ``w_o (L, D, H, d)`` (or a list of ``L`` such ``(D, H, d)``): each head's slice of
+    the output projection;
+    ``residual (L, n, D)``: each layer's input. ``chunk`` rows of ``t`` at a time (memory ``chunk n D``).
+    Computed in ``dtype`` (float32 by default: contributions only weigh the exact per-layer totals,
+    whose sums do not depend on them) and returned as float64. ``L n (H d D + n H D)`` multiply-adds."""
     n_layers, heads, n, _ = attentions.shape
-    out = torch.zeros(n_layers, n, n, dtype=attentions.dtype)
-    v = _expand(values, heads)
+    out = torch.zeros(n_layers, n, n, dtype=torch.float64)
+    v = _expand(values, heads).to(dtype)
+    att = attentions.to(dtype)
+    x = residual.to(dtype)
     for layer in range(n_layers):
-        f = torch.einsum("jhd,Dhd->hjD", v[layer], w_o[layer])  # (H, n, D): each token's transformed value per head
+        # (H, n, d) @ (H, d, D): each token's transformed value per head
+        f = torch.bmm(v[layer].transpose(0, 1), w_o[layer].to(dtype).permute(1, 2, 0))
+        f_by_source = f.transpose(0, 1)  # (j, H, D)
         for start in range(0, n, chunk):
             rows = slice(start, min(n, start + chunk))
-            t = torch.einsum("htj,hjD->tjD", attentions[layer, :, rows], f)  # (chunk, n, D)
+            # T[t, j] = sum_h alpha[h, t, j] f[h, j]: per source j, (t, H) @ (H, D)
+            t = torch.bmm(att[layer, :, rows].permute(2, 1, 0), f_by_source).transpose(0, 1)  # (chunk, n, D)
             idx = torch.arange(rows.start, rows.stop)
-            t[idx - start, idx] += residual[layer, rows]
+            t[idx - start, idx] += x[layer, rows]
             y = t.sum(1, keepdim=True)
-            score = (y.abs().sum(-1) - (y - t).abs().sum(-1)).clamp_min(0)  # (chunk, n)
+            score = (y.abs().sum(-1) - (y - t).abs().sum(-1)).clamp_min(0).to(torch.float64)  # (chunk, n)
             total = score.sum(-1, keepdim=True)
             out[layer, rows] = torch.where(total > 0, score / torch.where(total > 0, total, 1), 0)
     return out

@@ -1,4 +1,5 @@
-"""The attention methods by name: one place that maps "raw" / "rollout" / "flow" to their functions.
+"""The paper's attention methods as rows: raw, rollout and flow for some target positions and layers.
+(Which methods exist, and what "all" means, is the registry's: :mod:`attnflow.config.registry`.)
 
 Every entry point (explain, the report maps, the agreement correlations, images) asks for the same
 thing: for some target positions, how each layer's node draws on the input tokens.
@@ -6,38 +7,19 @@ thing: for some target positions, how each layer's node draws on the input token
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Callable
 
+from attnflow.config.registry import paper_methods
 from attnflow.core.flow import flow, resolve_indices
 from attnflow.core.raw import raw, raw_rows
 from attnflow.core.rollout import rollout, rollout_rows
 from attnflow.errors import AttnflowError
-
-METHODS = ("raw", "rollout", "flow")
 
 # Up to this many tokens flow_targets="auto" computes flow for every target (what a report needs to let
 # a reader click any token); above it for the explained target only. Measured with the certified
 # solver (docs/performance.md): a full MiniLM 6-layer map costs 0.24 s at 32 tokens, 2.5 s at 64 and
 # 26 s of CPU (13.5 s on two cores) at 128, growing roughly with n^3.
 FLOW_ALL_MAX = 128
-
-
-def resolve_methods(method: Any, allowed: Sequence[str] = METHODS) -> tuple[list[str], str]:
-    """``"all"`` -> the paper's three (shown first: rollout); a name -> itself; a sequence of names ->
-    those (shown first: the first). Returns (methods in computing order, the default one)."""
-    if isinstance(method, str):
-        if method == "all":
-            return list(METHODS), "rollout"
-        names = [method]
-    elif isinstance(method, (list, tuple)) and method and all(isinstance(m, str) for m in method):
-        names = list(dict.fromkeys(method))
-    else:
-        names = [repr(method)]
-    unknown = [m for m in names if m not in allowed]
-    if unknown:
-        raise AttnflowError(f"method must be one of {', '.join(allowed)}, 'all' or a list of them; got {unknown[0]}")
-    return names, names[0]
 
 
 def method_rows(attentions: Any, method: str, positions: Any = None, *, layers: Any = None,
@@ -66,7 +48,7 @@ def method_rows(attentions: Any, method: str, positions: Any = None, *, layers: 
     elif method == "rollout":
         full = rollout(attentions, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm, mask=mask)
     else:
-        raise AttnflowError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+        raise AttnflowError(f"method must be one of {', '.join(paper_methods())}; got {method!r}")
     n_layers, n = full.shape[-3], full.shape[-1]
     if layers is not None:
         full = full[..., resolve_indices(layers, n_layers, "layers").tolist(), :, :]

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import torch
 
+from attnflow.config.settings import check_choice, choices
 from attnflow.core.fusion import fuse_heads
 from attnflow.errors import AttnflowError
 
-WEIGHTINGS = ("attention", "norm")
+WEIGHTINGS = choices("weighting")
 
 
 def check_weighting(weighting: str) -> None:
-    if weighting not in WEIGHTINGS:
-        raise AttnflowError(f"weighting must be 'attention' or 'norm'; got {weighting!r}")
+    check_choice("weighting", weighting)
 
 
 def norm_weighted(weights: torch.Tensor, norms: torch.Tensor, head_fusion: str = "mean") -> torch.Tensor:
@@ -41,8 +41,9 @@ def norm_weighted(weights: torch.Tensor, norms: torch.Tensor, head_fusion: str =
     each key's transformed value vector per head. Returns ``(..., q, k)`` with rows summing to 1 (a
     row of zeros, e.g. a padded query, stays zero).
     """
-    if head_fusion not in ("mean", "max", "min"):
-        raise AttnflowError(f"the norm weighting fuses heads by 'mean', 'max' or 'min'; got {head_fusion!r}")
+    if head_fusion not in choices("head_fusion"):
+        raise AttnflowError(f"the norm weighting fuses heads by {', '.join(choices('head_fusion'))}; "
+                            f"got {head_fusion!r}")
     if norms.shape[-2] != weights.shape[-3] or norms.shape[-1] != weights.shape[-1]:
         raise AttnflowError(f"norms of shape {tuple(norms.shape)} do not match attention of shape "
                             f"{tuple(weights.shape)} (expected (..., heads, keys))")

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from attnflow.core.methods import METHODS, method_rows
+from attnflow.config.registry import paper_methods
+from attnflow.core.methods import method_rows
 from attnflow.errors import AttnflowError
 
 
@@ -59,7 +60,7 @@ def _dense_ranks(x: np.ndarray) -> np.ndarray:
     return np.stack([rankdata(row, method="dense") for row in flat]).reshape(x.shape).astype(float)
 
 
-def cls_scores(attentions: Any, *, position: int = 0, methods: Sequence[str] = METHODS,
+def cls_scores(attentions: Any, *, position: int = 0, methods: Sequence[str] = paper_methods(),
                flow_solver: str = "auto") -> dict[str, np.ndarray]:
     """The row of ``position`` (CLS) per layer for each method: ``{method: (layers, n)}``.
 

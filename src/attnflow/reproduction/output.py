@@ -13,12 +13,13 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
+from attnflow.config import registry
 from attnflow.reproduction.paper import PAPER, TABLES
 from attnflow.reproduction.run import Reproduction
 from attnflow.results.files import write_text
 from attnflow.views.files import save_figure
 
-METHOD_NAMES = {"raw": "Raw", "rollout": "Rollout", "flow": "Flow"}
+METHOD_NAMES = {m: m.capitalize() for m in registry.paper_methods()}
 GRADIENT_NAMES = {"sum": "|sum_d grad|", "norm": "||grad||_2"}
 
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.config import registry
 from attnflow.errors import AttnflowError
 from attnflow.views.files import figure_format, save_figure
 
 # The same method keeps the same colour in every figure (and in the report's legend order).
-COLOURS = {"raw": "#6e7781", "rollout": "#1d4ed8", "flow": "#b45309"}
+COLOURS = {m.name: m.colour for m in registry.methods() if m.colour}
 
 
 def _series(name: str, values: Any, what: str) -> np.ndarray:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.config import registry
 from attnflow.core.paths import flow_edges, rollout_edges
 from attnflow.errors import AttnflowError
 from attnflow.views.files import figure_format, save_figure
@@ -50,8 +51,9 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
     if a.ndim != 3 or a.shape[1:] != (len(tokens), len(tokens)):
         raise AttnflowError(f"the graph needs weights of shape (layers, {len(tokens)}, {len(tokens)}) for "
                             f"{len(tokens)} tokens; got {a.shape}")
-    if method not in ("rollout", "flow"):
-        raise AttnflowError(f"paths can be drawn for 'rollout' or 'flow'; got {method!r}")
+    drawable = [m.name for m in registry.methods() if m.paths]
+    if method not in drawable:
+        raise AttnflowError(f"paths can be drawn for {' or '.join(map(repr, drawable))}; got {method!r}")
     n_layers, n = a.shape[0], a.shape[-1]
     fig, ax = plt.subplots(figsize=(float(np.clip(0.5 * n + 1.5, 5.0, 16.0)), 0.75 * (n_layers + 1) + 1.6),
                            constrained_layout=True)

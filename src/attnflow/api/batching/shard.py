@@ -46,6 +46,14 @@ class Settings:
     label_type: str = "null"
     header: dict = field(default_factory=dict, hash=False, compare=False)
 
+    def explanation(self) -> Any:
+        """The :class:`attnflow.config.settings.Settings` each row is explained with."""
+        from attnflow.config.settings import Settings as Explanation
+
+        return Explanation(residual=self.residual, head_fusion=self.head_fusion, weighting=self.weighting,
+                           causal_norm=self.causal_norm, solver=self.solver, target=self.target,
+                           truncate=self.truncate)
+
 
 @dataclass
 class ShardTask:
@@ -225,11 +233,9 @@ def explain_texts(texts: list[str], settings: Settings, model: Any, tokenizer: A
     for b, text in enumerate(texts):
         try:
             run = prepared(one_of(batch, b), text, model, tokenizer, target=settings.target)
-            out.append(attribute(run, methods=list(settings.methods), shown=settings.methods[0],
-                                 targets="all" if settings.maps else "target",
-                                 flow_targets="all" if settings.maps else "target", residual=settings.residual,
-                                 head_fusion=settings.head_fusion, solver=settings.solver,
-                                 truncate=settings.truncate, progress=None, causal_norm=settings.causal_norm))
+            out.append(attribute(run, settings.explanation(), methods=list(settings.methods),
+                                 shown=settings.methods[0], targets="all" if settings.maps else "target",
+                                 flow_targets="all" if settings.maps else "target", progress=None))
         except Exception as exc:  # noqa: BLE001  recorded as this row's error
             out.append(exc)
     return out
@@ -275,15 +281,13 @@ def _image_rows(task: ShardTask, settings: Settings, model: Any, _tokenizer: Any
         chunk = opened[start:start + settings.batch_size]
         try:
             results = explain_image([image for _, _, image in chunk], model, method=list(settings.methods),
-                                    residual=settings.residual, head_fusion=settings.head_fusion,
-                                    solver=settings.solver, weighting=settings.weighting)
+                                    settings=settings.explanation())
         except Exception:  # noqa: BLE001  find the image that fails, keep the others
             results = []
             for _, _, image in chunk:
                 try:
                     results.append(explain_image([image], model, method=list(settings.methods),
-                                                 residual=settings.residual, head_fusion=settings.head_fusion,
-                                                 solver=settings.solver, weighting=settings.weighting)[0])
+                                                 settings=settings.explanation())[0])
                 except Exception as exc:  # noqa: BLE001
                     results.append(exc)
         for (k, path, _), result in zip(chunk, results):

@@ -77,7 +77,7 @@
         input.dataset.method = name;
         const usable = name !== "grad-rollout" || e.classifier;
         input.disabled = !usable;
-        input.checked = usable;
+        input.checked = usable && (!options.checked || options.checked[kind].includes(name));
         if (!usable) label.title = "grad-rollout explains a classifier's predicted class; this model is not a classifier";
         label.append(input, document.createTextNode(` ${name}`));
         box.appendChild(label);

@@ -41,12 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.config import registry
 from attnflow.errors import AttnflowError
 from attnflow.results import Attribution
 from attnflow.views.image import picture
 from attnflow.views.scale import sink_of
 
-ORDER = ("raw", "rollout", "flow", "grad-rollout")
+ORDER = registry.names()  # the registry's order
 
 
 # Up to this many numbers an array is embedded as plain JSON (readable, 4 significant digits); above

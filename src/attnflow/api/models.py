@@ -1,0 +1,95 @@
+"""One answer to "which model, and what kind?": :func:`resolve` turns whatever a user passed (None, a
+name, a folder, a ``pathlib.Path``, a ``.gguf`` file, an alias such as ``"smollm2"``, a hub id, or a
+loaded model with its tokenizer) into a :class:`Loaded` model, tokenizer, name, family and head.
+
+The family and head come from the architecture table (:mod:`attnflow.capture.architectures`: the
+row's ``family``; the class looked up exactly in the row's ``heads`` and transformers' auto-model
+mappings), never from substrings of class names. A family attnflow does not know is added with
+:func:`attnflow.register_architecture`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnflow.capture.architectures import model_family, model_head, model_kind, register_architecture
+from attnflow.capture.load import (
+    cached_model,
+    check_model_path,
+    default_model_path,
+    load_model,
+    quiet_transformers,
+    read_config,
+    resolve_model,
+)
+from attnflow.capture.pypi_models import find as find_pypi_model
+from attnflow.capture.pypi_models import smollm2_path
+from attnflow.capture.text import max_length, token_strings
+from attnflow.capture.vision import load_vision_model, open_image
+from attnflow.errors import AttnflowError
+
+# What the CLI and the app need of the model-facing layer, so that they import the api only.
+__all__ = ["Loaded", "check_model_path", "default_model_path", "describe", "find_pypi_model", "is_name",
+           "load_model", "load_vision_model", "max_length", "open_image", "quiet_transformers", "read_config",
+           "register_architecture", "resolve", "smollm2_path", "token_strings"]
+
+
+def is_name(model: Any) -> bool:
+    """Whether ``model`` names a model to load (None: the default; a string, bytes or path) rather
+    than being a loaded one."""
+    return model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model ready to explain: the model, its tokenizer (None for image models), the name results
+    record, its family ("encoder", "decoder", "encoder-decoder", "vision") and head ("base",
+    "classification", "causal-lm", "seq2seq", "image-classification", or "" when unknown)."""
+
+    model: Any
+    tokenizer: Any
+    name: str
+    family: str
+    head: str
+
+    @property
+    def kind(self) -> str:
+        """"encoder", "classifier", "decoder", "encoder-decoder" or "vision"."""
+        return model_kind(self.family, self.head)
+
+
+def loaded_name(model: Any) -> str:
+    """The name a result records for a loaded model: its folder or hub id, else its class."""
+    return str(getattr(model, "name_or_path", "") or type(model).__name__)
+
+
+def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto") -> Loaded:
+    """Whatever the user passed -> :class:`Loaded`. Names are loaded once and reused (see
+    :func:`attnflow.capture.load.cached_model`; ``task`` as in :func:`attnflow.load_model`, "vision"
+    for image classifiers); a loaded text model needs its ``tokenizer``."""
+    if is_name(model):
+        if task == "vision":
+            from attnflow.capture.vision import cached_vision_model
+
+            model, tokenizer = cached_vision_model(model), None
+        else:
+            model, tokenizer = cached_model(model, task=task)
+    elif tokenizer is None and task != "vision":
+        raise AttnflowError("pass the tokenizer together with a loaded model")
+    return Loaded(model=model, tokenizer=tokenizer, name=loaded_name(model), family=model_family(model),
+                  head=model_head(model))
+
+
+def describe(model: Any) -> tuple[str, str]:
+    """(family, head) of a model folder from its ``config.json`` alone (no weights read), or of a
+    loaded model."""
+    if not is_name(model):
+        return model_family(model), model_head(model)
+    folder = Path(resolve_model(model))
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise AttnflowError(f"{str(folder)!r} has no config.json; pass a model folder")
+    config = read_config(config_file)
+    return model_family(config), model_head(config)

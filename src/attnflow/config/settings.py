@@ -1,0 +1,167 @@
+"""Every setting of an explanation in one frozen record: its default (the paper's), its allowed values
+and one check.
+
+    settings = Settings(residual=0.3, head_fusion="max")      # checked here, once
+    attnflow.explain(text, settings=settings)                 # keywords stay as sugar:
+    attnflow.explain(text, residual=0.3, head_fusion="max")   # the same Settings, built for you
+    result.params                                             # settings.as_dict() + what the entry point adds
+
+A new setting is one :class:`Option` row in ``OPTIONS`` and one field of :class:`Settings`: the CLI's
+options (``attnflow.cli.options``) and the app's menus (``attnflow.app.options``) are generated from
+these rows, so no other module spells a setting's default or allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnflow.errors import AttnflowError
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its name, default, allowed values (a tuple of choices, or ``(low, high)`` for a
+    number), and the help line the CLI and the app show."""
+
+    name: str
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None   # the allowed values, for a choice
+    bounds: tuple[float, float] | None = None  # inclusive range, for a number
+    cli: bool = True                          # offered as a command-line option
+    labels: tuple[str, ...] = ()              # what a menu shows for each choice (default: its name)
+
+    def menu(self) -> list[dict[str, Any]]:
+        """``[{"name", "label"}]`` per choice, for the app's option menus (None is named "none")."""
+        labels = self.labels or tuple("none" if c is None else str(c) for c in self.choices or ())
+        return [{"name": "none" if c is None else c, "label": label} for c, label in zip(self.choices or (), labels)]
+
+
+# The paper's settings (Abnar & Zuidema 2020): mean over heads, residual 0.5 ((W + I) / 2), attention weights.
+OPTIONS: dict[str, Option] = {o.name: o for o in (
+    Option("residual", 0.5, "Weight of the residual connection: A = (1-r)W + rI.", bounds=(0.0, 1.0)),
+    Option("head_fusion", "mean", "How heads are combined in each layer.", choices=("mean", "max", "min")),
+    Option("weighting", "attention",
+           "How much each key contributes to a query in each layer: 'attention' (the weights, the paper's) or "
+           "'norm' (weight x length of the key's transformed value vector, Kobayashi et al. 2020; see "
+           "docs/decoders.md).", choices=("attention", "norm"),
+           labels=("attention weights",
+                   "norm-based: weight x length of the transformed value vector (Kobayashi et al. 2020)")),
+    Option("causal_norm", None, "Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). "
+           "Off by default.", choices=(None, "keys", "sink")),
+    Option("solver", "auto", "Max-flow solver for flow (auto picks the fastest exact one).",
+           choices=("auto", "certified", "engine", "torch", "scipy", "networkx"), cli=False),
+    Option("target", None, "Position to explain: 'cls', 'last', or a token index (negative counts from the end). "
+           "Default: 'last' for decoders, 'cls' otherwise.", cli=False),
+    Option("truncate", False, "Cut texts longer than the model's maximum instead of refusing them.", cli=False),
+)}
+
+TARGET_NAMES = ("cls", "last")
+
+
+class _Unset:
+    """The default of an entry point's setting keywords: "not given", so that ``settings=`` decides."""
+
+    def __repr__(self) -> str:
+        return "<from settings>"
+
+
+UNSET: Any = _Unset()
+
+
+def choices(name: str, *, none: bool = True) -> tuple[Any, ...]:
+    """The allowed values of setting ``name`` (without None when ``none`` is False)."""
+    allowed = OPTIONS[name].choices or ()
+    return allowed if none else tuple(v for v in allowed if v is not None)
+
+
+def _spelled(values: tuple[Any, ...]) -> str:
+    shown = [repr(v) if v is not None else "None" for v in values]
+    return ", ".join(shown[:-1]) + f" or {shown[-1]}" if len(shown) > 1 else shown[0]
+
+
+def check_choice(name: str, value: Any, allowed: tuple[Any, ...] | None = None) -> Any:
+    """``value`` if it is one of setting ``name``'s choices (or of ``allowed``), else a refusal that
+    says what was expected and what was given."""
+    allowed = OPTIONS[name].choices if allowed is None else allowed
+    if value not in allowed:
+        raise AttnflowError(f"{name} must be {_spelled(allowed)}; got {value!r}")
+    return value
+
+
+def check_number(name: str, value: Any) -> float:
+    low, high = OPTIONS[name].bounds
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= float(value) <= high:
+        raise AttnflowError(f"{name} must be a number in [{low:g}, {high:g}]; got {value!r}")
+    return float(value)
+
+
+def check_target(target: Any) -> Any:
+    """'cls', 'last', a token position (an int, or a digit string from a command line or a form:
+    returned as an int) or None (each model's default)."""
+    if isinstance(target, str) and target.lstrip("-").isdigit() and target.lstrip("-"):
+        return int(target)
+    if target is None or target in TARGET_NAMES or (isinstance(target, numbers.Integral)
+                                                   and not isinstance(target, bool)):
+        return target if not isinstance(target, numbers.Integral) or target is None else int(target)
+    raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings of one explanation, checked once when built (see ``OPTIONS`` for each one's help).
+
+    residual: ``A = (1 - residual) W + residual I`` (0.5: the paper's ``(W + I) / 2``).
+    head_fusion: "mean" (the paper's), "max" or "min" over heads.
+    weighting: "attention" (the paper's) or "norm" (Kobayashi et al. 2020).
+    causal_norm: None, "keys" or "sink" (decoders; see :mod:`attnflow.core.causal`).
+    solver: the max-flow solver for flow.
+    target: "cls", "last", a position, or None (decoders: "last"; others: "cls").
+    truncate: cut inputs longer than the model's maximum instead of refusing them.
+    """
+
+    residual: float = OPTIONS["residual"].default
+    head_fusion: str = OPTIONS["head_fusion"].default
+    weighting: str = OPTIONS["weighting"].default
+    causal_norm: str | None = OPTIONS["causal_norm"].default
+    solver: str = OPTIONS["solver"].default
+    target: Any = field(default=OPTIONS["target"].default)
+    truncate: bool = OPTIONS["truncate"].default
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Refuse a value outside a setting's allowed values (one line: expected, given); a digit-string
+        target becomes an int and a residual a float."""
+        object.__setattr__(self, "residual", check_number("residual", self.residual))
+        for name in ("head_fusion", "weighting", "causal_norm", "solver"):
+            check_choice(name, getattr(self, name))
+        object.__setattr__(self, "target", check_target(self.target))
+        if not isinstance(self.truncate, bool):
+            raise AttnflowError(f"truncate must be True or False; got {self.truncate!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as a result records them in ``params`` (every field)."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` (checked)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def build(cls, settings: Settings | None = None, **keywords: Any) -> Settings:
+        """The one Settings of an entry point: ``settings`` (default: the paper's) with the keyword
+        arguments the caller passed on top (keywords left ``UNSET`` are not given). A keyword that
+        is no setting is refused."""
+        if settings is not None and not isinstance(settings, Settings):
+            raise AttnflowError(f"settings must be an attnflow.Settings; got {type(settings).__name__}")
+        keywords = {k: v for k, v in keywords.items() if v is not UNSET}
+        unknown = sorted(set(keywords) - set(OPTIONS))
+        if unknown:
+            raise AttnflowError(f"{unknown[0]!r} is not a setting; the settings are {', '.join(OPTIONS)}")
+        base = settings if settings is not None else cls()
+        return dataclasses.replace(base, **keywords) if keywords else base
