@@ -90,7 +90,7 @@ def test_generate_shows_rollout_beside_ablated_flow_and_rollout_alone_one_flag_a
     assert list(attnflow.load(js).methods) == ["rollout"]
     code, _, err = run_cli(monkeypatch, capsys, "generate", "Hi", "--model", smollm2_dir, "-n", "2",
                            "--method", "bogus")
-    assert code == 2 and err.count("\n") == 1 and "--method must be one of" in err
+    assert code == 2 and "bogus" in err
 
 
 def test_explain_on_a_decoder_shows_ablated_flow_beside_rollout_and_the_report_its_faithfulness(
