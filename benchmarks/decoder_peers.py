@@ -84,12 +84,16 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=20)
     parser.add_argument("--inseq", default="/work/venvs/inseq/bin/python", help="the inseq venv's python")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--prompts", default="short,long", help="which prompts: short, long or both")
+    parser.add_argument("--no-inseq", action="store_true", help="attnflow and plain generate only")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tokenizer = attnflow.load_model("smollm2")
     child = Path(__file__).resolve().parent / "peers" / "inseq_value_zeroing.py"
     rows = []
     for name, text, length in (("short", SHORT, None), ("long", LONG, LONG_TOKENS)):
+        if name not in args.prompts.split(","):
+            continue
         ids = prompt_ids(tokenizer, text, length)
         m = len(ids)
         x = torch.tensor([ids])
@@ -110,8 +114,9 @@ def main() -> None:
         same_api = list(result.meta["generated_ids"]) == generated
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        proc = subprocess.run([args.inseq, str(child), str(smollm2_path()), json.dumps(ids), str(args.new)],
-                              capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        command = [args.inseq, str(child), str(smollm2_path()), json.dumps(ids), str(args.new)]
+        proc = subprocess.run(["true"] if args.no_inseq else command, capture_output=True, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         child_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         child_wall = time.perf_counter() - started
@@ -119,7 +124,9 @@ def main() -> None:
                "ablated_cpu": abl_cpu, "ablated_wall": abl_wall, "api_cpu": api_cpu, "api_wall": api_wall,
                "api_same_tokens": same_api, "child_cpu": child_cpu, "child_wall": child_wall,
                "load": load()}
-        if proc.returncode != 0:
+        if args.no_inseq:
+            row["inseq_error"] = "not run (--no-inseq)"
+        elif proc.returncode != 0:
             row["inseq_error"] = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         else:
             peer = json.loads(proc.stdout.strip().splitlines()[-1])
