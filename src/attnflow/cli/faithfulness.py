@@ -50,6 +50,12 @@ def faithfulness(
     options = dict(residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
     chosen = chosen_methods(method)
+    if method.value == "all":  # a decoder: the measured-faithful method beside the paper's three
+        from attnflow.api.models import describe
+        from attnflow.config.registry import DECODER_DEFAULT
+
+        if model is not None and describe(model)[1] == "causal-lm":
+            chosen += [m for m in DECODER_DEFAULT if m not in chosen]
     with progress_bar("leave-one-out and AOPC passes") as bar:
         result = measure(text, model, method=chosen, progress=bar, **options)
     console = Console()
