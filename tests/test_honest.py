@@ -119,3 +119,26 @@ def test_explain_on_a_decoder_shows_ablated_flow_beside_rollout_and_the_report_i
                              "--paper-only", "--json", str(js))
     assert code == 0, err
     assert list(attnflow.load(js).methods) == ["rollout"]
+
+
+def test_faithfulness_on_a_decoder_measures_ablated_flow_beside_the_papers_three(monkeypatch, capsys, tmp_path,
+                                                                                 tiny_llama):
+    model, tokenizer = tiny_llama
+    folder = tmp_path / "llama"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    js = tmp_path / "f.json"
+    code, out, err = run_cli(monkeypatch, capsys, "faithfulness", "the keys to the old cabinet near the doors are",
+                             "--model", str(folder), "--json", str(js))
+    assert code == 0, err
+    record = attnflow.load(js).meta["faithfulness"]
+    assert list(record["methods"]) == ["raw", "rollout", "flow", "ablated-flow"]
+    best = max([(p, v["spearman"]) for p, v in record["priors"].items()]  # a tie goes to the prior
+               + [(m, v["spearman"][-1]) for m, v in record["methods"].items() if v["spearman"][-1] is not None],
+               key=lambda kv: round(kv[1], 12))
+    assert record["best"]["method"] == best[0]
+    assert "agrees best with leave-one-out on this input" in " ".join(out.split())
+    code, out, err = run_cli(monkeypatch, capsys, "faithfulness", "the keys to the old cabinet near the doors are",
+                             "--model", str(folder), "--method", "rollout", "--json", str(js))
+    assert code == 0, err
+    assert list(attnflow.load(js).meta["faithfulness"]["methods"]) == ["rollout"]
