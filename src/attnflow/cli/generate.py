@@ -12,10 +12,9 @@ from rich.text import Text
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
 from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, model_option, option
-from attnflow.config.registry import generation_methods
 from attnflow.cli.outputs import check_outputs
+from attnflow.config.registry import DECODER_DEFAULT, generation_methods
 from attnflow.errors import AttnflowError
-
 
 GenerationMethod = _choice_enum("GenerationMethod", generation_methods())
 TRACKED, *OFFERED = generation_methods()
@@ -35,16 +34,19 @@ def generate(
     seed: int = typer.Option(0, help="Random seed for --sample."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
-    method: list[GenerationMethod] = typer.Option(
-        [GenerationMethod(TRACKED)], help=f"How each generated token is explained: {TRACKED} (tracked while "
-        f"generating), or {', '.join(OFFERED)} (computed beside it; repeat the option for several; the first "
-        "is shown). See docs/decoders.md."),
+    method: Optional[list[GenerationMethod]] = typer.Option(
+        None, help=f"How each generated token is explained: {TRACKED} (tracked while generating), or "
+        f"{', '.join(OFFERED)} (computed beside it); repeat the option for several, the first is shown. Default: "
+        f"{' beside '.join(DECODER_DEFAULT)} (the measured-faithful method; docs/decoders.md). --method {TRACKED}: "
+        "the paper's alone."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained interactive HTML report."),
 ) -> None:
     """Complete PROMPT and print, for each generated token, the prompt tokens its attention
-    rollout (mean over layers) lands on most. Rollout is tracked incrementally with the KV cache.
+    rollout (mean over layers) lands on most, beside those ablated flow finds it uses (the drop of
+    the token's logit when a prompt token's values are zeroed in every layer), with a note on rows
+    that mostly reflect position. Rollout is tracked incrementally with the KV cache.
     With an encoder-decoder model PROMPT is the source, and each generated token gets the joint
     rollout over the source (top decoder layer).
 
@@ -65,7 +67,8 @@ def generate(
     torch.manual_seed(seed)
     from attnflow.cli.progress import progress_bar
 
-    names = [m.value for m in method]
+    # default: the paper's rollout beside the measured-faithful method (registry.DECODER_DEFAULT)
+    names = list(dict.fromkeys(m.value for m in method)) if method else list(DECODER_DEFAULT)
     with progress_bar(", ".join(names), unit="runs") as bar:
         result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample, method=names, progress=bar,
                                causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)

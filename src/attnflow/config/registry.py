@@ -165,6 +165,9 @@ def names(kind: str | None = None, *, model_free: bool = False) -> tuple[str, ..
 
 
 GENERATION_TRACKED = "rollout"  # tracked while a decoder generates (attnflow.capture.generation)
+# What a decoder's explanation shows unless asked otherwise: the paper's rollout beside the method that
+# agreed best with what SmolLM2 uses in the decoder study (docs/decoders.md, "Study"; attnflow.api.honest).
+DECODER_DEFAULT = ("rollout", "ablated-flow")
 CLASSIFIERS_ONLY = ("grad-rollout",)  # explain a classifier's predicted class (no decoder token to explain)
 
 

@@ -20,6 +20,13 @@ or more methods, :func:`evaluate` measures, for every method and layer:
   AOPC is the mean over the remaining levels (NaN if none remains). Ties in a method's scores go to
   the earlier position.
 
+Position as a rival (:mod:`attnflow.evaluation.position`): for every method and layer also
+``partial`` (Spearman with leave-one-out given position), ``position`` (Spearman of the ranking with
+position: the views add "this ranking mostly reflects position" at ``|rho| >= 0.9``) and, at the top
+layer, ``interval`` (a 95 % bootstrap interval of rho over the ranked tokens); ``priors`` holds the rho
+and interval of the two position priors (later first, earlier first); :meth:`Faithfulness.best` names
+the method or prior that agrees best on this input.
+
 Which tokens are ranked (``positions``): by default every token except special tokens and the
 target position (the read-out: ``[CLS]`` of a classifier, the last token of a decoder). Special
 tokens and the target are never deleted, so the explained output is read at the same token; this
@@ -55,6 +62,7 @@ import numpy as np
 
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.correlation import spearman
+from attnflow.evaluation.position import partial_spearman, position_rho, priors, spearman_interval
 
 FRACTIONS = (0.1, 0.2, 0.5)
 
@@ -169,7 +177,10 @@ class Faithfulness:
     logit/probability: of that output on the whole input. positions: the ranked token positions.
     loo: ``(n,)`` logit drop per position (NaN where not ranked). fractions: the AOPC levels.
     spearman / comprehensiveness / sufficiency: method -> ``(layers,)`` (NaN where undefined: a
-    constant score, or no AOPC level left).
+    constant score, or no AOPC level left). partial / position: method -> ``(layers,)``, Spearman
+    with leave-one-out given position, and of the ranking with position. interval: method -> the
+    top layer's 95 % bootstrap interval of rho. priors: prior name -> {"spearman", "interval"}.
+    (Records written before these existed read back with them empty.)
     """
 
     output: int
@@ -184,10 +195,23 @@ class Faithfulness:
     sufficiency: dict[str, np.ndarray]
     deletion: str = "delete"
     meta: dict[str, Any] = field(default_factory=dict)
+    partial: dict[str, np.ndarray] = field(default_factory=dict)
+    position: dict[str, np.ndarray] = field(default_factory=dict)
+    interval: dict[str, list[float]] = field(default_factory=dict)
+    priors: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def methods(self) -> list[str]:
         return list(self.spearman)
+
+    def best(self, layer: int = -1) -> tuple[str, float] | None:
+        """The method or position prior whose ranking agrees best with leave-one-out on this input
+        (highest rho; a method at ``layer``, default its top layer), with that rho; None if none is
+        defined. A tie goes to the prior (a method that only equals position has not beaten it)."""
+        found = [(p, float(v["spearman"])) for p, v in self.priors.items() if v.get("spearman") is not None
+                 and np.isfinite(v["spearman"])]
+        found += [(m, float(v[layer])) for m, v in self.spearman.items() if np.isfinite(v[layer])]
+        return max(found, key=lambda kv: round(kv[1], 12)) if found else None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (NaN -> None)."""
@@ -196,7 +220,14 @@ class Faithfulness:
                 "loo": _json(self.loo), "fractions": list(self.fractions), "deletion": self.deletion,
                 "methods": {m: {"spearman": _json(self.spearman[m]),
                                 "comprehensiveness": _json(self.comprehensiveness[m]),
-                                "sufficiency": _json(self.sufficiency[m])} for m in self.methods},
+                                "sufficiency": _json(self.sufficiency[m]),
+                                **({"partial": _json(self.partial[m])} if m in self.partial else {}),
+                                **({"position": _json(self.position[m])} if m in self.position else {}),
+                                **({"interval": _json(self.interval[m])} if m in self.interval else {})}
+                            for m in self.methods},
+                **({"priors": {p: {k: _json(v) for k, v in d.items()} for p, d in self.priors.items()}}
+                   if self.priors else {}),
+                **({"best": {"method": best[0], "spearman": _json(best[1])}} if (best := self.best()) else {}),
                 **({"meta": self.meta} if self.meta else {})}
 
     @classmethod
@@ -209,7 +240,12 @@ class Faithfulness:
                        spearman={m: _array(v["spearman"]) for m, v in per.items()},
                        comprehensiveness={m: _array(v["comprehensiveness"]) for m, v in per.items()},
                        sufficiency={m: _array(v["sufficiency"]) for m, v in per.items()},
-                       deletion=str(data.get("deletion", "delete")), meta=dict(data.get("meta") or {}))
+                       deletion=str(data.get("deletion", "delete")), meta=dict(data.get("meta") or {}),
+                       partial={m: _array(v["partial"]) for m, v in per.items() if "partial" in v},
+                       position={m: _array(v["position"]) for m, v in per.items() if "position" in v},
+                       interval={m: list(_array(v["interval"])) for m, v in per.items() if "interval" in v},
+                       priors={p: {k: _float(x) if np.ndim(x) == 0 else list(_array(x)) for k, x in d.items()}
+                               for p, d in (data.get("priors") or {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise AttnflowError(f"not a faithfulness record ({type(exc).__name__}: {exc})") from exc
 
@@ -254,7 +290,7 @@ def default_positions(n: int, special: Sequence[int], target: int) -> list[int]:
 def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int | None = None,
              positions: Sequence[int] | None = None, special: Sequence[int] = (), target: int | None = None,
              fractions: Sequence[float] = FRACTIONS, fill_id: int | None = None, label: str | None = None,
-             progress: Progress | None = None) -> Faithfulness:
+             progress: Progress | None = None, loo: Any = None, aopc_levels: bool = True) -> Faithfulness:
     """Leave-one-out Spearman and AOPC for every method and layer of ``scores``.
 
     predict: token-id lists -> logits ``(batch, outputs)`` of the explained output (module docstring).
@@ -263,6 +299,9 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
     output: the class / vocabulary id explained; None: the argmax of ``predict([ids])``.
     positions: the ranked (and deletable) positions; None: all but ``special`` and ``target``
     (an Attribution supplies both from its meta and default target).
+    loo: the leave-one-out drops ``(n,)`` already computed for ``output`` (e.g. by a decoder's cached
+    occlusion, :func:`attnflow.capture.ablation.occlusion`); None: computed here with ``predict``.
+    aopc_levels: False skips AOPC (comprehensiveness and sufficiency are NaN), for a quick check.
     """
     ids = [int(i) for i in np.asarray(ids).reshape(-1)]
     n = len(ids)
@@ -283,19 +322,39 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
     model = _Outputs(predict, output, progress)
     # every pass up front, so that the bar's total (and its ETA) holds from the start
     # (the whole input is looked up again by leave_one_out and by each method's aopc: cached, but counted)
-    model.expect(2 + len(positions) + sum(1 + 2 * len(r) * len(fractions) for r in rows.values()))
+    model.expect(1 + (1 + len(positions) if loo is None else 0)
+                 + (sum(1 + 2 * len(r) * len(fractions) for r in rows.values()) if aopc_levels else 0))
     base = model.logits([ids])[0]
     model.output = int(np.argmax(base)) if output is None else int(output)
     if not 0 <= model.output < len(base):
         raise AttnflowError(f"output must be an index into the model's {len(base)} outputs; got {output!r}")
-    loo = leave_one_out(model, ids, positions, model.output, fill_id=fill_id)
-    rho, compr, suff = {}, {}, {}
+    if loo is None:
+        loo = leave_one_out(model, ids, positions, model.output, fill_id=fill_id)
+    else:
+        given = np.asarray(loo, dtype=float).reshape(-1)
+        if given.shape != (n,) or not np.isfinite(given[positions]).all():
+            raise AttnflowError(f"loo must hold a finite drop for every ranked position of the {n} tokens; "
+                                f"got shape {given.shape}")
+        loo = np.full(n, np.nan)
+        loo[positions] = given[positions]
+    rho, compr, suff, partial, where, interval = {}, {}, {}, {}, {}, {}
+    y, z = loo[positions], np.asarray(positions, dtype=float)
     for m, r in rows.items():
-        rho[m] = np.atleast_1d(spearman(r[:, positions], loo[positions]))
-        compr[m], suff[m] = aopc(model, ids, r, positions, model.output, tuple(fractions), fill_id=fill_id)
+        x = r[:, positions]
+        rho[m] = np.atleast_1d(spearman(x, y))
+        where[m] = np.atleast_1d(position_rho(x, positions))
+        partial[m] = np.atleast_1d(partial_spearman(x, y, z)) if len(positions) >= 3 else np.full(len(r), np.nan)
+        interval[m] = list(spearman_interval(x[-1], y))
+        if aopc_levels:
+            compr[m], suff[m] = aopc(model, ids, r, positions, model.output, tuple(fractions), fill_id=fill_id)
+        else:
+            compr[m], suff[m] = np.full(len(r), np.nan), np.full(len(r), np.nan)
+    prior = {name: {"spearman": float(spearman(s, y)), "interval": list(spearman_interval(s, y))}
+             for name, s in priors(positions).items()}
     z = base - base.max()
     return Faithfulness(output=model.output, label=str(model.output) if label is None else label,
                         logit=float(base[model.output]), probability=float(np.exp(z[model.output]) / np.exp(z).sum()),
                         positions=list(positions), loo=loo, fractions=tuple(float(f) for f in fractions),
                         spearman=rho, comprehensiveness=compr, sufficiency=suff,
-                        deletion="delete" if fill_id is None else f"replace with id {int(fill_id)}")
+                        deletion="delete" if fill_id is None else f"replace with id {int(fill_id)}",
+                        partial=partial, position=where, interval=interval, priors=prior)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attnflow.evaluation.position import NOTE, POSITION_NOTE
+from attnflow.views.position import position_note, row_position_rho
 from attnflow.views.scale import dominant, target_source
 
 
@@ -25,23 +28,38 @@ def _flag(result: Any, method: str, t: int, layer: Any) -> str:
     """A warning for a row dominated by one token other than the target (more than half its mass;
     see :mod:`attnflow.views.scale`): its ranking then says more about that token than the input."""
     me = target_source(result, t)
-    found = dominant(result.layer_scores(method, t, layer), () if me is None else (me,))
+    values = result.layer_scores(method, t, layer)
+    if np.nanmin(values) < 0:  # signed scores (logit drops, attributions) have no shares of a mass
+        return ""
+    found = dominant(values, () if me is None else (me,))
     if found is None:
         return ""
     j, share = found
     return f"[bold yellow]{escape(repr(result.sources[j]))} {share:.2f}[/bold yellow]"
 
 
-def _add_rows(table: Table, rows: list[tuple[list[str], str]]) -> Table:
-    """Add ``(cells, flag)`` rows; a "dominated by" column (and a caption saying what it means) only
-    when some row is flagged."""
-    flagged = any(flag for _, flag in rows)
+def _note(result: Any, method: str, t: int, layer: Any) -> str:
+    rho = row_position_rho(result, method, t, layer)
+    return f"[yellow]mostly position (ρ {rho:+.2f})[/yellow]" if position_note(result, method, t, layer) else ""
+
+
+def _add_rows(table: Table, rows: list[tuple[list[str], str, str]]) -> Table:
+    """Add ``(cells, flag, note)`` rows; a "dominated by" column and a "position" column (each with
+    a caption line saying what it means) only when some row has one."""
+    flagged = any(flag for _, flag, _ in rows)
+    noted = any(note for _, _, note in rows)
+    captions = []
     if flagged:
         table.add_column("dominated by")
-        table.caption = "dominated by: one token other than the target holds more than half of the row's mass"
+        captions.append("dominated by: one token other than the target holds more than half of the row's mass")
+    if noted:
+        table.add_column("position")
+        captions.append(f"mostly position: {NOTE} (|Spearman| of its ranking with token position >= {POSITION_NOTE})")
+    if captions:
+        table.caption = "\n".join(captions)
         table.caption_justify = "left"
-    for cells, flag in rows:
-        table.add_row(*cells, *([flag] if flagged else []))
+    for cells, flag, note in rows:
+        table.add_row(*cells, *([flag] if flagged else []), *([note] if noted else []))
     return table
 
 
@@ -70,7 +88,8 @@ def layer_table(result: Any, k: int = 5, method: str | None = None, target: Any 
     table.add_column(f"top {k} tokens")
     skip = _specials(result) if content_only else ()
     rows = [([str(layer + 1), _cell(result.top(k, method=method, target=t, layer=layer, skip=skip,
-                                               content_only=content_only))], _flag(result, method, t, layer))
+                                               content_only=content_only))], _flag(result, method, t, layer),
+             _note(result, method, t, layer))
             for layer in range(result.n_layers - 1, -1, -1) if layer in result.computed[method].layers]
     return _add_rows(table, rows)
 
@@ -86,36 +105,49 @@ def method_table(result: Any, k: int = 5, layer: int = -1, target: Any = None, s
     table.add_column(f"top {k} tokens")
     skip = (*skip, *(_specials(result) if content_only else ()))
     rows = [([method, _cell(result.top(k, method=method, target=t, layer=layer, skip=skip, content_only=content_only))],
-             _flag(result, method, t, layer))
+             _flag(result, method, t, layer), _note(result, method, t, layer))
             for method in methods or [m for m in result.methods if t in result.computed[m].targets]]
     return _add_rows(table, rows)
 
 
-def generation_table(result: Any, k: int = 3, content_only: bool = False, method: str | None = None) -> Table:
+def generation_table(result: Any, k: int = 3, content_only: bool = False, method: str | None = None,
+                     methods: Any = None) -> Table:
     """Rows = generated (or target) tokens, cells = the ``k`` prompt (source) tokens each draws on most:
-    mean over layers for a generation, the top decoder layer for an encoder-decoder result."""
-    method = method or result.method
+    mean over layers for a generation, the top decoder layer for an encoder-decoder result. A
+    generation computed with several methods (``attnflow.generate(method=[...])``) gets one column per
+    method, side by side (``methods`` picks them; ``method`` one); rows whose ranking mostly reflects
+    position are noted."""
+    if methods is None:
+        methods = [method] if method else (list(result.methods) if result.kind == "generation" else [result.method])
     seq2seq = result.kind == "seq2seq"
     # Rollout's source share is 1 - r^layers for every target by construction and raw's is 1; only
     # flow's says something (docs/architectures.md), so only flow gets the column.
-    share_column = seq2seq and method == "flow"
+    share_column = seq2seq and methods == ["flow"]
     layer = -1 if seq2seq else "mean"
     where = "top decoder layer" if seq2seq else "mean over layers"
-    table = Table(title=f"{method}, {where}", title_justify="left")
+    table = Table(title=f"{', '.join(methods)}, {where}", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("token")
-    table.add_column(f"top {k} {'source' if seq2seq else 'prompt'} tokens")
+    for m in methods:
+        table.add_column(f"top {k} {'source' if seq2seq else 'prompt'} tokens" + (f": {m}" if len(methods) > 1 else ""))
     if share_column:
         table.add_column("source share", justify="right")
     rows = []
     for i, piece in enumerate(result.targets):
-        if i not in result.computed[method].targets:
+        shown = [m for m in methods if i in result.computed[m].targets]
+        if not shown:
             continue
-        entries = result.top(k, method=method, target=i, layer=layer, content_only=content_only)
-        cells = [str(i), escape(repr(piece)), _cell(entries, quoted=True)]
+        cells = [str(i), escape(repr(piece))]
+        for m in methods:
+            entries = result.top(k, method=m, target=i, layer=layer, content_only=content_only) if m in shown else []
+            cells.append(_cell(entries, quoted=True) if m in shown else "–")
         if share_column:
-            cells.append(f"{float(result.layer_scores(method, i, layer)[: result.input_length].sum()):.2f}")
-        rows.append((cells, _flag(result, method, i, layer)))
+            cells.append(f"{float(result.layer_scores(methods[0], i, layer)[: result.input_length].sum()):.2f}")
+        flags = [(m, f) for m, f in ((m, _flag(result, m, i, layer)) for m in shown) if f]
+        flags = [f if len(methods) == 1 else f"{escape(m)}: {f}" for m, f in flags]
+        notes = [(m, _note(result, m, i, layer)) for m in shown]
+        notes = [n if len(methods) == 1 else f"{escape(m)}: {n}" for m, n in notes if n]
+        rows.append((cells, "  ".join(flags), "  ".join(notes)))
     return _add_rows(table, rows)
 
 

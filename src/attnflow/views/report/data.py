@@ -28,7 +28,8 @@ into the same file as its own ``<script type="application/octet-stream">`` block
 Sink-aware colour scale (:mod:`attnflow.views.scale`): ``special`` (special-token positions) and per
 method ``sinks[i]`` / ``sink_shares[i]`` (the dominant source of computed target ``targets[i]`` and its
 share of the top layer's row, or null). ``faithfulness``: the result's faithfulness record when it
-carries one (``attnflow faithfulness``), else null.
+carries one (``attnflow faithfulness``), else null. ``causal``: a decoder's text result (the page's
+position note then ranks only the sources a target can see; :mod:`attnflow.views.position`).
 """
 
 from __future__ import annotations
@@ -183,6 +184,7 @@ def payload(result: Any, title: str | None = None) -> dict[str, Any]:
         "chunks": chunks,
         "special": [int(j) for j in (result.meta or {}).get("special", []) if 0 <= int(j) < result.n_sources],
         "faithfulness": _faithfulness(result),
+        "causal": bool((result.meta or {}).get("causal", False)),
     }
 
 

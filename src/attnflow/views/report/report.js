@@ -313,11 +313,48 @@
     }
     $("note").hidden = !note;
     $("note").textContent = note;
+    const rho = row ? positionRho(row) : NaN;
+    const noted = Number.isFinite(rho) && Math.abs(rho) >= POSITION_NOTE;
+    $("position-note").hidden = !noted;
+    $("position-note").textContent = noted ? `${state.method}, layer ${state.layer + 1}: ${POSITION_TEXT} `
+      + `(Spearman ${rho >= 0 ? "+" : "\u2212"}${Math.abs(rho).toFixed(2)} with token position)` : "";
+    document.body.dataset.positionRho = Number.isFinite(rho) ? rho.toFixed(6) : "";
     document.body.dataset.method = state.method;
     document.body.dataset.layer = String(state.layer);
     document.body.dataset.target = String(state.target);
     if (!isImage) renderHeatmap(rows);
     markFaithfulness();
+  }
+
+  // The position note (attnflow/views/position.py): the row's ranking of the input sources the target
+  // can see (less the target and special tokens) against their position; |Spearman| >= 0.9 gets a note.
+  const POSITION_NOTE = 0.9;
+  const POSITION_TEXT = "this ranking mostly reflects position";
+  function ranks(values) { // average ranks for ties, as scipy's rankdata
+    const order = values.map((v, i) => i).sort((a, b) => values[a] - values[b]);
+    const out = new Array(values.length);
+    for (let i = 0; i < order.length;) {
+      let j = i;
+      while (j + 1 < order.length && values[order[j + 1]] === values[order[i]]) j++;
+      for (let k = i; k <= j; k++) out[order[k]] = (i + j) / 2 + 1;
+      i = j + 1;
+    }
+    return out;
+  }
+  function spearman(x, y) {
+    const rx = ranks(x), ry = ranks(y), n = x.length, c = (n + 1) / 2;
+    let sxy = 0, sxx = 0, syy = 0;
+    for (let i = 0; i < n; i++) { sxy += (rx[i] - c) * (ry[i] - c); sxx += (rx[i] - c) ** 2; syy += (ry[i] - c) ** 2; }
+    return sxx > 0 && syy > 0 ? sxy / Math.sqrt(sxx * syy) : NaN;
+  }
+  function positionRho(row) {
+    if (isImage || isSeq) return NaN;
+    const me = data.target_positions[state.target];
+    const visible = me !== null && me !== undefined && (isGen || data.causal) ? Math.min(m, me + 1) : m;
+    const keep = [];
+    for (let j = 0; j < visible; j++) if (j !== me && !special.has(j)) keep.push(j);
+    if (keep.length < 3 || keep.some((j) => !Number.isFinite(row[j]))) return NaN;
+    return spearman(keep.map((j) => row[j]), keep);
   }
 
   // The faithfulness table (attnflow faithfulness): per layer (top first), each method's Spearman
@@ -354,6 +391,43 @@
           td.dataset.method = name;
         });
       });
+    }
+    renderFaithfulnessSummary(f);
+  }
+  // At the top layer, against position: rho with its bootstrap interval, the partial rho given position,
+  // rho with position (and the note), the two position priors, and the method that agrees best here.
+  function renderFaithfulnessSummary(f) {
+    if (!f.priors) return;
+    const cell = (v) => (v === null || v === undefined ? "\u2013" : (v >= 0 ? "+" : "") + v.toFixed(2));
+    const table = $("faith-summary");
+    const head = table.createTHead().insertRow();
+    ["method", "rho", "95 % interval", "partial rho | position", "rho with position", "note"].forEach((h) => {
+      const th = document.createElement("th");
+      th.textContent = h;
+      head.appendChild(th);
+    });
+    const body = table.createTBody();
+    const best = f.best ? f.best.method : null;
+    const add = (name, rho, interval, partial, where, note, prior) => {
+      const tr = body.insertRow();
+      tr.dataset.method = name;
+      if (prior) tr.classList.add("prior");
+      if (name === best) tr.classList.add("best");
+      const iv = interval && interval[0] !== null && interval[1] !== null ? `[${cell(interval[0])}, ${cell(interval[1])}]` : "";
+      [name, cell(rho), iv, cell(partial), cell(where), note].forEach((v) => { tr.insertCell().textContent = v; });
+    };
+    Object.entries(f.methods).forEach(([name, v]) => {
+      const top = (a) => (a && a.length ? a[a.length - 1] : null);
+      const where = top(v.position);
+      add(name, top(v.spearman), v.interval, top(v.partial), where,
+        where !== null && Math.abs(where) >= POSITION_NOTE ? POSITION_TEXT : "", false);
+    });
+    Object.entries(f.priors).forEach(([name, v], k) => add(name, v.spearman, v.interval, null, k === 0 ? 1 : -1,
+      "a position prior, for scale", true));
+    if (best) {
+      const prior = Object.keys(f.priors).includes(best);
+      $("faith-best").textContent = `Agrees best with leave-one-out on this input: ${best} (rho ${cell(f.best.spearman)})`
+        + (prior ? ": no method ranks the tokens better than their position does." : ".");
     }
   }
   function markFaithfulness() {

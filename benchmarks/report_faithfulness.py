@@ -1,0 +1,50 @@
+"""The extra time a short input's report spends measuring faithfulness on the fly (attnflow.api.honest).
+
+    nice -n 10 env PYTHONPATH=src python benchmarks/report_faithfulness.py [--threads 1] [--repeat 3]
+
+SmolLM2-135M, a 30-token prompt, the maps `attnflow explain --html` computes (raw, rollout, flow for
+every target up to 128 tokens; the baseline, measured in the same run) and then
+:func:`attnflow.api.honest.with_faithfulness` (leave-one-out and AOPC for every computed method).
+CPU seconds (process_time) beside wall seconds; the load average with every row. Goal: <= 2 s extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+
+import attnflow
+from attnflow.api.honest import with_faithfulness
+
+TEXT = ("Anna lives in Berlin and works as a nurse at the old hospital near the river. Q: Where does Anna "
+        "live? A: Anna lives in")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tokenizer = attnflow.load_model("smollm2")
+    n = len(tokenizer(TEXT)["input_ids"])
+    print(f"SmolLM2-135M, {n} tokens, {args.threads} torch thread(s)")
+    print("| run | explain_maps (report) CPU s (wall) | + faithfulness on the fly CPU s (wall) | extra / explain | load |")
+    print("|---|---|---|---|---|")
+    for run in range(args.repeat):
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = attnflow.explain_maps(TEXT, model, tokenizer=tokenizer, methods=["raw", "rollout", "flow"])
+        base = (time.process_time() - cpu, time.perf_counter() - wall)
+        cpu, wall = time.process_time(), time.perf_counter()
+        assert with_faithfulness(result, model, tokenizer)
+        extra = (time.process_time() - cpu, time.perf_counter() - wall)
+        a, b, c = os.getloadavg()
+        print(f"| {run + 1} | {base[0]:.2f} ({base[1]:.2f}) | {extra[0]:.2f} ({extra[1]:.2f}) | {extra[0] / base[0]:.2f} "
+              f"| {a:.2f} {b:.2f} {c:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Honest defaults and views: `attnflow generate` shows rollout beside ablated flow (the paper's alone one
+flag away), tables note rows that mostly reflect position, and a short input's report carries
+faithfulness numbers equal to attnflow.faithfulness's own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from cli_runner import run_cli
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+import attnflow
+from attnflow.api.honest import DECODER_METHODS, with_faithfulness
+from attnflow.results import Attribution, Block
+from attnflow.views.table import method_table, render_text
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(minilm_path):
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         initializer_range=0.5)
+    model = LlamaForCausalLM(config).double().eval()
+    model.set_attn_implementation("eager")
+    return model, tokenizer
+
+
+def test_a_short_reports_numbers_equal_attnflow_faithfulness(tiny_llama):
+    model, tokenizer = tiny_llama
+    text = "the keys to the old cabinet near the doors are"
+    report = attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=["raw", "rollout"])
+    assert with_faithfulness(report, model, tokenizer)
+    got = report.meta["faithfulness"]
+    reference = attnflow.faithfulness(text, model, tokenizer=tokenizer, method=["raw", "rollout"]).meta["faithfulness"]
+    assert got["output"] == reference["output"] and got["positions"] == reference["positions"]
+    # the cached occlusion's deletions equal the plain one-pass-per-deletion loop of attnflow.faithfulness
+    np.testing.assert_allclose(np.array(got["loo"], dtype=float), np.array(reference["loo"], dtype=float), atol=1e-9)
+    for m in ("raw", "rollout"):
+        for key in ("spearman", "partial", "position"):
+            np.testing.assert_allclose(np.array(got["methods"][m][key], dtype=float),
+                                       np.array(reference["methods"][m][key], dtype=float), atol=1e-9)
+        assert all(v is None for v in got["methods"][m]["comprehensiveness"])  # AOPC only when asked
+    for prior, v in reference["priors"].items():
+        assert got["priors"][prior]["spearman"] == pytest.approx(v["spearman"], abs=1e-9)
+    assert got["meta"]["on_the_fly"]
+    again = attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=["raw", "rollout"])
+    assert with_faithfulness(again, model, tokenizer, aopc=True)
+    np.testing.assert_allclose(np.array(again.meta["faithfulness"]["methods"]["rollout"]["comprehensiveness"], float),
+                               np.array(reference["methods"]["rollout"]["comprehensiveness"], float), atol=1e-9)
+    # long inputs are left alone, and so is a result that already carries the numbers
+    long = attnflow.explain_maps(" ".join(["word"] * 40), model, tokenizer=tokenizer, methods=["rollout"])
+    assert not with_faithfulness(long, model, tokenizer) and "faithfulness" not in long.meta
+    assert not with_faithfulness(report, model, tokenizer)
+
+
+def test_method_table_notes_the_rows_that_mostly_reflect_position():
+    rng = np.random.default_rng(0)
+    n = 8
+    falling = np.linspace(1, 0.1, n)[None, None] * np.ones((1, 2, 1))
+    falling[..., -1] = 0.5  # the target's own share does not count
+    blocks = {"rollout": Block.rows(falling, [n - 1]), "raw": Block.rows(rng.dirichlet(np.ones(n), (1, 2)), [n - 1])}
+    result = Attribution(kind="text", sources=[f"w{i}" for i in range(n)], targets=[f"w{i}" for i in range(n)],
+                         target_positions=list(range(n)), blocks=blocks, n_layers=2, target=n - 1, method="rollout",
+                         meta={"special": [], "causal": True})
+    text = " ".join(render_text(method_table(result), width=200).split())
+    rows = {line.split("│")[1].strip(): line for line in render_text(method_table(result), width=200).splitlines()
+            if line.startswith("│")}
+    assert "mostly position (ρ -1.00)" in rows["rollout"] and "mostly position" not in rows["raw"]
+    assert "this ranking mostly reflects position" in text
+
+
+def test_generate_shows_rollout_beside_ablated_flow_and_rollout_alone_one_flag_away(monkeypatch, capsys, tmp_path,
+                                                                                       smollm2_dir):
+    js = tmp_path / "gen.json"
+    code, out, err = run_cli(monkeypatch, capsys, "generate", "My name is Putin, I am from", "--model", smollm2_dir,
+                             "-n", "2", "--json", str(js))
+    assert code == 0, err
+    saved = attnflow.load(js)
+    assert list(saved.methods) == list(DECODER_METHODS) == ["rollout", "ablated-flow"]
+    flat = " ".join(out.split())
+    assert "rollout" in flat and "ablated-flow" in flat
+    top = saved.top(1, method="ablated-flow", target=0)[0][1]
+    assert repr(top) in flat  # the faithful method's best prompt token is printed
+    code, out, err = run_cli(monkeypatch, capsys, "generate", "My name is Putin, I am from", "--model", smollm2_dir,
+                             "-n", "2", "--method", "rollout", "--json", str(js))
+    assert code == 0, err
+    assert list(attnflow.load(js).methods) == ["rollout"]
+    code, _, err = run_cli(monkeypatch, capsys, "generate", "Hi", "--model", smollm2_dir, "-n", "2",
+                           "--method", "bogus")
+    assert code == 2 and "bogus" in err
+
+
+def test_explain_on_a_decoder_shows_ablated_flow_beside_rollout_and_the_report_its_faithfulness(
+        monkeypatch, capsys, tmp_path, smollm2_dir):
+    js, html = tmp_path / "e.json", tmp_path / "e.html"
+    code, out, err = run_cli(monkeypatch, capsys, "explain", "The keys to the cabinet", "--model", smollm2_dir,
+                             "--json", str(js), "--html", str(html))
+    assert code == 0, err
+    saved = attnflow.load(js)
+    assert list(saved.methods) == ["rollout", "ablated-flow"]
+    assert "ablated-flow" in out and "rollout" in out
+    # the oracle: ablated flow computed directly, one source at a time, by the capture module's engine
+    from attnflow.capture.ablation import ablated_flow
+
+    model, tokenizer = attnflow.load_model(smollm2_dir)
+    ids = tokenizer("The keys to the cabinet")["input_ids"]
+    direct = ablated_flow(model, ids, [len(ids) - 1], batch_size=1).scores[0, 0]
+    np.testing.assert_allclose(saved.row("ablated-flow")[-1], direct, atol=1e-4)
+    from attnflow.views.report import payload
+
+    page = payload(attnflow.load(js))
+    assert page["faithfulness"] is None  # the JSON is the printed result; the report is the one with numbers
+    text = html.read_text()
+    assert '"priors":' in text and '"on_the_fly":true' in text and '"ablated-flow"' in text
+    code, out, err = run_cli(monkeypatch, capsys, "explain", "The keys to the cabinet", "--model", smollm2_dir,
+                             "--paper-only", "--json", str(js))
+    assert code == 0, err
+    assert list(attnflow.load(js).methods) == ["rollout"]
+
+
+def test_faithfulness_on_a_decoder_measures_ablated_flow_beside_the_papers_three(monkeypatch, capsys, tmp_path,
+                                                                                 tiny_llama):
+    model, tokenizer = tiny_llama
+    folder = tmp_path / "llama"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    js = tmp_path / "f.json"
+    code, out, err = run_cli(monkeypatch, capsys, "faithfulness", "the keys to the old cabinet near the doors are",
+                             "--model", str(folder), "--json", str(js))
+    assert code == 0, err
+    record = attnflow.load(js).meta["faithfulness"]
+    assert list(record["methods"]) == ["raw", "rollout", "flow", "ablated-flow"]
+    best = max([(p, v["spearman"]) for p, v in record["priors"].items()]  # a tie goes to the prior
+               + [(m, v["spearman"][-1]) for m, v in record["methods"].items() if v["spearman"][-1] is not None],
+               key=lambda kv: round(kv[1], 12))
+    assert record["best"]["method"] == best[0]
+    assert "agrees best with leave-one-out on this input" in " ".join(out.split())
+    code, out, err = run_cli(monkeypatch, capsys, "faithfulness", "the keys to the old cabinet near the doors are",
+                             "--model", str(folder), "--method", "rollout", "--json", str(js))
+    assert code == 0, err
+    assert list(attnflow.load(js).meta["faithfulness"]["methods"]) == ["rollout"]
