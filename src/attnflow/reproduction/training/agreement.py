@@ -1,7 +1,7 @@
 """Train a bundled subject-verb agreement model (Abnar & Zuidema 2020, section 2).
 
-    python -m attnflow.models.train_agreement --out DIR --seed 0                 # the paper's block type
-    python -m attnflow.models.train_agreement --out DIR --seed 0 --arch bert     # the older BERT model
+    python -m attnflow.reproduction.training.agreement --out DIR --seed 0                 # the paper's block type
+    python -m attnflow.reproduction.training.agreement --out DIR --seed 0 --arch bert     # the older BERT model
 
 The paper's model: "GPT-2 Transformer blocks" without the causal mask, 6 layers, 8 heads, hidden 128,
 a CLS token whose final embedding feeds the classifier. Two stock Hugging Face architectures, one
