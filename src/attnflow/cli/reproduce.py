@@ -20,6 +20,8 @@ def reproduce(
                                                    "(or the whole test split if smaller: --data ptb has 1899)."),
     model: str | None = typer.Option(None, "--model", "-m",
                                      help="A bundled model (agreement: the paper's pre-LN blocks, the default; "
+                                          "agreement_distilled: the same student trained by online distillation "
+                                          "from an LSTM teacher, as the paper's checkpoint was; "
                                           "agreement_bert: the older post-LN BERT) or a folder written by "
                                           "attnflow.reproduction.training.agreement."),
     data: str = typer.Option("templates", help="templates: the generated sentences the bundled models were trained "
@@ -36,6 +38,8 @@ def reproduce(
     importance on the subject-verb agreement test set, as in the paper's section 4. Examples:
 
         attnflow reproduce --examples 200
+
+        attnflow reproduce --model agreement_distilled
 
         attnflow reproduce --model agreement_bert --protocol words
     """

@@ -48,7 +48,7 @@ class Reproduction:
 
 def resolve_model(model: str | Path | None, data: str = "templates") -> Path:
     """A model folder for ``data``: ``None`` (the bundled ``agreement`` model; for ``ptb`` the treebank
-    model, trained on first use), a bundled model's name (``agreement``, ``agreement_bert``) or a
+    model, trained on first use), a bundled model's name (``agreement``, ``agreement_distilled``, ``agreement_bert``) or a
     directory written by ``attnflow.reproduction.training.agreement``."""
     from attnflow.models import bundled_model_path
 
