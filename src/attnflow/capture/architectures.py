@@ -23,6 +23,8 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
   type without them is refused for the norm weighting.
 - ``fixes``: corrections applied while attnflow runs the model (see :func:`architecture_fixes`).
+- ``mlp``: the feed-forward block, as a path from the attention module (set in :data:`MLPS`): logit
+  attribution keeps it out of the direct path from an attention output to the logit.
 - ``attention_class``: for a family whose model classes declare no ``_can_record_outputs`` (older
   modelling code), the class name of the module that returns ``(output, attention weights)``, so that
   streaming capture and the norm weighting can hook it (:func:`attnflow.capture.hooks.attention_modules`).
@@ -63,6 +65,7 @@ class Architecture:
     fixes: tuple[str, ...] = ()
     qkv: str | None = None
     attention_class: str | None = None
+    mlp: str | None = None
 
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder", "vision", "unsupported")
@@ -149,9 +152,22 @@ PROJECTIONS: dict[str, dict[str, str]] = {
     "gpt_neox": dict(value="query_key_value", output="dense", qkv="interleaved"),
     **{t: _LLAMA_LIKE for t in ("vit", "deit", "beit", "dinov2")},
 }
+# The feed-forward block of each layer, as a path from the attention module like ``value``/``output``:
+# logit attribution (attnflow.capture.logit_paths) cuts it out of the direct path to the logit. Every
+# entry is checked by the exact-sum tests of tests/test_logit_attribution.py on its family.
+MLPS: dict[str, str] = {
+    **{t: "../mlp" for t in (
+        "llama", "gemma", "qwen3", "olmo", "granite", "smollm3", "stablelm", "mistral", "mixtral", "starcoder2",
+        "gemma2", "gemma3_text", "qwen2", "phi", "phi3", "gpt2", "gpt_neox")},
+    **{t: "../../intermediate" for t in ("bert", "roberta", "electra", "xlm-roberta", "megatron-bert")},
+    "distilbert": "../ffn",
+}
 QKV_LAYOUTS = (None, "concat", "interleaved")
 for _type, _names in PROJECTIONS.items():
     ARCHITECTURES[_type] = replace(ARCHITECTURES[_type], **_names)
+
+for _type, _path in MLPS.items():
+    ARCHITECTURES[_type] = replace(ARCHITECTURES[_type], mlp=_path)
 
 for _type, _row in ARCHITECTURES.items():  # a typo in a row must fail on import, not on a user's model
     assert _row.qkv in QKV_LAYOUTS, (_type, _row.qkv)

@@ -31,28 +31,33 @@ class Projection:
     w_o: torch.Tensor
     qkv: str | None
 
-    def head_norms(self, projected: torch.Tensor, heads: int) -> torch.Tensor:
-        """``projected``: the value projection's output ``(batch, n, width)`` -> ``(batch, heads, n)``
-        float32, ``||v_j^{kv(h)} W_O^h||`` for every head ``h`` and token ``j``."""
+    def head_values(self, projected: torch.Tensor, heads: int) -> torch.Tensor:
+        """``projected``: the value projection's output ``(batch, n, width)`` -> the value vectors
+        ``(batch, n, kv_heads, head_dim)`` (the value part of a fused projection), as computed."""
         w_o = self.w_o
         if w_o.shape[1] % heads:
             raise AttnflowError(f"the output projection takes {w_o.shape[1]} inputs, not a multiple of {heads} heads")
         d = w_o.shape[1] // heads
-        x = projected.detach().to(dtype=torch.float32)
+        x = projected.detach()
         batch, n, width = x.shape
         if self.qkv == "interleaved":  # per head: query, key, value
-            v = x.reshape(batch, n, heads, 3, d)[..., 2, :]
-        else:
-            if self.qkv == "concat":  # queries (heads * d), keys (kv * d), values (kv * d)
-                x = x[..., heads * d + (width - heads * d) // 2:]
-            if x.shape[-1] % d:
-                raise AttnflowError(f"value projection width {x.shape[-1]} is not a multiple of the head size {d}")
-            v = x.reshape(batch, n, x.shape[-1] // d, d)
-        kv = v.shape[2]
-        if heads % kv:
-            raise AttnflowError(f"{heads} attention heads cannot share {kv} key/value heads")
-        per_head = w_o.to(device=x.device, dtype=torch.float32).reshape(w_o.shape[0], heads, d)
-        norms = torch.empty(batch, heads, n, dtype=torch.float32, device=x.device)
+            return x.reshape(batch, n, heads, 3, d)[..., 2, :]
+        if self.qkv == "concat":  # queries (heads * d), keys (kv * d), values (kv * d)
+            x = x[..., heads * d + (width - heads * d) // 2:]
+        if x.shape[-1] % d:
+            raise AttnflowError(f"value projection width {x.shape[-1]} is not a multiple of the head size {d}")
+        v = x.reshape(batch, n, x.shape[-1] // d, d)
+        if heads % v.shape[2]:
+            raise AttnflowError(f"{heads} attention heads cannot share {v.shape[2]} key/value heads")
+        return v
+
+    def head_norms(self, projected: torch.Tensor, heads: int) -> torch.Tensor:
+        """``projected``: the value projection's output ``(batch, n, width)`` -> ``(batch, heads, n)``
+        float32, ``||v_j^{kv(h)} W_O^h||`` for every head ``h`` and token ``j``."""
+        v = self.head_values(projected.to(dtype=torch.float32), heads)
+        batch, n, kv, d = v.shape
+        per_head = self.w_o.to(device=v.device, dtype=torch.float32).reshape(self.w_o.shape[0], heads, d)
+        norms = torch.empty(batch, heads, n, dtype=torch.float32, device=v.device)
         for h in range(heads):  # one head at a time: (batch, n, hidden) at most, never times heads
             norms[:, h] = torch.linalg.vector_norm(v[:, :, h // (heads // kv)] @ per_head[:, h].T, dim=-1)
         return norms.cpu()

@@ -1,0 +1,375 @@
+"""Ablated flow and occlusion: what the prediction loses when one source token is taken away.
+
+**Ablated flow** (the interventional counterpart of the paper's attention flow; value zeroing,
+Mohebbi et al. 2023): for a target position ``t`` and a source token ``j``, zero ``j``'s value
+vectors ``v_j = x_j W_V + b_V`` (every head; every layer at once, or one layer at a time) and read
+how the target's prediction changes. Nothing else is edited: ``j`` still enters every query's
+softmax, its residual stream and its keys are kept, so the score measures what flows *out of* ``j``
+through attention. **Occlusion** (leave-one-out) removes the token itself: ``"delete"`` drops it
+from the sequence, a replacement vector puts that vector in place of its input embedding (the
+output of the model's input-embedding module).
+
+Readouts (``readout``), each "clean minus edited", so a positive score means the source supports
+the explained token ``c`` (the model's argmax at ``t``, a given token, or the generated one):
+
+- ``"logit"``: ``z_c(x) - z_c(x with j edited)``
+- ``"logprob"``: the same with ``log softmax(z)_c``
+- ``"contrastive"``: with ``z_c - z_f`` for a foil token ``f`` per target (``foils``)
+
+**Exact, batched, cached.** A causal decoder's positions before ``j`` never see ``j``, so an edit of
+``j`` leaves the prefix ``[0, j)`` as it was. The sources are sorted and taken ``batch_size`` at a
+time; a chunk whose first source is ``j0`` starts from the clean key/value cache of ``[0, j0)``
+(built once, growing chunk by chunk, copied and repeated over the batch) and runs only positions
+``j0 .. t`` for every element of the chunk at once. One target costs about ``n^2 / 2`` token steps
+over all sources instead of ``n^2`` (plus a clean pass); several targets (a generation) share each
+source's run, since one run over ``[j, N)`` gives the edited logits at every later position. The
+numbers equal one plain full forward pass per source and variant (no batch, no cache) to float
+round-off: ``tests/test_ablation.py`` checks 1e-5 on tiny Llama (grouped-query), Mistral past its
+sliding window, GPT-2, Gemma 2 and SmolLM2.
+
+Which module is the value projection (and how a fused query/key/value projection lays out its
+output) is the architecture table's row (:data:`attnflow.capture.architectures.PROJECTIONS`).
+
+API (stable; the explain/generate integration and the decoder study use it)::
+
+    ablated_flow(model, input_ids, targets=None, *, layers="all", readout="logit", tokens=None,
+                 foils=None, batch_size=16, progress=None) -> Ablation
+    occlusion(model, input_ids, targets=None, *, replacement=None, readout="logit", tokens=None,
+              foils=None, batch_size=16, progress=None) -> Ablation
+    mean_embedding(model) -> (hidden,) the mean input embedding over the vocabulary
+    Ablation.scores  # (len(targets), variants, n): variants = 1 ("all" / occlusion) or layers ("each")
+    Ablation.targets, Ablation.tokens, Ablation.clean   # positions, explained ids, clean readouts
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.capture.architectures import architecture, architecture_fixes, model_type, refuse_unsupported
+from attnflow.capture.hooks import attention_modules
+from attnflow.capture.text import is_causal
+from attnflow.capture.values import projections
+from attnflow.errors import AttnflowError
+
+READOUTS = ("logit", "logprob", "contrastive")
+LAYER_MODES = ("all", "each")
+BATCH = 16
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Ablation:
+    """Scores of an ablation run. ``scores[i, v, j]``: how much target ``targets[i]``'s readout drops
+    when source ``j`` is edited in variant ``v`` (ablated flow ``layers="each"``: zeroed at layer
+    ``v`` only; otherwise one variant: every layer at once / the occluded token). Sources after the
+    target (which it cannot see) and, for deletion, the target itself score 0."""
+
+    scores: np.ndarray
+    targets: list[int]
+    tokens: list[int]
+    clean: np.ndarray
+    readout: str
+    method: str
+
+
+# ------------------------------------------------------------------------------------ edits
+
+@dataclass
+class _Edit:
+    """The edit of one batch: ``zero[layer]`` = (batch rows, positions) whose values are zeroed at that
+    layer (all layers: key -1); ``embed`` = (rows, positions, vector) replacing input embeddings."""
+
+    zero: dict[int, tuple[torch.Tensor, torch.Tensor]]
+    embed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+
+_EDIT: ContextVar[_Edit | None] = ContextVar("attnflow_ablation", default=None)
+
+
+def _value_columns(x: torch.Tensor, qkv: str | None, hd: int, heads: int) -> torch.Tensor:
+    """A view of the value part of a value projection's output ``(batch, s, width)``: ``(batch, s, ...)``."""
+    if qkv == "concat":  # queries (heads * d), keys, values (each (width - hd) / 2)
+        return x[..., hd + (x.shape[-1] - hd) // 2:]
+    if qkv == "interleaved":  # per head: query, key, value
+        return x.view(*x.shape[:-1], heads, 3, x.shape[-1] // (3 * heads))[..., 2, :]
+    return x
+
+
+def _value_hook(layer: int, qkv: str | None, hd: int, heads: int) -> Any:
+    def hook(module: Any, args: Any, output: Any) -> Any:
+        edit = _EDIT.get()
+        if edit is None:
+            return None
+        for key in (layer, -1):
+            found = edit.zero.get(key)
+            if found is not None and len(found[0]):
+                out = output.clone()
+                _value_columns(out, qkv, hd, heads)[found[0], found[1]] = 0
+                output = out
+        return output
+    return hook
+
+
+def _embed_hook(module: Any, args: Any, output: Any) -> Any:
+    edit = _EDIT.get()
+    if edit is None or edit.embed is None:
+        return None
+    rows, positions, vector = edit.embed
+    out = output.clone()
+    out[rows, positions] = vector.to(dtype=out.dtype, device=out.device)
+    return out
+
+
+def _install(model: Any, values: bool) -> None:
+    """Hooks on the input embedding and (``values``) the value projections, installed once per model
+    and idle unless an edit is active in the calling thread (as :mod:`attnflow.capture.hooks` does,
+    so that threads sharing a model never see each other's edits)."""
+    if not getattr(model, "_attnflow_embed_hook", False):
+        model.get_input_embeddings().register_forward_hook(_embed_hook)
+        model._attnflow_embed_hook = True
+    if values and not getattr(model, "_attnflow_value_zeroing", False):
+        config = getattr(model.config, "text_config", None) or model.config
+        heads = int(getattr(config, "num_attention_heads", 0) or 0)
+        for layer, projection in enumerate(_projections(model)):
+            hd = projection.w_o.shape[1]
+            projection.value.register_forward_hook(_value_hook(layer, projection.qkv, hd, heads))
+        model._attnflow_value_zeroing = True
+
+
+def _projections(model: Any) -> list[Any]:
+    row = architecture(model)
+    if row is None or row.value is None:
+        raise AttnflowError(f"ablated flow zeroes each layer's value vectors, and the architecture table does not "
+                            f"name the value projection of {model_type(model) or type(model).__name__!r} models; "
+                            "use method='occlusion'")
+    return projections(model, attention_modules(model))
+
+
+@contextmanager
+def _editing(edit: _Edit) -> Iterator[None]:
+    token = _EDIT.set(edit)
+    try:
+        yield
+    finally:
+        _EDIT.reset(token)
+
+
+# ---------------------------------------------------------------------------------- readouts
+
+def _readout(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tensor | None, readout: str) -> torch.Tensor:
+    """``logits (..., vocab)``, ``tokens (...)`` -> ``(...)`` float64."""
+    z = logits.to(torch.float64)
+    if readout == "logprob":
+        z = torch.log_softmax(z, dim=-1)
+    value = z.gather(-1, tokens[..., None])[..., 0]
+    if readout == "contrastive":
+        value = value - z.gather(-1, foils[..., None])[..., 0]
+    return value
+
+
+def _check(model: Any, input_ids: Any, targets: Any, readout: str, tokens: Any, foils: Any,
+           batch_size: int) -> tuple[torch.Tensor, list[int]]:
+    refuse_unsupported(model)
+    if not is_causal(model) or getattr(model.config, "is_encoder_decoder", False):
+        raise AttnflowError(f"ablated flow and occlusion reuse a causal decoder's key/value cache; "
+                            f"{type(model).__name__} is not a decoder-only language model")
+    if readout not in READOUTS:
+        raise AttnflowError(f"readout must be one of {', '.join(READOUTS)}; got {readout!r}")
+    ids = torch.as_tensor(input_ids).reshape(-1).long()
+    n = ids.numel()
+    if n < 1:
+        raise AttnflowError("expected at least one input token")
+    if targets is None:
+        targets = [n - 1]
+    targets = [int(t) % n if -n <= int(t) < n else int(t) for t in np.atleast_1d(np.asarray(targets)).tolist()]
+    if not targets or any(not 0 <= t < n for t in targets) or len(set(targets)) != len(targets):
+        raise AttnflowError(f"targets must be distinct positions in [0, {n}); got {targets}")
+    if tokens is not None and len(np.atleast_1d(tokens)) != len(targets):
+        raise AttnflowError(f"give one explained token per target ({len(targets)}); got {len(np.atleast_1d(tokens))}")
+    if readout == "contrastive" and (foils is None or len(np.atleast_1d(foils)) != len(targets)):
+        raise AttnflowError(f"readout='contrastive' needs one foil token per target ({len(targets)} targets)")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise AttnflowError(f"batch_size must be a positive integer; got {batch_size!r}")
+    return ids, sorted(targets)
+
+
+# ------------------------------------------------------------------------------------ engine
+
+def _cache_keyword(model: Any) -> str:
+    """transformers >= 5.24 names the cache argument ``cache`` (``past_key_values`` is deprecated)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+class _Prefix:
+    """The clean key/value cache of ``ids[:built]``, grown chunk by chunk, and the clean logits read
+    on the way at the target positions."""
+
+    def __init__(self, model: Any, ids: torch.Tensor, targets: list[int]) -> None:
+        from transformers import DynamicCache
+
+        self.model, self.ids, self.targets = model, ids, targets
+        self.cache = DynamicCache(config=model.config)
+        self.built = 0
+        self.logits: dict[int, torch.Tensor] = {}
+
+    def grow(self, to: int) -> None:
+        if to <= self.built:
+            return
+        device = next(self.model.parameters()).device
+        out = self.model(input_ids=self.ids[None, self.built:to].to(device), use_cache=True,
+                         **{_cache_keyword(self.model): self.cache})
+        for t in self.targets:
+            if self.built <= t < to:
+                self.logits[t] = out.logits[0, t - self.built].detach()
+        self.built = to
+
+    def copy(self, batch: int) -> Any:
+        if self.built == 0:
+            return None
+        cache = copy.deepcopy(self.cache)
+        cache.batch_repeat_interleave(batch)
+        return cache
+
+
+def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple[int, int]], *, delete: bool,
+         replacement: torch.Tensor | None, readout: str, tokens: Any, foils: Any, batch_size: int,
+         progress: Progress | None, variants: int, method: str) -> Ablation:
+    """Every element ``(source j, variant v)``: one edited run over ``[j0, last target]`` from the clean
+    prefix cache of its chunk; ``v`` is the layer zeroed (-1: all layers, or an embedding edit)."""
+    n = ids.numel()
+    last = max(targets)
+    device = next(model.parameters()).device
+    prefix = _Prefix(model, ids, targets)
+    scores = np.zeros((len(targets), variants, n))
+    index = {t: i for i, t in enumerate(targets)}
+    elements = sorted(elements)
+    with torch.no_grad(), architecture_fixes(model):
+        prefix.grow(last + 1)  # the clean readouts (and the whole clean cache is never needed past here)
+        clean_logits = torch.stack([prefix.logits[t] for t in targets])
+        explained = (clean_logits.argmax(-1).cpu() if tokens is None
+                     else torch.as_tensor(np.atleast_1d(tokens)).long())
+        foil_ids = None if foils is None else torch.as_tensor(np.atleast_1d(foils)).long()
+        clean = _readout(clean_logits.cpu(), explained, foil_ids, readout)
+        prefix = _Prefix(model, ids, targets)  # rebuilt chunk by chunk from here on
+        done = 0
+        for start in range(0, len(elements), batch_size):
+            chunk = elements[start:start + batch_size]
+            j0 = chunk[0][0]
+            prefix.grow(j0)
+            rows = torch.arange(len(chunk))
+            sources = torch.tensor([j for j, _ in chunk])
+            suffix = ids[j0:last + 1]
+            if delete:
+                batch_ids = torch.stack([torch.cat([suffix[: j - j0], suffix[j - j0 + 1:]]) for j, _ in chunk])
+            else:
+                batch_ids = suffix[None].expand(len(chunk), -1)
+            zero: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+            embed = None
+            if replacement is not None:
+                embed = (rows, sources - j0, replacement)
+            elif not delete:
+                for key in sorted({v for _, v in chunk}):
+                    keep = torch.tensor([v == key for _, v in chunk])
+                    zero[key] = (rows[keep], (sources - j0)[keep])
+            # which positions of the run hold each target's logits (deletion shifts those after j by one)
+            wanted = [t for t in targets if t >= j0]
+            single = len(wanted) == 1 and wanted[0] == last
+            with _editing(_Edit(zero=zero, embed=embed)):
+                out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=1 if single else 0,
+                            **{_cache_keyword(model): prefix.copy(len(chunk))})
+            logits = out.logits.detach().cpu()
+            for b, (j, v) in enumerate(chunk):
+                for t in wanted:
+                    if t < j or (delete and t == j):
+                        continue  # the target cannot see j (or is the deleted token itself): no change
+                    at = logits.shape[1] - 1 if single else t - j0 - (1 if delete else 0)
+                    i = index[t]
+                    edited = _readout(logits[b, at], explained[i], None if foil_ids is None else foil_ids[i], readout)
+                    scores[i, max(v, 0) if variants > 1 else 0, j] = float(clean[i] - edited)
+            done += len(chunk)
+            if progress is not None:
+                progress(done, len(elements))
+    return Ablation(scores=scores, targets=targets, tokens=[int(c) for c in explained.tolist()],
+                    clean=clean.numpy(), readout=readout, method=method)
+
+
+def _sources(targets: list[int]) -> list[int]:
+    return list(range(max(targets) + 1))
+
+
+def ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, layers: str = "all", readout: str = "logit",
+                 tokens: Any = None, foils: Any = None, batch_size: int = BATCH,
+                 progress: Progress | None = None) -> Ablation:
+    """Ablated flow of a causal decoder (see the module docstring).
+
+    input_ids: ``(n,)`` or ``(1, n)`` token ids. targets: positions to explain (default: the last;
+        several share each source's run). layers: ``"all"`` (zero the source's values in every layer
+        at once: one score per source, the headline) or ``"each"`` (one layer at a time: a layers
+        axis, ``layers x`` the cost). readout, tokens, foils: see the module docstring (tokens
+        default to the model's argmax at each target). batch_size: edited sequences per forward call.
+    progress(done, total): called after every batch.
+
+    Returns an :class:`Ablation` with ``scores (len(targets), 1 or layers, n)``.
+    """
+    ids, targets = _check(model, input_ids, targets, readout, tokens, foils, batch_size)
+    if layers not in LAYER_MODES:
+        raise AttnflowError(f"layers must be 'all' (every layer at once) or 'each' (one at a time); got {layers!r}")
+    _install(model, values=True)
+    n_layers = len(_projections(model))
+    variants = [-1] if layers == "all" else list(range(n_layers))
+    elements = [(j, v) for j in _sources(targets) for v in variants]
+    return _run(model, ids, targets, elements, delete=False, replacement=None, readout=readout, tokens=tokens,
+                foils=foils, batch_size=batch_size, progress=progress, variants=len(variants), method="ablated-flow")
+
+
+def mean_embedding(model: Any, chunk: int = 8192) -> torch.Tensor:
+    """The mean over the vocabulary of what the input-embedding module outputs (scaled embeddings
+    included, e.g. Gemma's), the usual "uninformative token" for replacement occlusion."""
+    module = model.get_input_embeddings()
+    vocab = module.weight.shape[0]
+    total = None
+    with torch.no_grad():
+        for start in range(0, vocab, chunk):
+            ids = torch.arange(start, min(vocab, start + chunk), device=module.weight.device)
+            part = module(ids[None])[0].to(torch.float64).sum(0)
+            total = part if total is None else total + part
+    return (total / vocab).to(module.weight.dtype)
+
+
+def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: Any = None, readout: str = "logit",
+              tokens: Any = None, foils: Any = None, batch_size: int = BATCH,
+              progress: Progress | None = None) -> Ablation:
+    """Leave-one-out occlusion of a causal decoder: the readout's drop when source ``j`` is deleted
+    (``replacement=None``) or its input embedding replaced by ``replacement`` (a ``(hidden,)``
+    vector, or ``"mean"`` for :func:`mean_embedding`, ``"zero"`` for zeros). Batched and cached as
+    :func:`ablated_flow`; ``scores (len(targets), 1, n)``."""
+    ids, targets = _check(model, input_ids, targets, readout, tokens, foils, batch_size)
+    vector = None
+    if replacement is not None:
+        hidden = model.get_input_embeddings().weight.shape[1]
+        if isinstance(replacement, str):
+            if replacement not in ("mean", "zero"):
+                raise AttnflowError(f"replacement must be None (delete), 'mean', 'zero' or a vector; got {replacement!r}")
+            vector = mean_embedding(model) if replacement == "mean" else torch.zeros(hidden)
+        else:
+            vector = torch.as_tensor(replacement).reshape(-1)
+            if vector.numel() != hidden:
+                raise AttnflowError(f"the replacement embedding must have {hidden} numbers (the model's hidden size); "
+                                    f"got {vector.numel()}")
+    _install(model, values=False)
+    last = max(targets)  # deleting the last target itself leaves nothing to read; it scores 0
+    elements = [(j, -1) for j in range(last if vector is None else last + 1)]
+    return _run(model, ids, targets, elements, delete=vector is None, replacement=vector, readout=readout,
+                tokens=tokens, foils=foils, batch_size=batch_size, progress=progress, variants=1,
+                method="occlusion")

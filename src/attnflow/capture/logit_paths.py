@@ -1,0 +1,273 @@
+"""One pass that collects what logit attribution needs: each layer's attention weights, value
+vectors and residual input, and the direct path from each attention output to the explained logit.
+
+The explained logit ``z`` (a decoder's next-token logit at each target position, or a classifier's
+class logit, or ``z_c - z_f`` against a foil) is made a *linear* function of the attention outputs
+while the model runs, by freezing what is not linear at the values of this very input:
+
+- every normalisation (LayerNorm, RMSNorm and their variants) keeps its scale ``gamma / sigma(x)``
+  as computed (and LayerNorm its centring, which is linear), so ``norm(x) = S x + beta`` exactly;
+- a tanh head (BERT's pooler) keeps its ratio ``tanh(a) / a``, and a final logit soft-cap
+  (Gemma 2's ``cap * tanh(u / cap)``) its ratio ``z / u``: again exact at this input;
+- the feed-forward blocks (the architecture table's ``mlp``) and every later attention output are
+  cut from the path: the direct path of layer ``l``'s attention output is the residual stream
+  through the frozen norms to the read-out, as in direct logit attribution.
+
+Each attention output's input to the output projection ``W_O`` (the heads' weighted value sums,
+``(n, heads * head_dim)``) becomes a leaf of autograd; one backward pass of the summed explained
+logits gives ``grads[l, p] = dz / d ctx_l[p]``, the linear map from layer ``l``'s attention output at
+position ``p`` to the logit. The attention part of the logit at layer ``l`` is then exactly
+``sum_p grads[l, p] . ctx_l[p]`` (the output projection's bias is added after the leaf and belongs to
+no token), and splitting ``ctx_l[p] = sum_h sum_j alpha[l, h, p, j] v[l, j, kv(h)]`` over the
+source tokens ``j`` is exact too (:mod:`attnflow.core.logit_attribution`). Decoders' positions do
+not interact along the direct path, so several targets share one backward pass.
+
+Which modules are the value and output projections and the feed-forward block is the
+architecture table's row (:data:`attnflow.capture.architectures.PROJECTIONS` and ``MLPS``);
+normalisations are found by their class. Attention must be eager (its weights are read).
+
+API (stable)::
+
+    logit_paths(model, inputs, targets=None, *, tokens=None, foils=None) -> LogitPaths
+    LogitPaths: attentions (L, H, n, n), values (L, n, kv, d), w_o (L, hidden, H, d),
+                residual (L, n, hidden), grads (L, n, H, d), select (targets, n),
+                targets, tokens, logits (the explained logits, float64), attention_part (targets, L)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.capture.architectures import architecture, architecture_fixes, model_type, refuse_unsupported
+from attnflow.capture.hooks import checked_weights, streamable_modules, streaming
+from attnflow.capture.load import ensure_eager
+from attnflow.capture.text import is_causal
+from attnflow.capture.values import _find, projections
+from attnflow.errors import AttnflowError
+
+
+@dataclass
+class LogitPaths:
+    """See the module docstring; every tensor float64 on the CPU, batch axis dropped."""
+
+    attentions: torch.Tensor
+    values: torch.Tensor
+    w_o: torch.Tensor
+    residual: torch.Tensor
+    grads: torch.Tensor
+    select: torch.Tensor
+    targets: list[int]
+    tokens: list[int]
+    logits: np.ndarray
+    attention_part: np.ndarray
+    decoder: bool
+
+
+class _Pass:
+    """The active pass: collects attention weights and values (streaming receiver), holds the leaves."""
+
+    def __init__(self, n_layers: int, found: list[Any], heads: int) -> None:
+        self.n_layers, self.projections, self.heads = n_layers, found, heads
+        self.weights: list[torch.Tensor | None] = [None] * n_layers
+        self.v: list[torch.Tensor | None] = [None] * n_layers
+        self.leaves: list[torch.Tensor | None] = [None] * n_layers
+
+    def layer(self, layer: int, weights: Any) -> None:
+        self.weights[layer] = checked_weights(weights)[0].to(torch.float64).cpu()
+
+    def values(self, layer: int, projected: Any) -> None:
+        self.v[layer] = self.projections[layer].head_values(projected, self.heads)[0].to(torch.float64).cpu()
+
+    def end_call(self, output: Any) -> None:
+        pass
+
+
+_ACTIVE: ContextVar[_Pass | None] = ContextVar("attnflow_logit_paths", default=None)
+
+
+def _leaf_hook(layer: int) -> Any:
+    def hook(module: Any, args: tuple) -> Any:
+        active = _ACTIVE.get()
+        if active is None or not args:
+            return None
+        leaf = args[0].detach().requires_grad_(True)
+        active.leaves[layer] = leaf
+        return (leaf, *args[1:])
+    return hook
+
+
+def _cut_hook(module: Any, args: Any, output: Any) -> Any:
+    if _ACTIVE.get() is None:
+        return None
+    if isinstance(output, tuple):
+        return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in output)
+    return output.detach()
+
+
+def _is_norm(module: Any) -> bool:
+    name = type(module).__name__
+    return isinstance(module, torch.nn.LayerNorm) or name.endswith(("RMSNorm", "LayerNorm", "RmsNorm"))
+
+
+def _norm_hook(module: Any, args: Any, output: Any) -> Any:
+    """Freeze a normalisation's scale at this input: the output is unchanged, its derivative is the
+    frozen linear map (LayerNorm: centre, then scale by gamma / sigma; RMS norms: the element-wise
+    ratio output / input, which is gamma / rms whatever the variant's spelling of gamma)."""
+    if _ACTIVE.get() is None or not args or not isinstance(output, torch.Tensor):
+        return None
+    x = args[0]
+    if isinstance(module, torch.nn.LayerNorm):
+        centred = x - x.mean(-1, keepdim=True)
+        sigma = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + module.eps)
+        scale = (module.weight if module.weight is not None else 1.0) / sigma
+        frozen = centred * scale.detach()  # the bias is a constant: its derivative is zero
+        return frozen + (output - frozen).detach()
+    ratio = torch.where(x != 0, output / torch.where(x != 0, x, torch.ones_like(x)), torch.zeros_like(x))
+    return x * ratio.detach() + (output - x * ratio).detach()
+
+
+def _tanh_hook(module: Any, args: Any, output: Any) -> Any:
+    if _ACTIVE.get() is None or not args:
+        return None
+    x = args[0]
+    ratio = torch.where(x != 0, output / torch.where(x != 0, x, torch.ones_like(x)), torch.ones_like(x))
+    return x * ratio.detach() + (output - x * ratio).detach()
+
+
+def _install(model: Any, modules: list[Any], found: list[Any]) -> None:
+    """The hooks, once per model, idle unless a pass is active in the calling thread."""
+    if getattr(model, "_attnflow_logit_paths", False):
+        return
+    row = architecture(model)
+    if row is None or row.mlp is None:
+        raise AttnflowError(f"logit attribution cuts each layer's feed-forward block out of the direct path, and the "
+                            f"architecture table does not name it for {model_type(model) or type(model).__name__!r} "
+                            "models")
+    for layer, m in enumerate(modules):
+        _find(model, m.name, row.output).register_forward_pre_hook(_leaf_hook(layer))
+        _find(model, m.name, row.mlp).register_forward_hook(_cut_hook)
+    for module in model.modules():
+        if _is_norm(module):
+            module.register_forward_hook(_norm_hook)
+        elif isinstance(module, torch.nn.Tanh):
+            module.register_forward_hook(_tanh_hook)
+    model._attnflow_logit_paths = True
+
+
+@contextmanager
+def _active(state: _Pass) -> Iterator[None]:
+    token = _ACTIVE.set(state)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _head(model: Any) -> bool:
+    """True for a causal LM (next-token logits), False for a sequence classifier."""
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise AttnflowError("logit attribution covers decoder-only language models and sequence classifiers; "
+                            f"{type(model).__name__} is an encoder-decoder model")
+    if is_causal(model) and model.get_output_embeddings() is not None:
+        return True
+    if type(model).__name__.endswith("ForSequenceClassification"):
+        return False
+    raise AttnflowError(f"logit attribution explains a logit, so it needs a causal language-model or sequence-"
+                        f"classification head; {type(model).__name__} has neither")
+
+
+def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = None,
+                foils: Any = None) -> LogitPaths:
+    """Run ``model`` once on ``inputs`` (token ids ``(n,)`` / ``(1, n)``, or a dict of tensors for one
+    sequence) and collect :class:`LogitPaths` (see the module docstring).
+
+    targets: decoders: positions whose next-token logit is explained (default: the last); a
+        classifier explains its output, read at no single position (``targets`` is ignored and
+        the one target is recorded as position 0). tokens: the explained token / class per target
+        (default: the argmax). foils: a foil per target, explaining ``z_c - z_f``.
+    """
+    refuse_unsupported(model)
+    decoder = _head(model)
+    ensure_eager(model)
+    feed = dict(inputs) if isinstance(inputs, dict) else {"input_ids": torch.as_tensor(inputs).reshape(1, -1).long()}
+    ids = feed["input_ids"]
+    n = ids.shape[-1]
+    if decoder:
+        targets = [n - 1] if targets is None else [int(t) % n for t in np.atleast_1d(np.asarray(targets)).tolist()]
+        if len(set(targets)) != len(targets):
+            raise AttnflowError(f"targets must be distinct positions; got {targets}")
+    else:
+        targets = [0]
+    for what, given in (("tokens", tokens), ("foils", foils)):
+        if given is not None and len(np.atleast_1d(given)) != len(targets):
+            raise AttnflowError(f"give one of {what} per target ({len(targets)}); got {len(np.atleast_1d(given))}")
+    modules = streamable_modules(model)
+    if not modules:
+        raise AttnflowError(f"logit attribution hooks each attention module, and {type(model).__name__} declares "
+                            "none to transformers (or shares one module between layers)")
+    found = projections(model, modules)
+    _install(model, modules, found)
+    config = getattr(model.config, "text_config", None) or model.config
+    heads = int(config.num_attention_heads)
+    state = _Pass(len(modules), found, heads)
+    device = next(model.parameters()).device
+    feed = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in feed.items()}
+    unembed = model.get_output_embeddings() if decoder else None
+    pre_cap: dict[str, torch.Tensor] = {}
+    handle = unembed.register_forward_hook(lambda m, a, out: pre_cap.__setitem__("u", out)) if decoder else None
+    try:
+        with torch.enable_grad(), architecture_fixes(model), streaming(model, modules, state), _active(state):
+            out = model(**feed, output_hidden_states=True, use_cache=False)
+            z = out.logits[0]
+            u = pre_cap.get("u", out.logits)[0] if decoder else z
+            rows = z[targets] if decoder else z[None]
+            urows = u[targets] if decoder else u[None]
+            explained = rows.detach().argmax(-1) if tokens is None else torch.as_tensor(np.atleast_1d(tokens)).long()
+            explained = explained.to(rows.device)
+            pick = lambda r, ids: r.gather(-1, ids[:, None])[:, 0]  # noqa: E731
+            zc, uc = pick(rows, explained), pick(urows, explained)
+            # soft-capped logits (z = cap * tanh(u / cap)): the ratio z / u, frozen, is exact here
+            ratio = torch.where(uc != 0, zc / torch.where(uc != 0, uc, torch.ones_like(uc)), torch.ones_like(uc))
+            objective = ratio.detach() * uc
+            value = zc.detach().to(torch.float64)
+            if foils is not None:
+                foil_ids = torch.as_tensor(np.atleast_1d(foils)).long().to(rows.device)
+                zf, uf = pick(rows, foil_ids), pick(urows, foil_ids)
+                ratio_f = torch.where(uf != 0, zf / torch.where(uf != 0, uf, torch.ones_like(uf)), torch.ones_like(uf))
+                objective = objective - ratio_f.detach() * uf
+                value = value - zf.detach().to(torch.float64)
+            leaves = state.leaves
+            if any(leaf is None for leaf in leaves) or any(w is None for w in state.weights) \
+                    or any(v is None for v in state.v):
+                raise AttnflowError("an attention layer's output projection, weights or values were not seen; the "
+                                    "architecture table names the wrong modules for logit attribution")
+            grads = torch.autograd.grad(objective.sum(), leaves, allow_unused=True)
+    finally:
+        if handle is not None:
+            handle.remove()
+    n_layers = len(modules)
+    g = torch.stack([torch.zeros_like(leaf[0]) if gr is None else gr[0] for gr, leaf in zip(grads, leaves)])
+    ctx = torch.stack([leaf[0].detach() for leaf in leaves]).to(torch.float64).cpu()
+    d = g.shape[-1] // heads
+    g = g.to(torch.float64).cpu()
+    select = torch.zeros(len(targets), n, dtype=torch.float64)
+    if decoder:
+        select[torch.arange(len(targets)), torch.tensor(targets)] = 1.0
+    else:
+        select[0] = 1.0
+    # the attention part of the logit per target and layer: sum_p select[i, p] grads[l, p] . ctx[l, p]
+    part = torch.einsum("ip,lp->il", select, (g * ctx).sum(-1))
+    w_o = torch.stack([f.w_o.detach().to(torch.float64).cpu().reshape(f.w_o.shape[0], heads, d) for f in found])
+    hidden = out.hidden_states
+    residual = torch.stack([h[0].detach().to(torch.float64).cpu() for h in hidden[:n_layers]])
+    return LogitPaths(attentions=torch.stack(state.weights), values=torch.stack(state.v), w_o=w_o,
+                      residual=residual, grads=g.reshape(n_layers, n, heads, d), select=select, targets=targets,
+                      tokens=[int(t) for t in explained.tolist()], logits=value.cpu().numpy(),
+                      attention_part=part.numpy(), decoder=decoder)
