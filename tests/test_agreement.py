@@ -59,6 +59,7 @@ def test_tokenizer_knows_every_generated_word(arch, last):
 
 
 @pytest.mark.parametrize(("name", "architecture"), [("agreement", "MegatronBertForSequenceClassification"),
+                                                    ("agreement_distilled", "MegatronBertForSequenceClassification"),
                                                     ("agreement_bert", "BertForSequenceClassification")])
 def test_bundled_model_loads_offline_and_reaches_its_reported_accuracy(name, architecture):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer

@@ -86,3 +86,18 @@ def test_curve_evaluation_does_not_change_the_weights(tmp_path, distill):
     train(tmp_path / "every", seed=2, epochs=1, sizes=TINY, distill=distill, curve_every=1)
     train(tmp_path / "never", seed=2, epochs=1, sizes=TINY, distill=distill, curve_every=0)
     assert _digest(tmp_path / "every" / "model.safetensors") == _digest(tmp_path / "never" / "model.safetensors")
+
+
+def test_bundled_distilled_student_records_its_recipe_and_its_teacher():
+    """The bundled student says how it was trained; its teacher is not shipped (it retrains with the student)."""
+    import json
+
+    from attnflow.models import bundled_model_path
+
+    path = bundled_model_path("agreement_distilled")
+    report = json.loads((path / "training.json").read_text())
+    assert report["recipe"] == "online distillation from an LSTM teacher" and report["seed"] == 0
+    assert report["distillation"]["settings"] == {**report["distillation"]["settings"], "temperature": 1.0,
+                                                  "distill_rate": 0.9, "gold_rate": 0.1}
+    assert report["teacher"]["test"]["overall"] >= 0.95 and report["curve"]
+    assert not (path / "teacher").exists()
