@@ -8,7 +8,11 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from attnflow.reproduction.training.distill import DistillSettings, LSTMTeacher, soft_target_loss
+from attnflow.reproduction.training.distill import (
+    DistillSettings,
+    LSTMTeacher,
+    soft_target_loss,
+)
 
 torch.set_num_threads(1)
 

@@ -29,9 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from attnflow.capture.load import quiet_transformers  # noqa: E402
 from attnflow.capture.logit_paths import logit_paths  # noqa: E402
-from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution  # noqa: E402
+from attnflow.core.logit_attribution import (  # noqa: E402
+    alti_contributions,
+    alti_logit,
+    direct_logit_attribution,
+)
 from attnflow.evaluation.correlation import spearman_dense  # noqa: E402
-from attnflow.evaluation.importance import blank_out, embedding_gradients, reduce_gradient  # noqa: E402
+from attnflow.evaluation.importance import (  # noqa: E402
+    blank_out,
+    embedding_gradients,
+    reduce_gradient,
+)
 from attnflow.reproduction.run import held_out_examples, load  # noqa: E402
 
 

@@ -59,7 +59,7 @@ def tables(runs: dict[str, dict[int, dict]]) -> str:
                 mean, spread = per_seed.mean(0), per_seed.std(0)
                 lines.append(f"  {method:<10} " + "".join(f"{m:>8.2f}±{s:.2f}" for m, s in zip(mean, spread)))
                 paper = PAPER[(method, importance)]
-                lines.append(f"    paper    " + "".join(f"{m:>13.2f}" for m, _ in paper))
+                lines.append("    paper    " + "".join(f"{m:>13.2f}" for m, _ in paper))
         lines.append("")
     return "\n".join(lines)
 
