@@ -47,7 +47,7 @@ def test_odd_sizes_are_refused():
 
 @pytest.mark.parametrize(("arch", "last"), [("gpt2-blocks", "[EOS]"), ("bert", None)])
 def test_tokenizer_knows_every_generated_word(arch, last):
-    from attnflow.models.train_agreement import build_tokenizer
+    from attnflow.reproduction.training.agreement import build_tokenizer
 
     tok = build_tokenizer(arch)
     texts = [e.text for e in agreement.splits(0, SMALL)["train"]]
@@ -59,12 +59,13 @@ def test_tokenizer_knows_every_generated_word(arch, last):
 
 
 @pytest.mark.parametrize(("name", "architecture"), [("agreement", "MegatronBertForSequenceClassification"),
+                                                    ("agreement_distilled", "MegatronBertForSequenceClassification"),
                                                     ("agreement_bert", "BertForSequenceClassification")])
 def test_bundled_model_loads_offline_and_reaches_its_reported_accuracy(name, architecture):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from attnflow.models import bundled_model_path
-    from attnflow.models.train_agreement import accuracy
+    from attnflow.reproduction.training.agreement import accuracy
 
     path = bundled_model_path(name)
     model = AutoModelForSequenceClassification.from_pretrained(path).eval()
@@ -86,7 +87,7 @@ def test_bundled_model_loads_offline_and_reaches_its_reported_accuracy(name, arc
 def test_training_script_writes_a_folder_that_loads_back(tmp_path):
     """Both architectures of the table train end to end (a few steps on a tiny split) and reload offline."""
     from attnflow.capture import load_model
-    from attnflow.models.train_agreement import train
+    from attnflow.reproduction.training.agreement import train
 
     tiny = {"train": 128, "validation": 16, "test": 16, "unseen": 16}
     for arch in ("gpt2-blocks", "bert"):

@@ -9,7 +9,7 @@ import torch
 from cli_runner import run_cli
 from PIL import Image
 
-from attnflow.models.train_digits_vit import digits_split
+from attnflow.data.digits import digits_split
 
 torch.set_num_threads(1)
 

@@ -362,7 +362,7 @@ def test_a_photo_for_the_digits_model_warns_and_is_shown_as_given(monkeypatch, c
 def test_a_digit_gets_no_warning(monkeypatch, capsys, tmp_path):
     from PIL import Image
 
-    from attnflow.models.train_digits_vit import digits_split
+    from attnflow.data.digits import digits_split
 
     digit = tmp_path / "digit.png"
     Image.fromarray(np.rint(digits_split()["test_images"][0] * 255).astype(np.uint8)).resize((64, 64)).save(digit)

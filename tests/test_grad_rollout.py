@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from attnflow.capture.gradients import capture_gradients
 from attnflow.capture.vision import capture_images, load_vision_model
 from attnflow.core.gradient import grad_rollout
+from attnflow.data.digits import digits_split
 from attnflow.errors import AttnflowError
-from attnflow.models.train_digits_vit import digits_split
 
 torch.set_num_threads(1)
 

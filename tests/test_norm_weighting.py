@@ -301,7 +301,7 @@ def test_explain_with_norm_weighting(tokenizer):
 def test_image_norm_weighting_on_the_bundled_digits_vit():
     import attnflow
     from attnflow.capture.vision import capture_images, load_vision_model
-    from attnflow.models.train_digits_vit import digits_split
+    from attnflow.data.digits import digits_split
 
     vit = load_vision_model()
     images = list(digits_split()["test_images"][:2])
@@ -340,7 +340,7 @@ def test_cli_weighting_norm_end_to_end(monkeypatch, capsys, tmp_path, minilm_pat
     png = tmp_path / "digit.png"
     from PIL import Image
 
-    from attnflow.models.train_digits_vit import digits_split
+    from attnflow.data.digits import digits_split
 
     Image.fromarray((digits_split()["test_images"][0] * 255).astype("uint8")).save(png)
     code, stdout, err = run_cli(monkeypatch, capsys, "explain-image", str(png), "--weighting", "norm", "--json",

@@ -8,8 +8,8 @@ from transformers import MegatronBertConfig, MegatronBertForSequenceClassificati
 from attnflow.capture import capture
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.correlation import cls_scores, spearman, spearman_dense
-from attnflow.models.train_agreement import build_tokenizer
 from attnflow.reproduction.protocol import evaluate_example
+from attnflow.reproduction.training.agreement import build_tokenizer
 
 TEXT = "the keys to the old cabinet"
 

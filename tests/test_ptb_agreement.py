@@ -40,8 +40,8 @@ def test_treebank_splits_are_deterministic_and_balanced_enough_to_learn():
 def test_reproduce_on_a_tiny_ptb_model_end_to_end(tmp_path):
     """A few training steps on 128 treebank prefixes, then both protocols on 3 test prefixes; a model
     trained on one data set is refused on the other."""
-    from attnflow.models.train_agreement import train
     from attnflow.reproduction import reproduce
+    from attnflow.reproduction.training.agreement import train
 
     tiny = {"train": 128, "validation": 16, "test": 16}
     report = train(tmp_path / "ptb", seed=0, epochs=1, data="ptb", sizes=tiny)

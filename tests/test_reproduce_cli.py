@@ -63,3 +63,20 @@ def test_out_under_a_file_fails_before_the_run(tmp_path, monkeypatch, capsys):
     (tmp_path / "so.txt").write_text("x")
     code, _, err = run_cli(monkeypatch, capsys, "reproduce", "--examples", "1", "--out", str(tmp_path / "so.txt" / "sub"))
     assert code == 2 and err.startswith("attnflow: error: --out must be a folder") and err.count("\n") == 1
+
+
+def test_reproduce_the_distilled_model_by_name_matches_the_python_api(tmp_path):
+    """`--model agreement_distilled` (the bundled student of online distillation) through the CLI prints
+    what reproduce() computes in Python on the same examples."""
+    from attnflow.reproduction import reproduce
+
+    result = CliRunner().invoke(app, ["reproduce", "--examples", "6", "--model", "agreement_distilled",
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "model agreement_distilled, protocol paper" in result.output
+    rows = {(r["importance"], r["method"], r["layer"]): float(r["mean"])
+            for r in csv.DictReader((tmp_path / "reproduction.csv").open())}
+    run = reproduce("agreement_distilled", examples=6)
+    for (method, importance), cell in run.summary.items():
+        for layer, mean in enumerate(cell["mean"], start=1):
+            assert abs(rows[(importance, method, str(layer))] - mean) < 1e-9

@@ -9,9 +9,9 @@ from PIL import Image
 from attnflow.api.images import IMAGE_METHODS, explain_image, patch_scores
 from attnflow.capture.vision import capture_images, load_vision_model
 from attnflow.core import rollout
+from attnflow.data.digits import digits_split
 from attnflow.errors import AttnflowError
 from attnflow.models import bundled_model_path
-from attnflow.models.train_digits_vit import digits_split
 from attnflow.views.image import save_overlays
 
 torch.set_num_threads(1)
@@ -135,7 +135,7 @@ def test_bad_inputs(vit, tmp_path):
 
 
 def test_training_command_writes_a_loadable_model(tmp_path):
-    from attnflow.models.train_digits_vit import train
+    from attnflow.reproduction.training.digits_vit import train
 
     accuracy = train(tmp_path / "m", seed=0, epochs=2)
     assert {p.name for p in (tmp_path / "m").iterdir()} >= {"config.json", "model.safetensors",

@@ -10,7 +10,7 @@ from attnflow.capture.vision import capture_images, load_vision_model
 from attnflow.core import rollout
 from attnflow.core.gradient import grad_rollout
 from attnflow.evaluation.perturbation import perturbation_curves
-from attnflow.models.train_digits_vit import digits_split
+from attnflow.data.digits import digits_split
 m = load_vision_model(); s = digits_split()
 maps = capture_images(m, list(s["test_images"]), gradients=True)
 A, G = maps.attentions, maps.gradients

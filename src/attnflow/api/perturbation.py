@@ -41,7 +41,7 @@ def evaluate_perturbation(model: Any = None, images: Any = None, labels: Any = N
     if unknown:
         raise AttnflowError(f"methods must be among {', '.join(METHODS)}; got {unknown}")
     if images is None:
-        from attnflow.models.train_digits_vit import digits_split
+        from attnflow.data.digits import digits_split
 
         split = digits_split()
         images, labels = list(split["test_images"]), split["test_labels"]

@@ -55,4 +55,4 @@ def check_agreement_model(model: Any) -> None:
     else:
         return
     raise AttnflowError(f"reproduce needs a two-class subject-verb agreement classifier (labels {wanted}, as "
-                        f"attnflow.models.train_agreement writes); {str(folder)!r} is {found}")
+                        f"attnflow.reproduction.training.agreement writes); {str(folder)!r} is {found}")

