@@ -3,6 +3,7 @@
     nice -n 10 env PYTHONPATH=src python benchmarks/decoder_study.py [--model smollm2|gemma3]
         [--threads 1] [--json out.json] [--markdown out.md] [--limit N]
     python benchmarks/decoder_study.py --replot out.json --markdown out.md   # tables again, no model
+    python benchmarks/decoder_study.py --replot out.json --figure study.png   # the figure, no model
 
 Prompts: benchmarks/decoder_prompts.py, five kinds written by hand (agreement, pronouns, factual
 recall, QA with a context, lists/copying), 14 each; every third one is held out of the choice.
@@ -303,6 +304,48 @@ def report(saved: dict) -> list[str]:
     return lines
 
 
+def figure(saved: dict, path: str) -> None:
+    """Per prompt kind, each method's mean rho with the deletion ground truth (bars: 95 % bootstrap
+    interval over prompts) beside its mean rho with position: a method whose second bar is near +-1
+    ranks by position, whatever its first bar says."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = saved["records"]
+    shown = [m for m in ("rollout", "flow", "alti-logit", "logit attribution", "ablated flow", *PRIORS)
+             if m in methods_of(records)]
+    kinds = ["all", *[k for k in KINDS if any(r["kind"] == k for r in records)]]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    width = 0.8 / len(shown)
+    for ax, key, title in ((axes[0], "deletion", "ρ with the deletion ground truth"),
+                           (axes[1], "position", "ρ with token position")):
+        for i, m in enumerate(shown):
+            means, lows, highs = [], [], []
+            for k in kinds:
+                v = _values(records if k == "all" else [r for r in records if r["kind"] == k], m, key)
+                v = v[np.isfinite(v)]
+                lo, hi = mean_interval(v) if len(v) > 1 else (np.nan, np.nan)
+                means.append(v.mean() if len(v) else np.nan)
+                lows.append(v.mean() - lo if np.isfinite(lo) else 0.0)
+                highs.append(hi - v.mean() if np.isfinite(hi) else 0.0)
+            x = np.arange(len(kinds)) + (i - (len(shown) - 1) / 2) * width
+            ax.bar(x, means, width, yerr=[lows, highs] if key == "deletion" else None, capsize=2,
+                   label=m, color=f"C{i}", hatch="//" if m in PRIORS else None,
+                   edgecolor="white" if m in PRIORS else None)
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_xticks(np.arange(len(kinds)), kinds, rotation=20)
+        ax.set_title(title)
+    axes[0].set_ylabel("mean Spearman over prompts")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(shown), frameon=False)
+    fig.suptitle(f"{saved['model_name']}: {len(records)} prompts; which explanation tracks what the model uses")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=("smollm2", "gemma3"), default="smollm2")
@@ -311,6 +354,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write every prompt's numbers here")
     parser.add_argument("--markdown", default=None, help="write the tables here")
     parser.add_argument("--replot", default=None, help="print the tables of a --json file again; no model")
+    parser.add_argument("--figure", default=None, help="draw the per-kind figure here (a .png)")
     args = parser.parse_args()
     if args.replot:
         saved = json.loads(Path(args.replot).read_text())
@@ -346,6 +390,8 @@ def main() -> None:
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
+    if args.figure:
+        figure(saved, args.figure)
 
 
 if __name__ == "__main__":
