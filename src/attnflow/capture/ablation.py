@@ -44,8 +44,7 @@ API (stable; the explain/generate integration and the decoder study use it)::
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +60,7 @@ from attnflow.capture.architectures import (
     model_type,
     refuse_unsupported,
 )
-from attnflow.capture.hooks import _INSTALL, attention_modules
+from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 
@@ -159,15 +158,6 @@ def _projections(model: Any) -> list[Any]:
                             f"name the value projection of {model_type(model) or type(model).__name__!r} models; "
                             "use method='occlusion'")
     return projections(model, attention_modules(model))
-
-
-@contextmanager
-def _editing(edit: _Edit) -> Iterator[None]:
-    token = _EDIT.set(edit)
-    try:
-        yield
-    finally:
-        _EDIT.reset(token)
 
 
 # ---------------------------------------------------------------------------------- readouts
@@ -313,7 +303,7 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
             # a small model's step): the last `keep` positions of the run, target t at t - last - 1 + keep
             keep = min(last + 1 - max(j0, wanted[0]), batch_ids.shape[1])
             cache_in = prefix.copy(len(chunk), j0)  # before the edit is active: it may run the clean prefix
-            with _editing(_Edit(zero=zero, embed=embed)):
+            with scoped(_EDIT, _Edit(zero=zero, embed=embed)):
                 out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
                             **{_cache_keyword(model): cache_in})
             logits = out.logits.detach().cpu()

@@ -269,3 +269,15 @@ def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iter
         yield receiver
     finally:
         _ACTIVE.reset(token)
+
+
+@contextmanager
+def scoped(variable: ContextVar[Any], value: Any) -> Iterator[None]:
+    """Set ``variable`` (which hooks installed once on a model read) for the duration of one pass, and
+    restore it after, also when the pass fails: how ablation's edits and logit paths' frozen state
+    reach their persistent hooks."""
+    token = variable.set(value)
+    try:
+        yield
+    finally:
+        variable.reset(token)

@@ -36,8 +36,6 @@ API (stable)::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +51,7 @@ from attnflow.capture.architectures import (
     model_type,
     refuse_unsupported,
 )
-from attnflow.capture.hooks import _INSTALL, checked_weights, streamable_modules, streaming
+from attnflow.capture.hooks import _INSTALL, checked_weights, scoped, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.values import _find, projections
 from attnflow.errors import AttnflowError
@@ -168,15 +166,6 @@ def _install(model: Any, modules: list[Any], found: list[Any]) -> None:
         model._attnflow_logit_paths = True
 
 
-@contextmanager
-def _active(state: _Pass) -> Iterator[None]:
-    token = _ACTIVE.set(state)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
 def _unembedded(seen: dict[str, torch.Tensor], unembed: Any, targets: list[int], tokens: torch.Tensor,
                 z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """The explained logits as ``ratio * (h_t . W_U[c])`` from the unembedding's input ``h``, the ratio
@@ -244,7 +233,7 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
         handles.append(unembed.register_forward_pre_hook(lambda m, a: pre_cap.__setitem__("h", a[0])))
         handles.append(unembed.register_forward_hook(lambda m, a, out: pre_cap.__setitem__("u", out)))
     try:
-        with torch.enable_grad(), architecture_fixes(model), streaming(model, modules, state), _active(state):
+        with torch.enable_grad(), architecture_fixes(model), streaming(model, modules, state), scoped(_ACTIVE, state):
             out = model(**feed, output_hidden_states=True, use_cache=False)
             z = out.logits[0]
             u = pre_cap.get("u", out.logits)[0] if decoder else z
