@@ -52,14 +52,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import (
-    architecture,
-    architecture_fixes,
-    model_family,
-    model_head,
-    model_type,
-    refuse_unsupported,
-)
+from attnflow.capture.architectures import (architecture, architecture_fixes, model_family, model_head, model_type,
+                                            refuse_unsupported)
 from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError

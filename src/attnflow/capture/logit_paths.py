@@ -43,14 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import (
-    architecture,
-    architecture_fixes,
-    model_family,
-    model_head,
-    model_type,
-    refuse_unsupported,
-)
+from attnflow.capture.architectures import (architecture, architecture_fixes, model_family, model_head, model_type,
+                                            refuse_unsupported)
 from attnflow.capture.hooks import _INSTALL, checked_weights, scoped, streamable_modules, streaming
 from attnflow.capture.load import ensure_eager
 from attnflow.capture.values import _find, projections
