@@ -45,3 +45,21 @@ def tiny_model(kind: str, vocab: int = 97, seed: int = 0, dtype=None):
     config._attn_implementation = "eager"
     model = model_cls(config).to(dtype or torch.float64).eval()
     return model
+
+
+def tiny_decoder(minilm_path, layers: int = 3, config_class=None, model_class=None):
+    """``(model, tokenizer)``: a tiny random Llama (grouped-query, float64, eager) over MiniLM's vocabulary,
+    with weights large enough (std 0.5) that its outputs depend on the input, so a faithfulness or
+    attribution oracle bites. ``config_class``/``model_class``: Llama subclasses (a registered custom
+    family) in place of the stock ones."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    torch.manual_seed(0)
+    config = (config_class or LlamaConfig)(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.5)
+    model = (model_class or LlamaForCausalLM)(config).double().eval()
+    model.set_attn_implementation("eager")
+    return model, tokenizer

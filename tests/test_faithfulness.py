@@ -10,27 +10,21 @@ import pytest
 import torch
 import transformers
 from scipy.stats import spearmanr
-from transformers import AutoTokenizer, BertConfig, BertModel, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, BertConfig, BertModel
 
 import attnflow
 from attnflow.api import faithfulness_report
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.faithfulness import evaluate
 from tests.cli_runner import run_cli
+from tests.factory import tiny_decoder
 
 TEXT = "the keys to the old cabinet near the big doors are"
 
 
 @pytest.fixture(scope="module")
 def tiny_llama(minilm_path):
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         initializer_range=0.5)  # large weights: outputs depend on the input, so the oracle bites
-    model = LlamaForCausalLM(config).double().eval()
-    model.set_attn_implementation("eager")
-    return model, tokenizer
+    return tiny_decoder(minilm_path)
 
 
 def _oracle(model, ids, special, target, rows, decoder, percents=(10, 20, 50)):

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from cli_runner import run_cli
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from factory import tiny_decoder
 
 import attnflow
 from attnflow.api.honest import DECODER_METHODS, with_faithfulness
@@ -18,14 +17,7 @@ from attnflow.views.table import method_table, render_text
 
 @pytest.fixture(scope="module")
 def tiny_llama(minilm_path):
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         initializer_range=0.5)
-    model = LlamaForCausalLM(config).double().eval()
-    model.set_attn_implementation("eager")
-    return model, tokenizer
+    return tiny_decoder(minilm_path)
 
 
 def test_a_short_reports_numbers_equal_attnflow_faithfulness(tiny_llama):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from transformers import (
     AutoTokenizer,
     BertConfig,
@@ -21,6 +20,7 @@ import attnflow
 from attnflow.api.models import describe, resolve
 from attnflow.capture.architectures import ARCHITECTURES, PROJECTIONS
 from attnflow.errors import AttnflowError
+from tests.factory import tiny_decoder
 
 TEXT = "the keys to the cabinet are"
 
@@ -36,14 +36,7 @@ class TinyFamForCausalLM(LlamaForCausalLM):
 
 
 def tiny(config_class, model_class, minilm_path):
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    torch.manual_seed(0)
-    config = config_class(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                          initializer_range=0.5)
-    model = model_class(config).double().eval()
-    model.set_attn_implementation("eager")
-    return model, tokenizer
+    return tiny_decoder(minilm_path, layers=2, config_class=config_class, model_class=model_class)
 
 
 @pytest.fixture
