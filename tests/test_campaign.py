@@ -248,3 +248,87 @@ def test_app_endpoints_answer_bad_requests_with_one_sentence(app_server, tmp_pat
         assert message in error and "\n" not in error and "Traceback" not in error, (path, answer)
     status, answer = _http(app_server, "api/models")
     assert status == 200 and "mamba" not in json.dumps(answer["models"])  # a refused family is never listed
+
+
+# ------------------------------------------------------------------ every method draws; all outputs or none
+
+@pytest.fixture(scope="module")
+def tiny_folders(minilm_path, tmp_path_factory):
+    """A saved tiny decoder (Llama) and a saved tiny classifier (BERT), over MiniLM's vocabulary."""
+    from transformers import AutoTokenizer
+
+    from factory import tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    folders = {}
+    for kind in ("llama", "bert"):
+        folder = tmp_path_factory.mktemp(f"tiny-{kind}")
+        tiny_model(kind, vocab=tokenizer.vocab_size).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders[kind] = folder
+    return folders
+
+
+def _offered(kind: str) -> list[str]:
+    from attnflow.config import registry
+
+    head = "decoder" if kind == "llama" else "classifier"
+    out = []
+    for m in registry.methods("text"):
+        if head == "decoder" and m.name == "grad-rollout":
+            continue  # a classifier's predicted class only
+        if head == "classifier" and m.cost == registry.PER_SOURCE:
+            continue  # per-source ablations explain a decoder's next token
+        out.append(m.name)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["llama", "bert"])
+def test_png_draws_every_method_on_a_decoder_and_a_classifier(work, monkeypatch, capsys, tiny_folders, kind):
+    """Methods without a layers axis (ablated flow, occlusion) draw as one row, each on its own scale."""
+    import matplotlib.image as mpimg
+
+    folder, _ = work
+    for method in _offered(kind):
+        png = folder / f"{method}.png"
+        code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the old cabinet are", "--model",
+                                 str(tiny_folders[kind]), "--method", method, "--png", str(png), "--paper-only")
+        assert code == 0, (method, err)
+        picture = mpimg.imread(png)
+        assert picture.shape[0] > 100 and picture.std() > 0.01, method  # a drawn figure, not an empty page
+
+
+def test_a_signed_method_gets_a_scale_symmetric_about_zero():
+    """Negative scores (the logit rises when a token goes) are drawn apart from zero."""
+    import numpy as np
+
+    from attnflow.results import Attribution, Block
+    from attnflow.views.heatmap import heatmap_figure
+
+    tokens = ["a", "b", "c", "d"]
+    row = np.array([[[0.0, -2.0, 1.0, 0.5]]])
+    result = Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(4)),
+                         blocks={"ablated-flow": Block(row, (3,), (2,))}, n_layers=3, target=3,
+                         method="ablated-flow")
+    fig = heatmap_figure(result, sink_aware=False)
+    image = fig.axes[0].images[0]
+    assert image.get_array().shape == (1, 4)  # the one computed row, not 2 empty ones beside it
+    assert image.get_clim() == (-2.0, 2.0) and image.get_cmap().name == "RdBu_r"
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["all"]
+
+
+def test_a_failing_output_leaves_no_other_output(work, monkeypatch, capsys):
+    """When the figure fails after the JSON could have been written, neither file is left."""
+    from attnflow.errors import AttnflowError
+    from attnflow.results import attribution
+
+    folder, _ = work
+
+    def broken(self, path=None, **options):
+        raise AttnflowError("the figure could not be drawn")
+
+    monkeypatch.setattr(attribution.Attribution, "plot", broken)
+    code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the cabinet", "--json", "a.json",
+                             "--png", "a.png", "--html", "a.html")
+    assert code == 2 and "the figure could not be drawn" in err
+    assert sorted(p.name for p in folder.iterdir()) == []

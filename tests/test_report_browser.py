@@ -200,7 +200,8 @@ def test_script_tokens_are_shown_as_text(context, tmp_path):
     tokens = ["[CLS]", "<script>", "window.pwned=1", "</script>", '<img src=x onerror="window.pwned=2">', "&amp;"]
     result = _explanations(len(tokens), 2, tokens=tokens)
     path = tmp_path / "xss.html"
-    html = result.to_html(str(path))
+    assert result.to_html(str(path)) == str(path)
+    html = path.read_text()
     assert len(re.findall(r"</script", html, flags=re.I)) == 2  # only the page's own two blocks close
     page = Page(context, path.as_uri())
     shown = page.page.eval_on_selector_all(".tok[data-kind='input']", "els => els.map(e => e.textContent)")
@@ -305,7 +306,8 @@ def test_long_input_loads_other_targets_lazily_from_the_same_file(context, tmp_p
     maps = attnflow.explain_attentions(logits.softmax(-1), [f"t{i}" for i in range(n)], target=n - 1,
                                        methods=("raw", "rollout"))
     path = tmp_path / "lazy.html"
-    html = maps.to_html(str(path))
+    maps.to_html(str(path))
+    html = path.read_text()
     chunks = 2 * -(-(n - 1) // report_data.CHUNK_TARGETS)  # two methods, every target but the opening one
     assert html.count('<script type="application/octet-stream" id="attnflow-chunk-') == chunks
     page = Page(context, path.as_uri())

@@ -20,7 +20,7 @@ from attnflow.cli.options import (
     model_option,
     option,
 )
-from attnflow.cli.outputs import check_outputs
+from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.config import registry
 
@@ -118,15 +118,6 @@ def explain(
     if result.prediction is not None:
         console.print(f"prediction: [bold]{result.prediction}[/bold]")
     result.print(top, content_only=content_only)
-    if json_out is not None:
-        result.to_json(json_out)
-        console.print(f"wrote {json_out}")
-    if png_out is not None:
-        # titled with the text and every setting
-        plotted = result.select(methods=[m for m in result.methods if m != "ablated-flow"]) \
-            if "ablated-flow" in result.methods else result
-        plotted.plot(png_out, **({"content_only": content_only} if result.kind == "text" else {}))
-        console.print(f"wrote {png_out}")
-    if report is not None:
-        report.to_html(html_out)
-        console.print(f"wrote {html_out}")
+    figure = {"content_only": content_only} if result.kind == "text" else {}  # titled with the text and settings
+    write_outputs(console, [(json_out, result.to_json), (png_out, lambda path: result.plot(path, **figure)),
+                            (html_out, lambda path: report.to_html(path))])

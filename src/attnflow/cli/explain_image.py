@@ -10,7 +10,7 @@ from rich.console import Console
 
 from attnflow.cli.app import app
 from attnflow.cli.options import Weighting, method_enum, method_option, option
-from attnflow.cli.outputs import check_outputs
+from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
 
@@ -56,13 +56,7 @@ def explain_image(
         r, c = divmod(int(result.grid_scores().argmax()), result.grid[1])
         console.print(f"{path}: prediction [bold]{result.prediction}[/bold]{extra}; top patch (row {r}, col {c})",
                       soft_wrap=True)
-    if png_out is not None:
-        # one row per image: the picture as given, then one overlay per method
-        save_overlays(results, png_out, columns=len(results[0].methods), inputs=True)
-        console.print(f"wrote {png_out}")
-    if json_out is not None:
-        results[0].to_json(json_out)
-        console.print(f"wrote {json_out}")
-    if html_out is not None:
-        results[0].to_html(html_out)
-        console.print(f"wrote {html_out}")
+    # the figure: one row per image, the picture as given, then one overlay per method
+    write_outputs(console, [(png_out, lambda path: save_overlays(results, path, columns=len(results[0].methods),
+                                                                 inputs=True)),
+                            (json_out, results[0].to_json), (html_out, results[0].to_html)])

@@ -13,7 +13,7 @@ from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
 from attnflow.cli.explain import Method
 from attnflow.cli.options import CausalNorm, HeadFusion, Weighting, chosen_methods, method_option, model_option, option
-from attnflow.cli.outputs import check_outputs
+from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.cli.progress import progress_bar
 
 
@@ -65,9 +65,4 @@ def faithfulness(
     summary = faithfulness_summary(result)
     if summary is not None:
         console.print(summary)
-    if json_out is not None:
-        result.to_json(json_out)
-        console.print(f"wrote {json_out}")
-    if html_out is not None:
-        result.to_html(html_out)
-        console.print(f"wrote {html_out}")
+    write_outputs(console, [(json_out, result.to_json), (html_out, result.to_html)])

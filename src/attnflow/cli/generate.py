@@ -12,7 +12,7 @@ from rich.text import Text
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
 from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, model_option, option
-from attnflow.cli.outputs import check_outputs
+from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.config.registry import DECODER_DEFAULT, generation_methods
 from attnflow.errors import AttnflowError
 
@@ -79,12 +79,6 @@ def generate(
     line.append(("\n→ " if result.kind == "seq2seq" else "") + result.meta["completion"])
     console.print(line, soft_wrap=True, highlight=False)
     result.print(top, content_only=content_only)
-    if json_out is not None:
-        result.to_json(json_out)
-        console.print(f"wrote {json_out}")
-    if png_out is not None:
-        result.plot(png_out, content_only=content_only)
-        console.print(f"wrote {png_out}")
-    if html_out is not None:
-        result.to_html(html_out)
-        console.print(f"wrote {html_out}")
+    write_outputs(console, [(json_out, result.to_json),
+                            (png_out, lambda path: result.plot(path, content_only=content_only)),
+                            (html_out, result.to_html)])

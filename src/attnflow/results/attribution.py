@@ -345,13 +345,16 @@ class Attribution:
                                     "source_label": ("source", self.sources)},
                             attrs={"kind": self.kind, "model": self.model or "", "method": method})
 
-    def plot(self, path: Any, **options: Any) -> str:
-        """Write the kind's figure (PNG/SVG/PDF by suffix): layers x tokens panels for text, bars +
-        prompt x layers map for a generated token, overlays for images. Returns the path."""
+    def plot(self, path: Any = None, **options: Any) -> Any:
+        """The kind's figure: layers x tokens panels for text, bars + prompt x layers map for a
+        generated token, overlays for images. With ``path``: written there (PNG/SVG/PDF by suffix),
+        returns the path. Without: returns the matplotlib Figure (text results draw into ``ax=``, one
+        Axes per method, as captum's visualisers take an axis)."""
         return presenter().plot(self, path, **options)
 
     def to_html(self, path: Any = None, title: str | None = None) -> str:
-        """The self-contained interactive HTML report (no network); also written to ``path``."""
+        """The self-contained interactive HTML report (no network): written to ``path`` (the path is
+        returned, so a notebook cell does not print 40 KB of HTML), or returned as text without one."""
         return presenter().html(self, path, title=title)
 
     def _repr_html_(self) -> str:

@@ -12,10 +12,14 @@ from typing import Any
 from attnflow.results.presenter import register
 
 
-def plot(result: Any, path: Any, **options: Any) -> str:
+def plot(result: Any, path: Any = None, **options: Any) -> Any:
     """The kind's figure: layers x tokens panels (text), bars + prompt x layers map for one generated
     token (generation), overlays (image), targets x sources + one target's layers x sources
-    (seq2seq). ``options`` go to the figure function of that kind."""
+    (seq2seq). ``options`` go to the figure function of that kind. With ``path`` the figure is
+    written there (format from the suffix) and the path returned; without, the matplotlib Figure is
+    returned (a notebook shows it; text results also draw into ``ax=``)."""
+    if path is None:
+        return figure(result, **options)
     if result.kind == "generation":
         from attnflow.views.generation import save_generation_figure
 
@@ -33,6 +37,26 @@ def plot(result: Any, path: Any, **options: Any) -> str:
     return save_heatmaps(result, path, **options)
 
 
+def figure(result: Any, **options: Any) -> Any:
+    """The matplotlib Figure :func:`plot` would write (``dpi`` is for files and is ignored here)."""
+    options.pop("dpi", None)
+    if result.kind == "generation":
+        from attnflow.views.generation import generation_figure
+
+        return generation_figure(result, **options)
+    if result.kind == "seq2seq":
+        from attnflow.views.seq2seq import seq2seq_figure
+
+        return seq2seq_figure(result, **options)
+    if result.kind == "image":
+        from attnflow.views.image import overlay_figure
+
+        return overlay_figure([result], **options)
+    from attnflow.views.heatmap import heatmap_figure
+
+    return heatmap_figure(result, **options)
+
+
 class _Presenter:
     """What :class:`~attnflow.results.Attribution` calls to draw itself."""
 
@@ -42,7 +66,10 @@ class _Presenter:
     def html(result: Any, path: Any = None, title: str | None = None) -> str:
         from attnflow.views.report import report_html, save_report
 
-        return save_report(result, path, title=title) if path is not None else report_html(result, title=title)
+        if path is None:
+            return report_html(result, title=title)
+        save_report(result, path, title=title)
+        return str(path)
 
     @staticmethod
     def notebook(result: Any) -> str:
