@@ -332,3 +332,36 @@ def test_a_failing_output_leaves_no_other_output(work, monkeypatch, capsys):
                              "--png", "a.png", "--html", "a.html")
     assert code == 2 and "the figure could not be drawn" in err
     assert sorted(p.name for p in folder.iterdir()) == []
+
+
+# ------------------------------------------------------------------ Python refusals are sentences, not raw errors
+
+def test_python_refusals_are_attnflow_errors_that_say_what_was_given(tmp_path):
+    import gc
+    import warnings
+
+    import attnflow
+    from attnflow.errors import AttnflowError
+    from factory import text_result
+
+    with pytest.raises(AttnflowError, match="heads must map model class names to heads.*got 'causal-lm'"):
+        attnflow.register_architecture("newfam", "decoder", heads="causal-lm")
+    result = text_result(["a", "b", "c"])
+    saved = tmp_path / "r.npz"
+    result.save(saved)
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(saved.read_bytes()[: saved.stat().st_size // 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # the damaged file is closed, not left open
+        with pytest.raises(AttnflowError, match="damaged"):
+            attnflow.load(cut)
+        gc.collect()
+    data = json.loads(result.to_json())
+    for change, message in (({"version": "2"}, "must be a whole number.*got '2' \\(str\\)"),
+                            ({"schema": "other.thing"}, "not an attnflow result: its schema is 'other.thing'")):
+        path = tmp_path / "changed.json"
+        path.write_text(json.dumps({**data, **change}))
+        with pytest.raises(AttnflowError, match=message):
+            attnflow.load(path)
+    with pytest.raises(AttnflowError, match="is a folder; pass a result file"):
+        attnflow.load(tmp_path)
