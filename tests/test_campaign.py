@@ -365,3 +365,28 @@ def test_python_refusals_are_attnflow_errors_that_say_what_was_given(tmp_path):
             attnflow.load(path)
     with pytest.raises(AttnflowError, match="is a folder; pass a result file"):
         attnflow.load(tmp_path)
+
+
+# ------------------------------------------------------------------ text people write: readable tokens
+
+def test_non_ascii_tokens_read_as_the_text_they_cover(smollm2, tmp_path):
+    """SmolLM2's byte-level BPE splits 'Ü' and '😀' into two tokens each, each alone an invalid UTF-8
+    piece; every view shows the characters (numbered over the run) and the ids stay unchanged."""
+    import attnflow
+    from attnflow.views.heatmap import heatmap_figure
+
+    model, tokenizer = smollm2
+    text = "Ünïcödé 😀"
+    result = attnflow.explain(text, model, tokenizer=tokenizer, method="rollout")
+    ids = tokenizer(text)["input_ids"]
+    assert len(result.sources) == len(ids)  # one label per token id: nothing merged away
+    assert not any("\ufffd" in s for s in result.sources), result.sources
+    assert result.sources[:2] == ["Ü(1/2)", "Ü(2/2)"] and result.sources[-2:] == [" 😀(1/2)", " 😀(2/2)"]
+    path = tmp_path / "u.json"
+    result.to_json(path)
+    assert json.loads(path.read_text(encoding="utf-8"))["sources"] == result.sources
+    assert "Ü(1/2)" in str(result) and "\ufffd" not in str(result)
+    page = result.to_html()
+    assert "\ufffd" not in page and ("Ü(1/2)" in page or json.dumps("Ü(1/2)") in page)
+    labels = [t.get_text() for ax in heatmap_figure(result).axes for t in ax.get_xticklabels()]
+    assert "Ü(1/2)" in labels and not any("\ufffd" in label for label in labels)

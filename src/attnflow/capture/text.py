@@ -32,12 +32,41 @@ def is_causal(model: Any) -> bool:
 def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
     """How tokens are shown: WordPiece/word-level vocabularies as their entries (``##ing`` marks a
     word piece), byte-level BPE and SentencePiece decoded one id at a time (``' cabinet'`` rather
-    than ``'Ġcabinet'``), so that spaces read as spaces."""
+    than ``'Ġcabinet'``), so that spaces read as spaces. A character split over several byte tokens
+    ("😀" as two tokens of SmolLM2's byte-level BPE, each alone an invalid UTF-8 piece that decodes
+    to "\ufffd") is shown on each of them as the text the run covers, numbered: ``'😀(1/2)'``,
+    ``'😀(2/2)'``; the ids stay as they are."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     kind = type(backend.model).__name__ if backend is not None else ""
     if kind in ("WordPiece", "WordLevel") or not hasattr(tokenizer, "decode"):
         return tokenizer.convert_ids_to_tokens(ids)
-    return [tokenizer.decode([i]) for i in ids]
+    shown = [tokenizer.decode([i]) for i in ids]
+    i = 0
+    while i < len(ids):
+        run = _byte_run(tokenizer, ids, shown, i)
+        if run is None:
+            i += 1
+            continue
+        end, text = run
+        k = end - i
+        shown[i:end] = [text] if k == 1 else [f"{text}({m + 1}/{k})" for m in range(k)]
+        i = end
+    return shown
+
+
+BYTE_RUN_MAX = 8  # a UTF-8 character is at most 4 bytes; a few more tokens for pieces that carry two
+
+
+def _byte_run(tokenizer: Any, ids: list[int], shown: list[str], i: int) -> tuple[int, str] | None:
+    """``(end, text)``: the shortest run ``ids[i:end]`` that decodes to valid text, when token ``i``
+    alone is an incomplete UTF-8 piece; None when it is whole (or no short run completes it)."""
+    if "\ufffd" not in shown[i]:
+        return None
+    for end in range(i + 1, min(len(ids), i + BYTE_RUN_MAX) + 1):
+        text = tokenizer.decode(ids[i:end])
+        if "\ufffd" not in text:
+            return end, text
+    return None
 
 
 def max_length(model: Any, tokenizer: Any) -> int | None:
