@@ -360,6 +360,10 @@ class Attribution:
     def _repr_html_(self) -> str:
         return presenter().notebook(self)
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """A notebook's view: the interactive report, a PNG of the figure and the table as text."""
+        return presenter().mimebundle(self)
+
     def table(self, k: int = 5, **options: Any) -> Any:
         """A rich table of the top ``k`` sources (per layer for one method, per method for several)."""
         return presenter().table(self, k, **options)

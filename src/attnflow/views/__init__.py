@@ -7,6 +7,7 @@ figure and report modules are imported only when something is drawn (matplotlib 
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from attnflow.results.presenter import register
@@ -38,8 +39,19 @@ def plot(result: Any, path: Any = None, **options: Any) -> Any:
 
 
 def figure(result: Any, **options: Any) -> Any:
-    """The matplotlib Figure :func:`plot` would write (``dpi`` is for files and is ignored here)."""
+    """The matplotlib Figure :func:`plot` would write (``dpi`` is for files and is ignored here). A new
+    figure is handed back already closed in pyplot, so a notebook shows it once (as the returned
+    value), not a second time when the cell ends; one drawn into the caller's ``ax`` is left as it is."""
     options.pop("dpi", None)
+    drawn = _figure(result, **options)
+    if options.get("ax") is None:
+        from attnflow.views.files import pyplot
+
+        pyplot().close(drawn)
+    return drawn
+
+
+def _figure(result: Any, **options: Any) -> Any:
     if result.kind == "generation":
         from attnflow.views.generation import generation_figure
 
@@ -70,6 +82,18 @@ class _Presenter:
             return report_html(result, title=title)
         save_report(result, path, title=title)
         return str(path)
+
+    @classmethod
+    def mimebundle(cls, result: Any) -> dict[str, str]:
+        """What a notebook cell shows: the interactive report (``text/html``, an isolated iframe), the
+        kind's figure as ``image/png`` (what static viewers such as GitHub's show of a saved notebook)
+        and the top-tokens table as ``text/plain``."""
+        import base64
+
+        png = io.BytesIO()
+        figure(result).savefig(png, format="png", dpi=90, bbox_inches="tight")
+        return {"text/html": cls.notebook(result), "image/png": base64.b64encode(png.getvalue()).decode("ascii"),
+                "text/plain": cls.text(result)}
 
     @staticmethod
     def notebook(result: Any) -> str:

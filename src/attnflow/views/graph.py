@@ -14,7 +14,7 @@ import numpy as np
 from attnflow.config import registry
 from attnflow.core.paths import flow_edges, rollout_edges
 from attnflow.errors import AttnflowError
-from attnflow.views.files import figure_format, save_figure
+from attnflow.views.files import figure_format, pyplot, save_figure
 from attnflow.views.labels import short, thinned
 
 PATH_COLOUR = "#b45309"
@@ -41,10 +41,7 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
     layer 1..L (or -1 for the top) whose paths are drawn on top, for ``method`` "rollout" (every path,
     width = share of the node's rollout) or "flow" (one maximum flow to input ``token``, default the
     token with the largest rollout share)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.collections import LineCollection
 
     a = np.asarray(a, dtype=float)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.errors import AttnflowError
-from attnflow.views.files import figure_format, save_figure
+from attnflow.views.files import figure_format, pyplot, save_figure
 from attnflow.views.labels import figure_title, label_room, plain, short, thinned, token_fontsize, wrapped
 from attnflow.views.scale import left_out, legend, scale_limits, sink_share
 
@@ -45,10 +45,7 @@ def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, titl
     each panel's colour scale (drawn saturated; see :mod:`attnflow.views.scale`), and the panel says
     so under its tokens; content_only: punctuation and very common words too. ``ax``: a matplotlib
     Axes (or one per method) to draw into instead of a new figure; returns the Figure either way."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     methods, t = _panels(result, methods, target)
     if layout not in ("auto", "columns", "rows"):

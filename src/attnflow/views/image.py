@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.errors import AttnflowError
-from attnflow.views.files import save_figure
+from attnflow.views.files import pyplot, save_figure
 from attnflow.views.labels import plain, settings_line
 
 
@@ -42,10 +42,7 @@ def overlay_figure(results: list[Any], methods: Any = None, columns: int = 4, al
     the row's first panel (for one image per row, one method per column). Each panel has its own
     colour scale (its min..max), so colours compare patches within a panel, not across panels.
     Patches are drawn as blocks (no smoothing): the scores are per patch."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     panels = _panels(results, methods)
     cols = min(columns, len(panels))
