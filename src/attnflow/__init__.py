@@ -23,7 +23,7 @@ __version__ = "0.2.0"
 # public name -> the module that defines it (in the layer order of the package)
 _LAZY = {
     "AttentionMaps": "attnflow.core", "flow": "attnflow.api", "grad_rollout": "attnflow.core",
-    "raw": "attnflow.core", "rollout": "attnflow.core",
+    "raw": "attnflow.core", "rollout": "attnflow.core", "as_stack": "attnflow.core",
     "joint_flow": "attnflow.core.joint", "joint_rollout": "attnflow.core.joint",
     "capture_gradients": "attnflow.capture", "capture_images": "attnflow.capture",
     "load_model": "attnflow.capture", "load_vision_model": "attnflow.capture",

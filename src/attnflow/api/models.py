@@ -42,6 +42,18 @@ def is_name(model: Any) -> bool:
     return model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
 
 
+def check_loaded(model: Any) -> None:
+    """Refuse, in a sentence that says what to pass, what is not a loaded Hugging Face model."""
+    if type(model).__name__ == "TransformerBridge":
+        raise AttnflowError("a TransformerLens TransformerBridge is not a Hugging Face model: pass the Hugging Face "
+                            "model it wraps (a fresh copy: booting a bridge rewires the model's modules) with its "
+                            "tokenizer, or explain the bridge's patterns with "
+                            "attnflow.explain_attentions(cache) after model.run_with_cache(...)")
+    if not hasattr(model, "config") or not callable(model):
+        raise AttnflowError(f"model must be a name, a model folder, a .gguf file or a loaded Hugging Face model; "
+                            f"got {model!r} ({type(model).__name__})")
+
+
 @dataclass(frozen=True)
 class Loaded:
     """A model ready to explain: the model, its tokenizer (None for image models), the name results
@@ -76,8 +88,10 @@ def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto") -> 
             model, tokenizer = cached_vision_model(model), None
         else:
             model, tokenizer = cached_model(model, task=task)
-    elif tokenizer is None and task != "vision":
-        raise AttnflowError("pass the tokenizer together with a loaded model")
+    else:
+        check_loaded(model)
+        if tokenizer is None and task != "vision":
+            raise AttnflowError("pass the tokenizer together with a loaded model")
     return Loaded(model=model, tokenizer=tokenizer, name=loaded_name(model), family=model_family(model),
                   head=model_head(model))
 

@@ -324,24 +324,31 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                     flow_targets=flow_targets, progress=progress)
 
 
-def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int = 0,
+def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int | None = None,
                        methods: Any = registry.ALL, targets: Any = "all", flow_targets: str = "auto",
                        residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                        causal_norm: str | None = UNSET, progress: Progress | None = None, prediction: str | None = None,
-                       model: str | None = None, text: str | None = None, settings: Settings | None = None
-                       ) -> Attribution:
+                       model: str | None = None, text: str | None = None, settings: Settings | None = None,
+                       causal: bool | None = None, layout: str | None = None) -> Attribution:
     """An :class:`~attnflow.results.Attribution` from attention you already have: ``(layers, heads,
     n, n)``, the Hugging Face tuple of one input, or :class:`AttentionMaps`. ``tokens`` label the
     positions (default: the maps' tokens, else "0", "1", ...); ``targets`` "all", "target" or a list of
     positions (flow for every target follows ``flow_targets``, as in :func:`explain_maps`). Only the
-    methods that need no model (the registry's ``needs_model`` is False) apply."""
+    methods that need no model (the registry's ``needs_model`` is False) apply.
+
+    Also takes a TransformerLens ``ActivationCache`` (its patterns; TransformerLens prepends a BOS
+    token unless ``prepend_bos=False``: pass ``tokens`` as ``model.to_str_tokens`` gives them). A 5-D
+    stack needs ``layout`` when its order is ambiguous (:func:`attnflow.as_stack`; TransformerLens's
+    ``cache.stack_activation("pattern")`` is ``layout="layers-first"``). causal: whether the maps come
+    from a decoder (None: read off the maps, causal when nothing lies above the diagonal); the
+    target then defaults to the last position (the one that predicts the next token), else 0."""
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver,
                               causal_norm=causal_norm)
     maps = attentions if isinstance(attentions, AttentionMaps) else None
     if maps is None:
         from attnflow.core.inputs import as_stack
 
-        stack = as_stack(attentions)
+        stack = as_stack(attentions, layout=layout)
         if stack.batched:
             raise AttnflowError("explain_attentions takes the attention of one input, not a batch")
         n = stack.shape[-1]
@@ -352,6 +359,12 @@ def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, 
     n = maps.attentions.shape[-1]
     if len(maps.tokens) != n:
         raise AttnflowError(f"{len(maps.tokens)} tokens for attention over {n} positions")
+    if causal is None:
+        causal = bool(maps.causal) or _lower_triangular(maps.attentions)
+    if bool(causal) != bool(maps.causal):
+        maps = AttentionMaps(**{**maps.__dict__, "causal": bool(causal)})
+    if target is None:
+        target = n - 1 if causal else 0
     if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or not -n <= target < n:
         raise AttnflowError(f"target must be a position in [{-n}, {n}); got {target!r}")
     target = int(target) % n
@@ -360,3 +373,12 @@ def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, 
     params = {k: v for k, v in settings.as_dict().items() if k not in ("target", "truncate", "weighting")}
     return _text_result(maps, blocks, target=target, method=shown, text=text, prediction=prediction, model=model,
                         params=params)
+
+
+def _lower_triangular(attentions: Any) -> bool:
+    """Whether no query attends to a later key in any layer or head (a decoder's maps)."""
+    import torch
+
+    values = torch.as_tensor(attentions)
+    n = values.shape[-1]
+    return n > 1 and not bool(torch.triu(values, diagonal=1).abs().max() > 0)

@@ -43,6 +43,7 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
     token with the largest rollout share)."""
     plt = pyplot()
     from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_rgb
 
     a = np.asarray(a, dtype=float)
     if a.ndim != 3 or a.shape[1:] != (len(tokens), len(tokens)):
@@ -58,7 +59,7 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
     idx, segs = _segments(keep)
     weights = a[tuple(idx.T)] if len(idx) else np.zeros(0)
     base = "#8c959f" if node is not None else "#1d4ed8"
-    colours = [(*matplotlib.colors.to_rgb(base), float(0.15 + 0.75 * w)) for w in weights]
+    colours = [(*to_rgb(base), float(0.15 + 0.75 * w)) for w in weights]
     ax.add_collection(LineCollection(segs, linewidths=0.3 + 3.0 * weights, colors=colours, zorder=1))
     caption = f"{int(keep.sum())} of {int((a > 0).sum())} edges drawn (per node the {edges_per_node} strongest, " \
               f"weight >= {min_weight:g})"
@@ -81,7 +82,7 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
         pidx, psegs = _segments(path_keep)
         share = mass[tuple(pidx.T)] / mass.max()
         ax.add_collection(LineCollection(psegs, linewidths=0.6 + 4.5 * share, zorder=2,
-                                         colors=[(*matplotlib.colors.to_rgb(PATH_COLOUR), float(0.3 + 0.7 * s))
+                                         colors=[(*to_rgb(PATH_COLOUR), float(0.3 + 0.7 * s))
                                                  for s in share]))
         ax.scatter([node[1] % n], [layer], s=160, facecolor="none", edgecolor=PATH_COLOUR, linewidth=2, zorder=4)
         caption = f"{label}\n{caption}; path edges under {path_min_share:.0%} of the busiest left out"
