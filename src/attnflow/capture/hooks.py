@@ -180,7 +180,9 @@ class Reducer:
     def weighted(self, layer: int, w: torch.Tensor) -> torch.Tensor:
         """The norm-weighted fused map ``(batch, q, k)`` of layer ``layer``'s weights ``w``."""
         norms = pending_norms(self.pending, self.projections, layer, w.shape[1])
-        return norm_weighted(w.to(device="cpu", dtype=torch.float32), norms, self.head_fusion)
+        # fused where the model runs: only the (batch, q, k) map crosses to the host, not every head's
+        return norm_weighted(w.to(dtype=torch.float32), norms.to(device=w.device, dtype=torch.float32),
+                             self.head_fusion).to(device="cpu")
 
     def layer(self, layer: int, weights: Any) -> None:
         self.calls += 1
@@ -199,7 +201,8 @@ class Reducer:
         if self.projections is not None:
             target[:, 0] = self.weighted(layer, w)
             return
-        target[:, 0] = fuse_heads(w.to(device="cpu", dtype=torch.float32), self.head_fusion)  # no copy for float32
+        # fused where the model runs (a GPU's heads never cross to the host); no copy for float32 on the CPU
+        target[:, 0] = fuse_heads(w.to(dtype=torch.float32), self.head_fusion).to(device="cpu")
 
 
 _ACTIVE: ContextVar[Any] = ContextVar("attnflow_streaming", default=None)
