@@ -161,6 +161,7 @@ def test_explain_faithfulness_generate_reproduce_view_refusals(work, monkeypatch
         (["reproduce", "--solver", "magic", "--out", "repro"], "--solver must be one of"),
         (["reproduce", "--examples", "0", "--out", "repro"], "--examples must be at least 1"),
         (["view", str(inputs / "missing.json"), "--png", "x.png"], "missing.json"),
+        (["faithfulness", "the"], "needs at least 2; 'the' has 1"),
     ]
     for args, message in cases:
         _refused(monkeypatch, capsys, folder, args, message)
@@ -186,6 +187,12 @@ def test_a_target_text_target_may_be_a_token(work, monkeypatch, capsys, minilm_p
     assert code == 0, err
     assert "keys" in out
     assert sorted(p.name for p in folder.iterdir()) == []
+    # the documented keywords: "last" is the last target token, "cls" names none and is refused
+    code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the cabinet", "--target-text",
+                             "the keys", "--target", "last", "--model", str(model))
+    assert code == 0, err
+    _refused(monkeypatch, capsys, folder, ["explain", "the keys to the cabinet", "--target-text", "the keys",
+                                           "--target", "cls", "--model", str(model)], "has no CLS target")
 
 
 def test_top_level_help_has_no_dangling_example_lines(monkeypatch, capsys):
@@ -239,6 +246,7 @@ def test_app_endpoints_answer_bad_requests_with_one_sentence(app_server, tmp_pat
         ("api/jobs", {"model": "agreement", "text": "hi", "methods": ["rollout"], "residual": 1.5},
          "residual must lie between 0 and 1"),
         ("api/jobs/nope", None, "no such job"),
+        ("api/jobs", {"model": "smollm2", "text": "hi"}, "send the text as \"prompt\""),
         ("api/jobs/nope/top?k=0", None, "no such job"),
     ]
     for path, body, message in cases:

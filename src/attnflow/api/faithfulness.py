@@ -331,11 +331,14 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         raise AttnflowError("for a decoder, faithfulness explains the next-token prediction, read at the last "
                             f"position ({len(ids) - 1}); got target {target}")
     predict = model_predict(model, decoder)
-    if progress is not None and hasattr(progress, "estimate"):  # the CLI's bar prints it before the passes
-        from attnflow.evaluation.faithfulness import default_positions
+    from attnflow.evaluation.faithfulness import default_positions
 
-        ranked = len(positions) if positions is not None else len(
-            default_positions(len(ids), result.meta.get("special", ()), target))
+    ranked = len(positions) if positions is not None else len(
+        default_positions(len(ids), result.meta.get("special", ()), target))
+    if ranked < 2:  # refused before any estimate of passes that will never run
+        raise AttnflowError(f"faithfulness ranks the tokens besides the target and special tokens, and needs at "
+                            f"least 2; {text!r} has {ranked} ({len(ids)} tokens in all): give a longer text")
+    if progress is not None and hasattr(progress, "estimate"):  # the CLI's bar prints it before the passes
         rows = sum(np.atleast_2d(result.row(m)).shape[0] for m in result.methods)
         progress.estimate(estimate(model, ids, ranked, rows, fractions, methods=len(result.methods), decoder=decoder))
     found = evaluate(predict, ids, result, positions=positions, special=result.meta.get("special", ()),

@@ -86,7 +86,7 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
     model, tokenizer, name = _loaded(model, tokenizer)
     maps = capture_seq2seq(model, tokenizer, source, target_text, truncate=settings.truncate)
     s, t = len(maps.source_tokens), len(maps.target_tokens)
-    chosen = label_index(maps.target_tokens, target, 0)
+    chosen = label_index(maps.target_tokens, _target_keyword(target), 0)
     attn = (maps.encoder.double().numpy(), maps.decoder.double().numpy(), maps.cross.double().numpy())
     every = list(range(t))
     blocks = {}
@@ -124,3 +124,14 @@ def generate_seq2seq(model: Any, tokenizer: Any, source: str, max_new_tokens: in
                             "teacher_forcing": False},
         meta={"completion": trace.completion, "generated_ids": trace.new_ids, "source_ids": trace.source_ids,
               "encoder_layers": trace.n_encoder_layers})
+
+
+def _target_keyword(target: Any) -> Any:
+    """``--target``'s keywords, as documented, before a target token's text: "last" is the last target
+    token; "cls" names no target of an encoder-decoder model and is refused in a sentence."""
+    if isinstance(target, str) and target.strip().lower() == "last":
+        return -1
+    if isinstance(target, str) and target.strip().lower() == "cls":
+        raise AttnflowError("an encoder-decoder model has no CLS target: --target (target=) picks a target token "
+                            "by index, by its text, or 'last'")
+    return target

@@ -164,6 +164,9 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
         top_k=_number(body.get("top_k", 50), "top-k", 0, 100_000, True),
         top_p=_number(body.get("top_p", 1.0), "top-p", 0.01, 1.0),
         seed=_number(body.get("seed", 0), "seed", 0, 2**31 - 1, True))
+    if body.get("prompt") is None and isinstance(body.get("text"), str):
+        raise AttnflowError("a decoder generates from a prompt: send the text as \"prompt\" (got \"text\"), "
+                            "or pick an encoder to explain a text")
     return GenerateRequest(
         prompt=_text(body.get("prompt"), "prompt"),
         max_new_tokens=_number(body.get("max_new_tokens", 8), "the number of new tokens", 1, MAX_NEW_TOKENS, True),
