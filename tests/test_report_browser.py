@@ -368,3 +368,26 @@ def test_faithfulness_table_in_the_report(context, tmp_path):
     assert rows[0][1 + 3 * i] == "–"  # NaN (None) shows as a dash
     assert "plural" in page.page.text_content("#faith-text")
     page.clean()
+
+
+def test_a_method_without_layers_is_one_row_and_negative_scores_are_red(context, tmp_path):
+    """Ablated flow (no layers axis): the heatmap draws its one row (not one over 29 empty ones), the
+    tokens show it at any layer, and a negative score (the logit rises without the token) is drawn in
+    red on the scale of |score|, never as no effect."""
+    from attnflow.results import Attribution, Block
+
+    tokens = ["a", "b", "c", "d", "e"]
+    row = np.array([[[0.1, -0.8, 0.4, 0.2, 0.0]]])
+    result = Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(5)),
+                         blocks={"ablated-flow": Block(row, (4,), (29,))}, n_layers=30, target=4,
+                         method="ablated-flow")
+    path = tmp_path / "ablated.html"
+    result.to_html(str(path))
+    page = Page(context, path.as_uri())
+    assert page.page.get_attribute("#heatmap", "data-rows") == "1"
+    page.set_layer(3)  # any layer: the one row is what the tokens show
+    assert page.scores() == pytest.approx([0.1, -0.8, 0.4, 0.2, 0.0])
+    backgrounds = page.page.eval_on_selector_all("[data-kind='input']", "els => els.map(e => e.style.background)")
+    assert "185, 28, 28" in backgrounds[1] and "185, 28, 28" not in backgrounds[2]
+    assert page.alphas()[1] > page.alphas()[2] > 0  # |-0.8| is the largest effect, drawn strongest
+    page.clean()

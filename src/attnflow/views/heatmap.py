@@ -85,7 +85,7 @@ def _panel(fig: Any, ax: Any, result: Any, method: str, t: int, *, panel_w: floa
     scores = np.asarray(result.row(method, t), dtype=float)[computed]
     excluded = left_out(result, method, t, sink_aware=sink_aware, content_only=content_only)
     vmin, vmax, signed = scale_limits(scores, excluded)
-    image = ax.imshow(scores, aspect="auto", origin="lower", cmap="RdBu_r" if signed else "Blues", vmin=vmin,
+    image = ax.imshow(scores, aspect="auto", origin="lower", cmap="RdBu" if signed else "Blues", vmin=vmin,
                       vmax=vmax, interpolation="nearest")
     ax.set_title(f"{method}  (target: {short(tokens[target])} @ {target})", fontsize=10)
     if _has_layers(method) or len(computed) > 1:
@@ -103,7 +103,7 @@ def _panel(fig: Any, ax: Any, result: Any, method: str, t: int, *, panel_w: floa
             label.set_color("#8c959f")
     note = legend(result, excluded, quote=lambda tok: repr(short(tok)), share=sink_share(result, method, t))
     if signed:
-        note = "; ".join(filter(None, [note, "red: for the prediction, blue: against it"]))
+        note = "; ".join(filter(None, [note, "blue: for the prediction, red: against it"]))
     if note:
         ax.set_xlabel(plain(wrapped(note, panel_w)), fontsize=7, color="#656d76")
     # The target's column: a marker above the panel, in axes coordinates vertically.
