@@ -11,11 +11,11 @@ torch and transformers are imported only when something is computed.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from attnflow import capture as _capture_package  # light: its names load on first use
 from attnflow import views as _views  # noqa: F401  (registers how results draw themselves)
+from attnflow.config.lazy import lazy
 from attnflow.errors import AttnflowError, AttnflowWarning, LongFlowWarning
 
 __version__ = "0.2.0"
@@ -47,15 +47,5 @@ def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False, he
                                     weighting=weighting)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public API only (not the helpers this module imports: typing's ``Any``, ``importlib``, ...)."""
-    return sorted([*__all__, "__version__"])
+# __dir__: the public API only (not the helpers this module imports: typing's ``Any``, ``lazy``, ...)
+__getattr__, __dir__ = lazy(__name__, _LAZY, public=(*__all__, "__version__"))

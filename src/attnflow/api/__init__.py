@@ -8,10 +8,11 @@ and the checks made before any model loads (:mod:`attnflow.api.checks`) run with
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import Any
+
+from attnflow.config.lazy import lazy
 
 _MODULES = {
     "BatchRun": "batch", "batch": "batch",
@@ -27,17 +28,11 @@ _MODULES = {
 __all__ = sorted(_MODULES)
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'attnflow.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"attnflow.api.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, _names = lazy(__name__, {name: f"attnflow.api.{module}" for name, module in _MODULES.items()})
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULES))
+    return sorted(set(globals()) | set(_names()))
 
 
 class _Api(types.ModuleType):
