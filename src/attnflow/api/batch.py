@@ -182,7 +182,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
                    residual=residual, weighting=weighting, causal_norm=causal_norm, model=model)
     check(options, images)  # nothing is created under ``out`` before every check has passed
     names = _methods(methods, images)
-    if weighting == "norm" and "grad-rollout" in names:
+    if weighting == "norm":
         from attnflow.api.text import refuse_norm_with_gradients
 
         refuse_norm_with_gradients(names, explained)
