@@ -11,6 +11,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from factory import tiny_decoder
@@ -101,6 +102,14 @@ def test_explain_by_path_reads_the_config_once_and_runs_no_extra_clean_pass(deco
     # the clean prefix cache of [0, j0) grown once per chunk that starts after 0: none for one chunk
     assert paper["forward"] == 1
     assert n <= 16 and counts["forward"] == 1 + 1
+    # the reused logits change nothing: the engine with a clean pass of its own gives the same scores
+    from attnflow.api.models import resolve
+    from attnflow.capture.ablation import ablated_flow
+
+    loaded = resolve(decoder_dir)
+    ids = loaded.tokenizer(TEXT)["input_ids"]
+    own = ablated_flow(loaded.model, ids, [len(ids) - 1]).scores[0, 0]
+    np.testing.assert_allclose(result.row("ablated-flow")[-1], own, rtol=0, atol=1e-12)
 
 
 def test_generate_by_path_reads_the_config_once_and_reuses_the_generations_logits(decoder_dir):
