@@ -167,8 +167,6 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
            "the same drop with the values zeroed in one layer at a time (decoders; layers x the cost)"),
-    Method("random-ablation", ("text",), PER_SOURCE, False, "chance baseline: ablated flow, sources permuted (seed 0)",
-           "attnflow.api.methods.random_ablation:random_ablation", "ablated flow's scores on randomly permuted sources"),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
            "(decoders)"),
