@@ -25,7 +25,7 @@ LAYERS = {
     "attnflow.capture": 2,
     "attnflow.results": 3,
     "attnflow.views": 4, "attnflow.evaluation": 4,
-    "attnflow.api": 5, "attnflow.reproduction": 5,  # entry points; reproduction.training trains the bundled models
+    "attnflow.api": 5, "attnflow.reproduction": 5, "attnflow.batch": 5,  # entry points; reproduction.training trains the bundled models
     "attnflow.cli": 6,
     "attnflow.app": 6,  # the live explorer: as thin as the CLI, over the api
 }

@@ -15,7 +15,6 @@ from typing import Any
 from attnflow.config.lazy import lazy
 
 _MODULES = {
-    "BatchRun": "batch", "batch": "batch",
     "faithfulness": "faithfulness", "faithfulness_report": "faithfulness",
     "flow": "flowrun",
     "generate": "generate",
@@ -25,10 +24,15 @@ _MODULES = {
     "explain_attentions": "text", "explain_maps": "text",
 }
 
-__all__ = sorted(_MODULES)
+# The batch system has its own room (attnflow.batch, beside the app and the CLI); its entry point stays
+# reachable here as it always was.
+_ELSEWHERE = {"BatchRun": "attnflow.batch.run", "batch": "attnflow.batch.run"}
+
+__all__ = sorted({*_MODULES, *_ELSEWHERE})
 
 
-__getattr__, _names = lazy(__name__, {name: f"attnflow.api.{module}" for name, module in _MODULES.items()})
+__getattr__, _names = lazy(__name__, {**{name: f"attnflow.api.{module}" for name, module in _MODULES.items()},
+                                      **_ELSEWHERE})
 
 
 def __dir__() -> list[str]:
@@ -36,8 +40,8 @@ def __dir__() -> list[str]:
 
 
 class _Api(types.ModuleType):
-    """``batch``, ``faithfulness`` and ``generate`` are both functions and the modules defining
-    them: importing such a module (``from attnflow.api.batch import ...``) makes Python set the
+    """``faithfulness`` and ``generate`` are both functions and the modules defining them:
+    importing such a module (``from attnflow.api.generate import ...``) makes Python set the
     package's attribute to the module. The name stays the function, as when this package imported
     everything at once."""
 

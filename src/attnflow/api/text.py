@@ -154,7 +154,7 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings) -> Prepar
 
 
 def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any, lm: bool = False) -> Prepared:
-    """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.api.batching`)
+    """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.batch`)
     with its target resolved and the model's prediction read, ready for :func:`attribute`."""
     return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
                     model=model, name=loaded_name(model), text=text, tokenizer=tokenizer, lm=lm)
