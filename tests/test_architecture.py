@@ -330,3 +330,13 @@ def test_the_name_comparison_checker_can_fail():
                         'if record.gradients: pass\nx = "flow"\nif kind == "text": pass\n'
                         'if m != "ablated-flow" and m in ("raw",): pass\n')
     assert _name_comparisons(snippet) == [(1, "flow"), (2, "grad-rollout"), (6, "ablated-flow")]
+
+
+def test_every_registry_function_lives_in_api_methods_and_results_sit_below_the_entry_points():
+    from attnflow.config import registry
+
+    outside = [m.name for m in registry.REGISTRY.values()
+               if not m.function.partition(":")[0].startswith("attnflow.api.methods.")]
+    assert not outside, f"{outside}: a method's function is attnflow/api/methods/<module>.py (see the registry)"
+    assert layer("attnflow.results") < min(layer("attnflow.views"), layer("attnflow.api"), layer("attnflow.batch"))
+    assert all(layer(t) <= layer("attnflow.results") for t in GRAPH["attnflow.results"] if t != "attnflow")

@@ -31,13 +31,13 @@ FILTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "sink": ("leave out the first token (where heads park attention: the attention sink)", {"skip": [0]}),
 }
 
-KINDS = ("text", "image")
+PAGE_KINDS = ("text", "image")
 
 
 def methods_offered() -> dict[str, tuple[str, ...]]:
     """The methods of each kind, read from the registry when asked (a method registered at run time is
     offered from then on)."""
-    return {kind: registry.names(kind) for kind in KINDS}
+    return {kind: registry.names(kind) for kind in PAGE_KINDS}
 HEAD_FUSIONS = choices("head_fusion")
 # decoders: receptive-field normalisation, by menu name ("none" for off)
 CAUSAL_NORMS = {row["name"]: value for row, value in zip(OPTIONS["causal_norm"].menu(), choices("causal_norm"))}

@@ -68,7 +68,7 @@ MAX_FLOW = "one max-flow per target, source and layer"
 COSTS = (FORWARD, FORWARD_BACKWARD, PER_SOURCE, MAX_FLOW)
 MODEL_COSTS = (FORWARD_BACKWARD, PER_SOURCE)  # methods that run the model again (not attention alone)
 
-KINDS = ("text", "image", "seq2seq")
+RESULT_KINDS = ("text", "image", "seq2seq")
 
 # Rows policies: which targets a report's maps compute when every target is asked for.
 EVERY_TARGET = "every target"
@@ -102,9 +102,9 @@ class Method:
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
             raise AttnflowError(f"cost must be one of {COSTS}; got {self.cost!r}")
-        unknown = set(self.kinds) - set(KINDS)
+        unknown = set(self.kinds) - set(RESULT_KINDS)
         if unknown:
-            raise AttnflowError(f"kinds must be among {KINDS}; got {sorted(unknown)}")
+            raise AttnflowError(f"kinds must be among {RESULT_KINDS}; got {sorted(unknown)}")
         if self.rows not in ROWS:
             raise AttnflowError(f"rows must be one of {ROWS}; got {self.rows!r}")
 
@@ -148,12 +148,12 @@ class Context:
 
 _ATTENTION = "attnflow.api.methods.attention"
 REGISTRY: dict[str, Method] = {m.name: m for m in (
-    Method("raw", KINDS, FORWARD, True, "Abnar & Zuidema 2020 (raw attention)", f"{_ATTENTION}:raw",
+    Method("raw", RESULT_KINDS, FORWARD, True, "Abnar & Zuidema 2020 (raw attention)", f"{_ATTENTION}:raw",
            "each layer's attention weights", in_all=True, colour="#6e7781"),
-    Method("rollout", KINDS, FORWARD, True, "Abnar & Zuidema 2020, eq. 1", f"{_ATTENTION}:rollout",
+    Method("rollout", RESULT_KINDS, FORWARD, True, "Abnar & Zuidema 2020, eq. 1", f"{_ATTENTION}:rollout",
            "products of residual-augmented attention, layer by layer", in_all=True, paths=True, colour="#1d4ed8",
            decoder_default=True, tracked=True, shown_first=True),
-    Method("flow", KINDS, MAX_FLOW, True, "Abnar & Zuidema 2020, section 3", f"{_ATTENTION}:flow",
+    Method("flow", RESULT_KINDS, MAX_FLOW, True, "Abnar & Zuidema 2020, section 3", f"{_ATTENTION}:flow",
            "max-flow through the attention graph", in_all=True, paths=True, colour="#b45309", rows=WHILE_CHEAP),
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
            "attnflow.api.methods.gradient:grad_rollout",
@@ -186,8 +186,8 @@ ALL = "all"
 
 def methods(kind: str | None = None) -> list[Method]:
     """Every registered method (those offered for results of ``kind`` when given), in registry order."""
-    if kind is not None and kind not in KINDS:
-        raise AttnflowError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    if kind is not None and kind not in RESULT_KINDS:
+        raise AttnflowError(f"kind must be one of {', '.join(RESULT_KINDS)}; got {kind!r}")
     return [m for m in REGISTRY.values() if kind is None or kind in m.kinds]
 
 
