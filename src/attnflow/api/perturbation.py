@@ -52,7 +52,8 @@ def evaluate_perturbation(model: Any = None, images: Any = None, labels: Any = N
         images, labels = images[:limit], labels[:limit]
     model = resolve(model, task="vision").model
     fill_values = fill_value(model, fill)
-    maps = capture_images(model, list(images), gradients=any(registry.get(m).gradients for m in methods))
+    # ("random", the baseline, is no registry method: fact() says False for it)
+    maps = capture_images(model, list(images), gradients=any(registry.fact(m, "gradients") for m in methods))
     scores = {}
     for m in methods:
         if m == "random":
