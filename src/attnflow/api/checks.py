@@ -34,15 +34,19 @@ def _config(name: str) -> dict | None:
     return read_config(path)
 
 
-def check_text_model(name: str, *, weighting: str = "attention", causal_norm: str | None = None,
+def check_text_model(name: Any, *, weighting: str = "attention", causal_norm: str | None = None,
                      what: str = "explain") -> None:
-    """Refuse a model folder (or a hub id, as far as its name tells) that cannot give text results with
-    these settings."""
+    """Refuse a model folder (or a hub id, as far as its name tells; or the
+    :class:`~attnflow.capture.load.ModelInfo` an entry point inspected) that cannot give text results
+    with these settings."""
     from attnflow.capture.architectures import PROJECTIONS, architecture, model_type, refuse_unsupported
-    from attnflow.capture.load import check_model_path, model_task
+    from attnflow.capture.load import ModelInfo, check_model_path, config_task
 
-    check_model_path(name)
-    config = _config(name)
+    if isinstance(name, ModelInfo):
+        config, name = name.config or None, name.path
+    else:
+        check_model_path(name)
+        config = _config(name)
     if config is None:
         return
     refuse_unsupported(config)
@@ -62,7 +66,7 @@ def check_text_model(name: str, *, weighting: str = "attention", causal_norm: st
                             f"use weighting 'attention' (--weighting attention), or a family it covers "
                             f"({', '.join(sorted(PROJECTIONS)[:6])}, ...)")
     # the task only when needed: reading a class's head may consult transformers' mappings (torch)
-    if causal_norm is not None and model_task(name) not in ("causal-lm", ""):
+    if causal_norm is not None and config_task(config) not in ("causal-lm", ""):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
                             "(its queries see the whole input): drop --causal-norm")
 

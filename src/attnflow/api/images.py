@@ -106,7 +106,8 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
                           f"model takes: it was {maps.gaps[i]}, so the prediction ({label(predicted[i])}) and the "
                           "overlay say little about it; use a model trained on images like it",
                           AttnflowWarning, stacklevel=2)
-        extra = {"explained_class": label(maps.target[i])} if "grad-rollout" in methods else {}
+        explains_class = any(registry.get(m).gradients for m in methods)
+        extra = {"explained_class": label(maps.target[i])} if explains_class else {}
         out.append(Attribution(
             kind="image", sources=sources, targets=[read_out], target_positions=[layout.sources[0]
                                                                                  if layout.pooling == "cls" else None],

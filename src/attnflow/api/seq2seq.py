@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from attnflow.api.methods import as_block
+from attnflow.api.methods import run_method
 from attnflow.api.models import is_name, resolve
 from attnflow.capture.seq2seq import capture_seq2seq, track_seq2seq_generation
 from attnflow.config import registry
@@ -54,12 +54,11 @@ def _refuse_not_seq2seq(name: str) -> None:
                             + (" (or use attnflow generate to explain what it writes)" if task == "causal-lm" else ""))
 
 
-def _as_block(record: registry.Method, values: np.ndarray, targets: list[int], n_layers: int) -> Block:
-    """``(layers, targets, S + T)`` -> a block over the sources ``S + T + 1``: the last target token is
-    never read by the decoder, so its column is 0."""
-    values = np.asarray(values, dtype=float)
-    padded = np.concatenate([values, np.zeros(values.shape[:2] + (1,))], axis=-1)
-    return as_block(record, padded, targets, n_layers)
+def _padded(block: Block) -> Block:
+    """A block over the sources ``S + T`` -> one over ``S + T + 1``: the last target token is never read
+    by the decoder, so its column is 0."""
+    values = np.concatenate([block.values, np.zeros(block.values.shape[:2] + (1,))], axis=-1)
+    return Block(values, block.targets, block.layers)
 
 
 def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokenizer: Any = None,
@@ -95,8 +94,8 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
         rows = every if not costly or flow_targets == "all" or (flow_targets == "auto" and s + t <= FLOW_ALL_MAX) \
             else [chosen]
         context = Context(kind="seq2seq", attentions=attn, settings=settings, rows=rows, progress=progress,
-                          model=model, tokenizer=tokenizer, extra={"target_tokens": t})
-        blocks[m] = _as_block(registry.get(m), registry.get(m)(context), rows, int(maps.decoder.shape[0]))
+                          model=model, tokenizer=tokenizer, target_tokens=t, n_layers=int(maps.decoder.shape[0]))
+        blocks[m] = _padded(run_method(registry.get(m), context))
     return Attribution(
         kind="seq2seq", sources=maps.source_tokens + [maps.start_token] + maps.target_tokens,
         targets=maps.target_tokens, target_positions=[s + i for i in range(t)], blocks=blocks,

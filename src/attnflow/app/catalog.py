@@ -24,7 +24,7 @@ from typing import Any
 from attnflow.app.locks import ModelLock
 from attnflow.errors import AttnflowError
 
-KINDS = ("text", "decoder", "image")
+CATALOG_KINDS = ("text", "decoder", "image")
 
 
 @dataclass

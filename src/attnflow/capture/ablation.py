@@ -128,7 +128,7 @@ def _embed_hook(module: Any, args: Any, output: Any) -> Any:
     return out
 
 
-def _install(model: Any, values: bool) -> None:
+def _install_edit_hooks(model: Any, values: bool) -> None:
     """Hooks on the input embedding and (``values``) the value projections, installed once per model
     and idle unless an edit is active in the calling thread (as :mod:`attnflow.capture.hooks` does,
     so that threads sharing a model never see each other's edits)."""
@@ -341,7 +341,7 @@ def ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, layers: str
     ids, targets = _check(model, input_ids, targets, readout, tokens, foils, batch_size)
     if layers not in LAYER_MODES:
         raise AttnflowError(f"layers must be 'all' (every layer at once) or 'each' (one at a time); got {layers!r}")
-    _install(model, values=True)
+    _install_edit_hooks(model, values=True)
     n_layers = len(_projections(model))
     variants = [-1] if layers == "all" else list(range(n_layers))
     elements = [(j, v) for j in _sources(targets) for v in variants]
@@ -385,7 +385,7 @@ def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: A
             if vector.numel() != hidden:
                 raise AttnflowError(f"the replacement embedding must have {hidden} numbers (the model's hidden size); "
                                     f"got {vector.numel()}")
-    _install(model, values=False)
+    _install_edit_hooks(model, values=False)
     last = max(targets)  # deleting the last target itself leaves nothing to read; it scores 0
     elements = [(j, -1) for j in range(last if vector is None else last + 1)]
     return _run(model, ids, targets, elements, delete=vector is None, replacement=vector, readout=readout,

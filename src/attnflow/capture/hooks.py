@@ -209,7 +209,7 @@ _ACTIVE: ContextVar[Any] = ContextVar("attnflow_streaming", default=None)
 _INSTALL = threading.Lock()
 
 
-def _install(model: Any, modules: list[AttentionModule]) -> None:
+def _install_capture_hooks(model: Any, modules: list[AttentionModule]) -> None:
     """Hooks that hand each forward call's attention to the receiver active in the calling thread
     (:func:`streaming`), installed once per model and left in place, as transformers does for its
     own recorder: hooks added and removed per call would race when several threads share a model
@@ -224,7 +224,7 @@ def _install(model: Any, modules: list[AttentionModule]) -> None:
 
 
 def _install_values(model: Any, projections: list[Any]) -> None:
-    """Hooks on the value projections (norm weighting), installed once per model like :func:`_install`;
+    """Hooks on the value projections (norm weighting), installed once per model like :func:`_install_capture_hooks`;
     they hand the projection's output to the active receiver only when it asks for values."""
     with _INSTALL:
         if getattr(model, "_attnflow_value_layers", None) == len(projections):
@@ -263,7 +263,7 @@ def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iter
     once the whole model has run, its output to ``receiver.end_call(output)``. A receiver with
     ``projections`` (norm weighting) also gets each value projection's output first:
     ``receiver.values(i, output)``."""
-    _install(model, modules)
+    _install_capture_hooks(model, modules)
     if getattr(receiver, "projections", None) is not None:
         _install_values(model, receiver.projections)
     receiver.model = model

@@ -165,8 +165,8 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
         :mod:`attnflow.core.weighting`); needs a fused ``head_fusion``.
 
     ``logits`` are kept for models with one output per input (classifiers); language models'
-    per-position logits (``n x vocabulary`` numbers) are not computed beyond the last position and
-    not kept.
+    per-position logits (``n x vocabulary`` numbers) are not computed beyond the last position, which
+    one text's maps keep as ``last_logits``.
     """
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
@@ -199,11 +199,13 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     tokens = [token_strings(tokenizer, ids) for ids in enc["input_ids"].tolist()]
     special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]
     logits = getattr(out, "logits", None)
+    # a decoder's last-position logits, in the model's dtype: the clean readout of ablation (see maps)
+    last = logits[0, -1].detach().cpu() if logits is not None and causal and isinstance(text, str) else None
     logits = logits.detach().float().cpu() if logits is not None and not causal else None
     del out
     if isinstance(text, str):
         return AttentionMaps(stacked[0], tokens[0], mask=None, causal=causal, special=special_idx[0],
                              input_ids=enc["input_ids"][0], logits=None if logits is None else logits[0],
-                             head_fusion=head_fusion, weighting=weighting)
+                             last_logits=last, head_fusion=head_fusion, weighting=weighting)
     return AttentionMaps(stacked, tokens, mask=mask, causal=causal, special=special_idx,
                          input_ids=enc["input_ids"], logits=logits, head_fusion=head_fusion, weighting=weighting)

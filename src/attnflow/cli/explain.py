@@ -27,26 +27,6 @@ from attnflow.config import registry
 Method = method_enum("text")
 
 
-def _honest(result, report, model, paper_only: bool) -> None:
-    """A decoder's text gets ablated flow beside the paper's methods (unless ``paper_only``), and a
-    short input's report the faithfulness numbers (attnflow.api.honest)."""
-    from attnflow.api.honest import with_decoder_methods, with_faithfulness
-    from attnflow.api.models import describe, resolve
-
-    if result.kind != "text" or (paper_only and report is None):
-        return
-    if describe(model)[1] not in ("causal-lm", "classification"):
-        return  # a bare encoder: no prediction
-    loaded = resolve(model)
-    lm, tokenizer = loaded.model, loaded.tokenizer
-    if not paper_only:
-        with_decoder_methods(result, lm, tokenizer)
-        if report is not None:
-            with_decoder_methods(report, lm, tokenizer)
-    if report is not None:
-        with_faithfulness(report, lm, tokenizer)
-
-
 @app.command()
 def explain(
     text: str = typer.Argument(..., help="The input text, quoted."),
@@ -90,7 +70,7 @@ def explain(
     from attnflow.api import explain_maps
 
     chosen = chosen_methods(method)
-    shown = registry.ALL_SHOWN if method.value == registry.ALL else method.value
+    shown = registry.shown_first(registry.paper_methods()) if method.value == registry.ALL else method.value
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
@@ -105,15 +85,17 @@ def explain(
             result = report.select(methods=chosen)
             report = report if html_out is not None else None
         elif html_out is None:
-            result = explain_text(text, model, method=method.value, progress=bar, **options)
+            result = explain_text(text, model, method=method.value, progress=bar, paper_only=paper_only, **options)
             report = None
         else:
             # The report lets the reader click any token as the target, so it needs every target's
             # scores; raw and rollout come along for free and give the page something to switch to.
             wanted = tuple(m for m in registry.names("text") if m in chosen or m in cheap)
-            report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, **options)
-            result = report.select(methods=chosen, targets=[report.target])
-        _honest(result, report, model, paper_only)
+            # (a decoder's defaults and a short input's faithfulness numbers come with it: attnflow.api.honest)
+            report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, paper_only=paper_only,
+                                  **options)
+            result = report.select(methods=[m for m in report.methods if m in chosen or m not in wanted],
+                                   targets=[report.target])
     console = Console()
     if result.prediction is not None:
         console.print(f"prediction: [bold]{result.prediction}[/bold]")

@@ -52,10 +52,10 @@ def faithfulness(
     chosen = chosen_methods(method)
     if method.value == "all":  # a decoder: the measured-faithful method beside the paper's three
         from attnflow.api.models import describe
-        from attnflow.config.registry import DECODER_DEFAULT
+        from attnflow.config.registry import decoder_default
 
         if model is not None and describe(model)[1] == "causal-lm":
-            chosen += [m for m in DECODER_DEFAULT if m not in chosen]
+            chosen += [m for m in decoder_default() if m not in chosen]
     with progress_bar("leave-one-out and AOPC passes") as bar:
         result = measure(text, model, method=chosen, progress=bar, **options)
     console = Console()

@@ -13,7 +13,7 @@ from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
 from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, model_option, option
 from attnflow.cli.outputs import check_outputs, write_outputs
-from attnflow.config.registry import DECODER_DEFAULT, generation_methods
+from attnflow.config.registry import decoder_default, generation_methods
 from attnflow.errors import AttnflowError
 
 GenerationMethod = _choice_enum("GenerationMethod", generation_methods())
@@ -37,7 +37,7 @@ def generate(
     method: Optional[list[GenerationMethod]] = typer.Option(
         None, help=f"How each generated token is explained: {TRACKED} (tracked while generating), or "
         f"{', '.join(OFFERED)} (computed beside it); repeat the option for several, the first is shown. Default: "
-        f"{' beside '.join(DECODER_DEFAULT)} (the measured-faithful method; docs/decoders.md). --method {TRACKED}: "
+        f"{' beside '.join(decoder_default())} (the measured-faithful method; docs/decoders.md). --method {TRACKED}: "
         "the paper's alone."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
@@ -67,8 +67,8 @@ def generate(
     torch.manual_seed(seed)
     from attnflow.cli.progress import progress_bar
 
-    # default: the paper's rollout beside the measured-faithful method (registry.DECODER_DEFAULT)
-    names = list(dict.fromkeys(m.value for m in method)) if method else list(DECODER_DEFAULT)
+    # default: the paper's rollout beside the measured-faithful method (registry.decoder_default)
+    names = list(dict.fromkeys(m.value for m in method)) if method else list(decoder_default())
     with progress_bar(", ".join(names), unit="runs") as bar:
         result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample, method=names, progress=bar,
                                causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)

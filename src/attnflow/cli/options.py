@@ -54,7 +54,7 @@ def method_enum(kind: str) -> type[Enum]:
 
 def method_help(kind: str) -> str:
     """``raw, rollout, flow, grad-rollout (a classifier's predicted class), or all (raw, rollout, flow).``"""
-    listed = ", ".join(m.name + (" (a classifier's predicted class)" if m.name in registry.CLASSIFIERS_ONLY else "")
+    listed = ", ".join(m.name + (" (a classifier's predicted class)" if m.classifiers_only else "")
                        for m in registry.methods(kind))
     return f"{listed}, or {registry.ALL} ({', '.join(registry.paper_methods())}). See docs/methods.md."
 

@@ -270,7 +270,7 @@ class Attribution:
     def select(self, methods: Any = None, targets: Any = None) -> Attribution:
         """The same result restricted to ``methods`` (names) and the computed rows of ``targets``
         (indices or labels); the axes and labels stay as they are. The default method and target
-        follow the selection."""
+        follow the selection; a faithfulness record is kept while it measured only kept methods."""
         names = self.methods if methods is None else [methods] if isinstance(methods, str) else list(methods)
         for name in names:
             self.block(name)
@@ -284,8 +284,11 @@ class Attribution:
             blocks[name] = Block(block.values[rows], tuple(block.targets[i] for i in rows), block.layers)
         method = self.method if self.method in blocks else names[0]
         target = self.target if keep is None or self.target in keep else min(keep)
-        return replace(self, blocks=blocks, method=method, target=target, params=dict(self.params),
-                       meta=dict(self.meta))
+        meta = dict(self.meta)
+        # a faithfulness record that ranks methods the selection left out would name a best method it lacks
+        if set(((meta.get("faithfulness") or {}).get("methods") or {})) - set(blocks):
+            del meta["faithfulness"]
+        return replace(self, blocks=blocks, method=method, target=target, params=dict(self.params), meta=meta)
 
     def with_target(self, target: Any) -> Attribution:
         """The same result with another default target (nothing is recomputed)."""

@@ -68,7 +68,7 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
         where = f"layer {layer}, {short(tokens[node[1] % n])} @ {node[1] % n}"
         mass = rollout_edges(a, *node)
         label = f"paths of the rollout of ({where})"
-        if method == "flow":
+        if registry.get(method).cost == registry.MAX_FLOW:
             # Default sink: the input with the largest rollout share other than the node's own token,
             # which the residual self-loops make trivially large.
             share = mass[0].sum(axis=0)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.config import registry
 from attnflow.errors import AttnflowError
 from attnflow.views.files import pyplot, save_figure
 from attnflow.views.labels import plain, settings_line
@@ -65,7 +66,7 @@ def overlay_figure(results: list[Any], methods: Any = None, columns: int = 4, al
                           vmax=high if high > low else low + 1e-12)
         title = f"{method}  pred {result.prediction}"
         explained = result.params.get("explained_class")
-        if method == "grad-rollout" and explained is not None and explained != result.prediction:
+        if registry.fact(method, "classifiers_only") and explained is not None and explained != result.prediction:
             title += f" (for {explained})"
         ax.set_title(plain(f"{_file_name(result)}\n{title}"), fontsize=9)
         bar = fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.02)

@@ -88,8 +88,8 @@ def _note(result: Attribution, name: str) -> str:
     shown = ", ".join(str(result.target_positions[t] if result.kind == "text" else t) for t in block.targets[:12])
     more = ", ..." if len(block.targets) > 12 else ""
     note = f"{name} was computed for {what}{'s' if len(block.targets) > 1 else ''} {shown}{more} only"
-    if name == "flow" and result.kind == "text":
-        note += (": flow for every position costs one max-flow per token pair and layer "
+    if registry.fact(name, "rows") == registry.WHILE_CHEAP and result.kind == "text":
+        note += (f": {name} for every position costs one max-flow per token pair and layer "
                  "(attnflow.explain_maps(..., flow_targets='all') computes it anyway)")
     return note
 
