@@ -296,11 +296,15 @@ def test_png_draws_every_method_on_a_decoder_and_a_classifier(work, monkeypatch,
     """Methods without a layers axis (ablated flow, occlusion) draw as one row, each on its own scale."""
     import matplotlib.image as mpimg
 
+    from attnflow.config import registry
+
     folder, _ = work
     for method in _offered(kind):
         png = folder / f"{method}.png"
+        # --paper-only (no decoder defaults beside it) only where it does not contradict the method
+        alone = ["--paper-only"] if method in registry.paper_methods() else []
         code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the old cabinet are", "--model",
-                                 str(tiny_folders[kind]), "--method", method, "--png", str(png), "--paper-only")
+                                 str(tiny_folders[kind]), "--method", method, "--png", str(png), *alone)
         assert code == 0, (method, err)
         picture = mpimg.imread(png)
         assert picture.shape[0] > 100 and picture.std() > 0.01, method  # a drawn figure, not an empty page
@@ -398,3 +402,103 @@ def test_non_ascii_tokens_read_as_the_text_they_cover(smollm2, tmp_path):
     assert "\ufffd" not in page and ("Ü(1/2)" in page or json.dumps("Ü(1/2)") in page)
     labels = [t.get_text() for ax in heatmap_figure(result).axes for t in ax.get_xticklabels()]
     assert "Ü(1/2)" in labels and not any("\ufffd" in label for label in labels)
+
+
+# ------------------------------------------------------------------ a setting or method that cannot apply (issue 33)
+
+LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+
+
+def test_a_method_or_setting_that_cannot_apply_is_refused_by_every_command(work, monkeypatch, capsys, minilm_path):
+    """Config-only folders: each refusal comes before any weight is read (there are none to read)."""
+    folder, inputs = work
+    llama = str(_config_folder(inputs, "llama", LLAMA))
+    t5, data = str(inputs / "t5"), str(inputs / "data.jsonl")
+    cases = [
+        (["explain", "the keys", "--method", "ablated-flow", "--weighting", "norm", "--model", llama],
+         "weighting='norm' (--weighting) does not change ablated-flow"),
+        (["explain", "the keys", "--method", "alti-logit", "--causal-norm", "sink", "--model", llama],
+         "causal_norm='sink' (--causal-norm) does not change alti-logit"),
+        (["explain", "the keys", "--method", "occlusion", "--paper-only", "--model", llama], "contradict"),
+        (["explain", "the keys", "--method", "logit-attribution", "--paper-only", "--html", "r.html", "--model",
+          llama], "contradict"),
+        (["generate", "the keys", "--method", "ablated-flow", "--model", t5],
+         "ablated-flow runs on decoders (causal language models) only, and this model is an encoder-decoder"),
+        (["generate", "the keys", "--method", "alti-logit", "--model", t5], "alti-logit runs on decoders"),
+        (["generate", "the keys", "--method", "occlusion", "--weighting", "norm", "--model", llama],
+         "does not change occlusion"),
+        (["batch", data, "--out", "run", "--methods", "ablated-flow", "--model", minilm_path],
+         f"ablated-flow runs on decoders (causal language models) only, and this model is an encoder, so batch "
+         f"cannot compute it; `attnflow methods --model {minilm_path}`"),
+        (["batch", data, "--out", "run", "--methods", "rollout,occlusion", "--weighting", "norm", "--model", llama],
+         "does not change occlusion"),
+        (["batch", data, "--out", "run", "--methods", ""], "methods (--methods) names no method"),
+        (["batch", data, "--out", "run", "--methods", " , "], "methods (--methods) names no method"),
+        (["faithfulness", "the keys to the cabinet are", "--method", "ablated-flow"],
+         "ablated-flow runs on decoders (causal language models) only, and this model is a classifier"),
+    ]
+    for args, message in cases:
+        _refused(monkeypatch, capsys, folder, args, message)
+    # what the same settings do with methods they change: accepted past the check (then the weights are missing)
+    code, _, err = run_cli(monkeypatch, capsys, "explain", "the keys", "--method", "rollout", "--weighting", "norm",
+                           "--model", llama)
+    assert code != 0 and "does not change" not in err and "contradict" not in err, err
+
+
+def test_python_entry_points_make_the_same_check(work, minilm_path):
+    import attnflow
+    from attnflow.errors import AttnflowError
+
+    folder, inputs = work
+    llama = str(_config_folder(inputs, "llama", LLAMA))
+    with pytest.raises(AttnflowError, match="runs on decoders .* this model is an encoder, so batch"):
+        attnflow.batch(TEXTS, minilm_path, methods="ablated-flow", out=folder / "run", engine="local")
+    assert not (folder / "run").exists()
+    with pytest.raises(AttnflowError, match="does not change ablated-flow"):
+        attnflow.explain("the keys", llama, method="ablated-flow", weighting="norm")
+    with pytest.raises(AttnflowError, match="contradict"):
+        attnflow.explain("the keys", llama, method=["rollout", "alti-logit"], paper_only=True)
+    with pytest.raises(AttnflowError, match="contradict"):
+        attnflow.explain_maps("the keys", llama, methods=["rollout", "occlusion"], paper_only=True)
+    with pytest.raises(AttnflowError, match="alti-logit runs on decoders .* an encoder-decoder, so generate"):
+        attnflow.generate(str(inputs / "t5"), prompt="the keys", method="alti-logit")
+    with pytest.raises(AttnflowError, match="causal_norm='keys' .* does not change logit-attribution"):
+        attnflow.generate(llama, prompt="the keys", method=["rollout", "logit-attribution"], causal_norm="keys")
+
+
+def _runs_on(stdout: str) -> dict[str, bool]:
+    """method -> whether `attnflow methods --model` says the model runs it (its last column)."""
+    out = {}
+    for line in stdout.splitlines()[2:]:
+        name = line.split()[0]
+        out[name] = not line.split("  ")[-1].strip().startswith("no:")
+    return out
+
+
+def test_methods_lists_the_registry_and_what_a_model_can_run(work, monkeypatch, capsys, minilm_path):
+    folder, inputs = work
+    llama = str(_config_folder(inputs, "llama", LLAMA))
+    code, stdout, err = run_cli(monkeypatch, capsys, "methods")
+    assert code == 0, err
+    lines = stdout.splitlines()
+    assert lines[0].split() == ["method", "cost", "layers", "reference"]
+    by_name = {line.split()[0]: line for line in lines[1:] if line.strip() and not line.startswith("(")}
+    assert {"raw", "rollout", "flow", "ablated-flow", "alti-logit", "occlusion"} <= set(by_name)
+    assert "one pass per source token" in by_name["ablated-flow"] and "Mohebbi et al. 2023" in by_name["ablated-flow"]
+    assert by_name["ablated-flow"].split("  ")[2:] and " no " in by_name["ablated-flow"]  # no layers axis
+    assert "Abnar & Zuidema 2020, eq. 1" in by_name["rollout"]
+    # what each kind of model runs, written out by hand (not read from the registry)
+    paper = {"raw", "rollout", "flow"}
+    expected = {minilm_path: paper,  # a bare encoder: no prediction to ablate or attribute
+                str(inputs / "t5"): paper,
+                llama: set(by_name) - {"grad-rollout"},
+                str(bundled_model_path("agreement")): paper | {"grad-rollout", "alti-logit", "logit-attribution"}}
+    for model, runs in expected.items():
+        code, stdout, err = run_cli(monkeypatch, capsys, "methods", "--model", model)
+        assert code == 0, err
+        found = _runs_on(stdout)
+        assert {m for m, ok in found.items() if ok} == runs, (model, stdout)
+        for line in stdout.splitlines()[2:]:
+            if "no:" in line:
+                assert "runs on" in line and "this model is" in line, line  # says why
+    assert sorted(p.name for p in folder.iterdir()) == []

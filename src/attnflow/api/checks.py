@@ -172,3 +172,126 @@ def check_scheduler(scheduler: Any, timeout: float = 3.0) -> None:
         shown = address if address == str(scheduler) else f"{address} (from {str(scheduler)!r})"
         raise AttnflowError(f"cannot reach the Dask scheduler at {shown}: {reason}; start it (dask scheduler) "
                             "or pass the address it prints, or drop --scheduler to run on this machine") from None
+
+
+# ------------------------------------------------------------------------------ methods against a model
+
+_SETTING_FLAGS = {"weighting": ("weighting", "--weighting"), "causal_norm": ("causal_norm", "--causal-norm")}
+
+
+def named_info(model: Any) -> Any:
+    """A :class:`~attnflow.capture.load.ModelInfo` for a model named by a folder (its ``config.json``
+    read, no weights; None: the default model), or ``model`` itself when it is loaded or a hub id
+    (whose kind is then told once loaded). Imports no torch."""
+    from attnflow.capture.load import ModelInfo, resolve_model
+
+    if not (model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")):
+        return model
+    try:
+        path = resolve_model(model)
+        config = _config(path)
+    except AttnflowError:
+        return model  # refused, with its own sentence, where it is loaded
+    return model if config is None else ModelInfo(path=str(path), config=config, task="auto")
+
+
+def model_kind_of(model: Any) -> str | None:
+    """"encoder", "classifier", "decoder", "encoder-decoder" or "vision" for a
+    :class:`~attnflow.capture.load.ModelInfo`, a :class:`~attnflow.api.models.Loaded` or a loaded model;
+    None when it cannot be told without loading (a hub id whose config is not here, or no model)."""
+    from attnflow.capture.architectures import model_family, model_head, model_kind
+    from attnflow.capture.load import ModelInfo
+
+    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        return None
+    if isinstance(model, ModelInfo):
+        return model_kind(model.family, model.head) if model.family else None
+    if hasattr(model, "family") and hasattr(model, "head") and hasattr(model, "model"):  # a Loaded
+        return model_kind(model.family, model.head)
+    family = model_family(model)
+    return model_kind(family, model_head(model)) if family else None
+
+
+_PLURAL = {"encoder": "encoders", "classifier": "classifiers", "decoder": "decoders (causal language models)",
+           "encoder-decoder": "encoder-decoders", "vision": "image classifiers"}
+
+
+def _label(model: Any) -> str:
+    """How a user names ``model`` on the command line (its folder or hub id where known)."""
+    name = getattr(model, "path", None) or getattr(model, "name", None) or getattr(model, "name_or_path", None)
+    return str(name) if name and " " not in str(name) else "MODEL"
+
+
+def why_not(method: Any, kind: str | None) -> str | None:
+    """Why the registry record ``method`` cannot run on a model of ``kind`` (None: it can, or the kind
+    is unknown)."""
+    if kind is None or kind in method.models:
+        return None
+    article = "an" if kind[0] in "aeiou" else "a"
+    wanted = " and ".join(_PLURAL[k] for k in method.models)
+    return f"{method.name} runs on {wanted} only, and this model is {article} {kind}"
+
+
+def check_paper_only(methods: Any) -> None:
+    """``paper_only`` (--paper-only) with a chosen method that is not the paper's: the two contradict."""
+    from attnflow.config import registry
+
+    other = [m for m in methods if not registry.get(m).in_all]
+    if other:
+        raise AttnflowError(f"paper_only (--paper-only) asks for the paper's methods alone "
+                            f"({', '.join(registry.paper_methods())}), and {other[0]} was chosen too: the two "
+                            "contradict; drop --paper-only or choose among the paper's methods")
+
+
+def check_methods(methods: Any, settings: Any = None, model: Any = None, *, paper_only: bool = False,
+                  what: str = "explain") -> None:
+    """Refuse, before any work, a method or setting that cannot apply: the one check every entry point
+    (explain, explain_maps, generate, faithfulness, batch, the CLI and the app) makes.
+
+    methods: the chosen method names (or registry records); settings: the
+    :class:`~attnflow.config.Settings` (None: not checked); model: a ModelInfo, a Loaded, a loaded
+    model or None (its kind unknown: not checked). Refused, in one sentence each: a method whose
+    record does not list the model's kind (``Method.models``); ``weighting``/``causal_norm`` away
+    from their default with a chosen method whose record does not read them (``Method.reads``);
+    ``paper_only`` with a chosen method that is not the paper's (``Method.in_all``)."""
+    from attnflow.config import registry
+
+    records = [m if isinstance(m, registry.Method) else registry.get(m) for m in methods]
+    if not records:
+        raise AttnflowError(f"choose at least one method ({', '.join(registry.REGISTRY)}); got none")
+    kind = model_kind_of(model)
+    for record in records:
+        reason = why_not(record, kind)
+        if reason is not None:
+            raise AttnflowError(f"{reason}, so {what} cannot compute it; `attnflow methods --model {_label(model)}` "
+                                "lists what this model can run, and why not the others")
+    if paper_only:
+        check_paper_only([r.name for r in records])
+    if settings is not None:
+        from attnflow.config.settings import Settings
+
+        default = Settings()
+        for field, (name, flag) in _SETTING_FLAGS.items():
+            value = getattr(settings, field)
+            if value == getattr(default, field):
+                continue
+            unread = [r.name for r in records if field not in r.reads]
+            weighed = [r.name for r in records if r.gradients]
+            if field == "weighting" and weighed:
+                raise AttnflowError(f"{weighed[0]} weighs attention by its gradients and has no norm weighting; "
+                                    "use weighting='attention' for it")
+            if unread:
+                readers = [r.name for r in registry.REGISTRY.values() if field in r.reads]
+                raise AttnflowError(f"{name}={value!r} ({flag}) does not change {unread[0]} (it applies to "
+                                    f"{', '.join(readers)} only), so the result would record a setting that was "
+                                    f"not applied; drop {flag} or compute {unread[0]} separately")
+
+
+def runnable(model: Any, kind: str | None = None) -> list[tuple[Any, str | None]]:
+    """Every registered method with why ``model`` cannot run it (None: it can), from the same facts
+    :func:`check_methods` refuses by: ``[(Method, reason or None), ...]`` in registry order. ``model``:
+    a ModelInfo, a Loaded or a loaded model (``kind``: its kind when already known)."""
+    from attnflow.config import registry
+
+    kind = kind or model_kind_of(model)
+    return [(m, why_not(m, kind)) for m in registry.REGISTRY.values()]

@@ -28,7 +28,7 @@ from attnflow.api.prediction import (  # noqa: F401  (model_predict, estimate, .
     model_predict,
     rows_per_pass,
 )
-from attnflow.api.text import _check_text, explain
+from attnflow.api.text import _check_text, explain_as_asked
 from attnflow.capture.load import check_model_path, resolve_model
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.faithfulness import FRACTIONS, Faithfulness, evaluate
@@ -64,7 +64,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     model, tokenizer = loaded.model, loaded.tokenizer
     decoder = _head(loaded) == "decoder"
     # it measures the methods asked for, no more (`attnflow faithfulness --method all` adds the decoder defaults)
-    result = explain(text, model, tokenizer=tokenizer, method=method, paper_only=True, **options)
+    result = explain_as_asked(text, model, tokenizer=tokenizer, method=method, paper_only=True, **options)
     ids = _input_ids(model, tokenizer, text, bool(result.params.get("truncate", False)))  # keyword or settings=
     if len(ids) != result.n_sources:  # the same tokenizer call as capture: a mismatch is a bug
         raise AttnflowError(f"internal: {len(ids)} token ids for a {result.n_sources}-token result")

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from attnflow.api.generation_methods import check, method_blocks, reuses_cache
-from attnflow.api.models import resolve
+from attnflow.api.checks import check_methods
+from attnflow.api.models import inspect, is_name, resolve
 from attnflow.api.seq2seq import generate_seq2seq
 from attnflow.api.text import refuse_seq2seq_settings
 from attnflow.capture import track_generation
@@ -50,13 +51,16 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
                               weighting=weighting)
-    loaded = resolve(model, tokenizer, task="generation")
+    names = [method] if isinstance(method, str) else list(method)
+    check(names)
+    named = inspect(model, task="generation") if is_name(model) else model
+    check_methods(names, settings, named, what="generate")  # from a named model's config, before it loads
+    loaded = resolve(named, tokenizer, task="generation")
+    check_methods(names, settings, loaded, what="generate")
     model, tokenizer, name = loaded.model, loaded.tokenizer, loaded.name
     if loaded.family == "encoder-decoder":
         refuse_seq2seq_settings(settings)
         return generate_seq2seq(model, tokenizer, prompt, max_new_tokens, settings=settings, **generate_kwargs)
-    names = [method] if isinstance(method, str) else list(method)
-    check(names)
     trace = track_generation(model, tokenizer, prompt, max_new_tokens, residual=settings.residual,
                              head_fusion=settings.head_fusion, causal_norm=settings.causal_norm,
                              weighting=settings.weighting, keep_cache=reuses_cache(names), **generate_kwargs)

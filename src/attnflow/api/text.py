@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.api.methods import run_method
-from attnflow.api.checks import check_text_model
+from attnflow.api.checks import check_methods, check_paper_only, check_text_model
 from attnflow.api.honest import PAPER_ONLY
 from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve
 from attnflow.capture import capture
@@ -226,10 +226,8 @@ def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, 
 
 
 def refuse_norm_with_gradients(methods: Sequence[str], settings: Settings) -> None:
-    weighed = [m for m in methods if registry.get(m).gradients]
-    if settings.weighting == "norm" and weighed:
-        raise AttnflowError(f"{weighed[0]} weighs attention by its gradients and has no norm weighting; "
-                            "use weighting='attention' for it")
+    """The settings against the methods (:func:`attnflow.api.checks.check_methods`, model unknown)."""
+    check_methods(methods, settings)
 
 
 def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, methods: list[str], shown: str,
@@ -240,8 +238,9 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
     (a report's maps), the on-the-fly faithfulness numbers of a short input."""
     from attnflow.api.honest import text_methods
 
-    refuse_norm_with_gradients(methods, settings)
+    check_methods(methods, settings, model)  # a named model's kind from its config, before it loads
     run = prepare(text, model, tokenizer, settings)
+    check_methods(methods, settings, run.model)  # a hub id's kind, known once loaded
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
                                   paper_only=paper_only)
     return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
@@ -303,6 +302,24 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only;
     ``result.params`` is ``settings.as_dict()``.
     """
+    info = _inspected(model)
+    named = model if info is None else info  # inspected once for the whole call
+    if paper_only and method != registry.ALL and target_text is None and not _encoder_decoder(named):
+        check_paper_only(registry.resolve(method, "text")[0])
+    return explain_as_asked(text, named, tokenizer=tokenizer, method=method, target=target, residual=residual,
+                            head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
+                            causal_norm=causal_norm, target_text=target_text, weighting=weighting,
+                            settings=settings, paper_only=paper_only)
+
+
+def explain_as_asked(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout",
+                     target: Any = UNSET, residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
+                     truncate: bool = UNSET, progress: Progress | None = None, causal_norm: str | None = UNSET,
+                     target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
+                     paper_only: bool = PAPER_ONLY) -> Attribution:
+    """:func:`explain` without refusing ``paper_only`` beside a method that is not the paper's: for
+    callers whose ``paper_only=True`` means "add nothing to what was asked" (``attnflow.faithfulness``
+    measures exactly the methods it is given)."""
     info = _inspected(model)
     if target_text is not None or _encoder_decoder(model if info is None else info):
         from attnflow.api.seq2seq import explain_seq2seq
@@ -373,6 +390,8 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     names, shown = _shown(methods, method)
+    if paper_only:
+        check_paper_only(names)
     if targets not in ("auto", "all"):
         raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} "
                             "(use explain for one target)")

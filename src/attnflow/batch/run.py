@@ -24,7 +24,7 @@ from attnflow.batch.inputs import Inputs, read_inputs
 from attnflow.batch.plan import fingerprint, plan, token_lengths
 from attnflow.batch.shard import BatchJob, ShardOutput, ShardTask
 from attnflow.batch.store import SHARD_KEY, Store
-from attnflow.api.checks import check_device, check_scheduler, check_text_model
+from attnflow.api.checks import check_device, check_methods, check_scheduler, check_text_model, named_info
 from attnflow.config.settings import UNSET
 from attnflow.config.settings import Settings as Explanation
 from attnflow.errors import AttnflowError
@@ -133,8 +133,12 @@ def _methods(methods: Any, images: bool) -> list[str]:
     """The methods' names, from the method registry (no torch needed)."""
     from attnflow.config import registry
 
-    if isinstance(methods, str) and "," in methods:
+    if isinstance(methods, str) and ("," in methods or not methods.strip()):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
+        if not methods:
+            raise AttnflowError(f"methods (--methods) names no method; give one or more of "
+                                f"{', '.join(registry.names('image' if images else 'text'))}, comma-separated "
+                                "(e.g. rollout,flow)")
     names, _ = registry.resolve(methods, "image" if images else "text")
     return names
 
@@ -182,10 +186,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
                    residual=residual, weighting=weighting, causal_norm=causal_norm, model=model)
     check(options, images)  # nothing is created under ``out`` before every check has passed
     names = _methods(methods, images)
-    if weighting == "norm":
-        from attnflow.api.text import refuse_norm_with_gradients
-
-        refuse_norm_with_gradients(names, explained)
+    check_methods(names, explained, None if images else named_info(model), what="batch")  # before anything is written
     pyarrow()
     from attnflow.api.models import is_name
 

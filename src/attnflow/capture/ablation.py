@@ -172,8 +172,8 @@ def _check(model: Any, input_ids: Any, targets: Any, readout: str, tokens: Any, 
     refuse_unsupported(model)
     if model_family(model) != "decoder" or model_head(model) != "causal-lm":
         raise AttnflowError(f"ablated flow and occlusion reuse a causal decoder's key/value cache; "
-                            f"{type(model).__name__} is not a decoder-only language model: on encoders and classifiers use "
-                            "method='alti-logit' or 'logit-attribution' (CLI: --method alti-logit)")
+                            f"{type(model).__name__} is not a decoder-only language model: `attnflow methods --model MODEL` "
+                            "lists what it can run (attnflow.api.checks.runnable in Python)")
     if readout not in READOUTS:
         raise AttnflowError(f"readout must be one of {', '.join(READOUTS)}; got {readout!r}")
     ids = torch.as_tensor(input_ids).reshape(-1).long()

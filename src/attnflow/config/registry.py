@@ -41,8 +41,10 @@ How to add a method
    its scores are flow along paths through the layers (``attnflow.views.graph`` draws those);
    ``colour`` for figures (optional). Facts the entry points act on are fields too, never a
    comparison with the method's name elsewhere (``tests/test_architecture.py`` checks):
-   ``gradients``, ``classifiers_only``, ``decoder_default``, ``tracked``, ``shown_first``
-   and ``rows`` (see :class:`Method`).
+   ``gradients``, ``classifiers_only``, ``decoder_default``, ``tracked``, ``shown_first``,
+   ``rows``, ``models`` (the kinds of model it runs on) and ``reads`` (which of the optional
+   settings, ``weighting`` and ``causal_norm``, change its scores; :mod:`attnflow.api.checks`
+   refuses the others) (see :class:`Method`).
 3. Add its oracle test (an independent computation: a naive loop, a leave-one-out pass, ...).
 
 Nothing else changes: ``attnflow explain --method NAME``, the app's menus, ``explain(method=NAME)``,
@@ -69,6 +71,12 @@ COSTS = (FORWARD, FORWARD_BACKWARD, PER_SOURCE, MAX_FLOW)
 MODEL_COSTS = (FORWARD_BACKWARD, PER_SOURCE)  # methods that run the model again (not attention alone)
 
 RESULT_KINDS = ("text", "image", "seq2seq")
+
+# The kinds of model a method can run on (attnflow.capture.architectures.model_kind's names).
+MODEL_KINDS = ("encoder", "classifier", "decoder", "encoder-decoder", "vision")
+# The settings whose value some method ignores; a method lists those that change its scores (``reads``),
+# and a non-default value with a chosen method that does not read it is refused (attnflow.api.checks).
+OPTIONAL_SETTINGS = ("weighting", "causal_norm")
 
 # Rows policies: which targets a report's maps compute when every target is asked for.
 EVERY_TARGET = "every target"
@@ -97,6 +105,8 @@ class Method:
     tracked: bool = False           # tracked while a decoder generates (attnflow.capture.generation)
     shown_first: bool = False       # what a result of several methods opens on, when computed
     rows: str = EVERY_TARGET        # which targets a report's maps compute (see EVERY_TARGET, WHILE_CHEAP)
+    models: tuple[str, ...] = MODEL_KINDS  # the kinds of model it runs on (see MODEL_KINDS)
+    reads: tuple[str, ...] = OPTIONAL_SETTINGS  # which of OPTIONAL_SETTINGS change its scores
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
@@ -106,6 +116,10 @@ class Method:
             raise AttnflowError(f"kinds must be among {RESULT_KINDS}; got {sorted(unknown)}")
         if self.rows not in ROWS:
             raise AttnflowError(f"rows must be one of {ROWS}; got {self.rows!r}")
+        if set(self.models) - set(MODEL_KINDS) or not self.models:
+            raise AttnflowError(f"models must be among {MODEL_KINDS}; got {self.models}")
+        if set(self.reads) - set(OPTIONAL_SETTINGS):
+            raise AttnflowError(f"reads must be among {OPTIONAL_SETTINGS}; got {self.reads}")
 
     @property
     def needs_model(self) -> bool:
@@ -157,27 +171,29 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
            "attnflow.api.methods.gradient:grad_rollout",
            "rollout of gradient-weighted attention for the predicted class (classifiers)", gradients=True,
-           classifiers_only=True),
+           classifiers_only=True, models=("classifier", "vision"), reads=()),
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
            "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",
-           decoder_default=True),
+           decoder_default=True, models=("decoder",), reads=()),
     Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
-           "the same drop with the values zeroed in one layer at a time (decoders; layers x the cost)"),
+           "the same drop with the values zeroed in one layer at a time (decoders; layers x the cost)", models=("decoder",), reads=()),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
-           "(decoders)"),
+           "(decoders)", models=("decoder",), reads=()),
     Method("occlusion-mean", ("text",), PER_SOURCE, False, "leave-one-out replacement by the mean embedding",
            "attnflow.api.methods.ablation:occlusion_mean",
-           "drop of the predicted token's logit when a token's embedding is replaced by the mean (decoders)"),
+           "drop of the predicted token's logit when a token's embedding is replaced by the mean (decoders)", models=("decoder",), reads=()),
     Method("alti-logit", ("text",), FORWARD_BACKWARD, True, "Ferrando et al. 2023 (ALTI-Logit)",
            "attnflow.api.methods.logit:alti_logit",
-           "each token's share of the logit through attention + residual, layers 1..l (decoders, classifiers)"),
+           "each token's share of the logit through attention + residual, layers 1..l (decoders, classifiers)",
+           models=("decoder", "classifier"), reads=()),
     Method("logit-attribution", ("text",), FORWARD_BACKWARD, True, "direct logit attribution of attention outputs",
            "attnflow.api.methods.logit:logit_attribution",
-           "each token's direct share of the logit via attention outputs, layers 1..l (decoders, classifiers)"),
+           "each token's direct share of the logit via attention outputs, layers 1..l (decoders, classifiers)",
+           models=("decoder", "classifier"), reads=()),
 )}
 
 ALL = "all"
@@ -261,7 +277,8 @@ def resolve(method: Any, kind: str = "text", *, model_free: bool = False) -> tup
         chosen = [repr(method)]
     unknown = [m for m in chosen if m not in allowed]
     if unknown:
-        raise AttnflowError(f"method must be one of {', '.join(allowed)}, {ALL!r} or a list of them; got {unknown[0]}")
+        given = unknown[0] if unknown[0].strip() else f"{unknown[0]!r} (no method named)"
+        raise AttnflowError(f"method must be one of {', '.join(allowed)}, {ALL!r} or a list of them; got {given}")
     return chosen, chosen[0]
 
 
