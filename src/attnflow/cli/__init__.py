@@ -19,6 +19,7 @@ from attnflow.cli import explain as _explain  # noqa: F401  (command modules reg
 from attnflow.cli import explain_image as _explain_image  # noqa: F401
 from attnflow.cli import faithfulness as _faithfulness  # noqa: F401
 from attnflow.cli import generate as _generate  # noqa: F401
+from attnflow.cli import methods as _methods  # noqa: F401
 from attnflow.cli import perturbation as _perturbation  # noqa: F401
 from attnflow.cli import reproduce as _reproduce  # noqa: F401
 from attnflow.cli import view as _view  # noqa: F401
