@@ -74,7 +74,7 @@ def explain(
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
-    slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE)]
+    slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE, registry.FORWARD_BACKWARD)]
     flow_only = all(registry.get(m).cost == registry.MAX_FLOW for m in slow)  # flow counts rows (its estimate too)
     with progress_bar(", ".join(slow) or "attention flow", unit="rows" if flow_only else "runs") as bar:
         if target_text is not None:

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 PRINT_ESTIMATE_SECONDS = 2.0  # runs expected to take longer say so before they start
+PLAIN_EVERY_SECONDS = 10.0    # without a terminal (a pipe, a log): one progress line at most this often
 
 
 def _clock(seconds: float) -> str:
@@ -64,6 +65,8 @@ class ProgressBar:
                             disable=not console.is_terminal)
         self.task: Any = None
         self.found: Any = None
+        self.plain = not console.is_terminal  # no bar to draw: a line now and then, with the same ETA
+        self.printed: float | None = None
 
     def _start(self, total: int) -> None:
         self.bar.start()
@@ -72,7 +75,7 @@ class ProgressBar:
     def estimate(self, found: Any) -> None:
         self.found = found
         if found.seconds >= PRINT_ESTIMATE_SECONDS:
-            self.console.print(f"{found}. Ctrl-C stops it.", highlight=False)
+            self.console.print(f"{found}. Ctrl-C stops it.", highlight=False, soft_wrap=True)
             if self.task is None and found.rows >= self.min_total:
                 self._start(found.rows)
 
@@ -82,6 +85,22 @@ class ProgressBar:
         if self.task is None:
             self._start(total)
         self.bar.update(self.task, completed=done, total=total)
+        if self.plain:
+            self._line(done, total)
+
+    def _line(self, done: int, total: int) -> None:
+        """A progress line on a non-terminal stream: the first update, then every PLAIN_EVERY_SECONDS, and
+        the last."""
+        import time
+
+        now = time.monotonic()
+        if self.printed is not None and now - self.printed < PLAIN_EVERY_SECONDS and done < total:
+            return
+        self.printed = now
+        task = self.bar.tasks[0] if self.bar.tasks else None
+        eta = _Eta().render(task).plain if task is not None else ""
+        self.console.print(f"{self.description}: {done}/{total} {self.unit}, {eta}", highlight=False,
+                           soft_wrap=True)
 
     def stop(self) -> None:
         if self.task is not None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.config.registry import Context, Method
+from attnflow.config.registry import FORWARD_BACKWARD, Context, Method
 from attnflow.results import Block
 
 
@@ -26,5 +26,15 @@ def run_method(record: Method, context: Context, targets: Sequence[int] | None =
     (rows ``context.rows``, every layer or, without a layers axis, the top one of
     ``context.n_layers``), stored under ``targets`` (default: the rows themselves; a generation
     stores generated token ``i`` as target ``i``)."""
+    from attnflow.api.long_inputs import prepare
+
     rows = context.rows if targets is None else targets
-    return as_block(record, record(context), rows, int(context.n_layers))
+    context = prepare(record, context)  # a model-based method: its estimate, memory budget and batch size
+    # one pass and its backward, with no steps to count inside: progress says when it starts and ends
+    staged = record.cost == FORWARD_BACKWARD and context.progress is not None and context.model is not None
+    if staged:
+        context.progress(0, 2)
+    values = record(context)
+    if staged:
+        context.progress(2, 2)
+    return as_block(record, values, rows, int(context.n_layers))
