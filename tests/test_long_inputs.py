@@ -157,10 +157,10 @@ def test_alti_logit_within_its_budget_estimates_shows_progress_and_stops_on_ctrl
     # a target before the last: a decoder's defaults (ablated flow beside it) are for the last position only
     cli = _Cli(["explain", text, "--model", folder, "--method", "alti-logit", "--target", str(TOKENS - 2),
                 "--json", "r.json"], tmp_path, "4G")
-    # about a second here: under flow's 2 s threshold for printing the line, so the estimate shows as the
-    # first progress line's ETA (a longer input prints the line, as ablated flow's does above)
-    started = cli.wait_for("alti-logit: 0/2 runs, ETA ~", 120)
+    estimate = cli.wait_for("alti-logit on 512 tokens: about", 120)
     before = _reset_peak(cli.proc.pid)
+    assert "one forward and one backward pass" in estimate and "of a 4.0 GiB budget" in estimate, estimate
+    started = cli.wait_for("alti-logit: 0/2 runs, ETA ~", 60)  # counted down from the estimate
     assert "(estimated)" in started, started
     # let it finish: the peak of the whole method (sampled every 50 ms) against the budget
     cli.proc.wait(timeout=300)

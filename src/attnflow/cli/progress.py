@@ -89,12 +89,18 @@ class ProgressBar:
             self._line(done, total)
 
     def _line(self, done: int, total: int) -> None:
-        """A progress line on a non-terminal stream: the first update, then every PLAIN_EVERY_SECONDS, and
-        the last."""
+        """A progress line on a non-terminal stream, for a run estimated to take at least
+        PRINT_ESTIMATE_SECONDS or already running for PLAIN_EVERY_SECONDS: then every PLAIN_EVERY_SECONDS,
+        and the last."""
         import time
 
         now = time.monotonic()
-        if self.printed is not None and now - self.printed < PLAIN_EVERY_SECONDS and done < total:
+        if self.printed is None:
+            self.began = getattr(self, "began", None) or now
+            long = self.found is not None and self.found.seconds >= PRINT_ESTIMATE_SECONDS
+            if not long and now - self.began < PLAIN_EVERY_SECONDS:
+                return  # a quick run (as flow's estimate rule has it) prints no progress lines
+        elif now - self.printed < PLAIN_EVERY_SECONDS and done < total:
             return
         self.printed = now
         task = self.bar.tasks[0] if self.bar.tasks else None
