@@ -302,14 +302,8 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only;
     ``result.params`` is ``settings.as_dict()``.
     """
-    info = _inspected(model)
-    named = model if info is None else info  # inspected once for the whole call
-    if paper_only and method != registry.ALL and target_text is None and not _encoder_decoder(named):
-        check_paper_only(registry.resolve(method, "text")[0])
-    return explain_as_asked(text, named, tokenizer=tokenizer, method=method, target=target, residual=residual,
-                            head_fusion=head_fusion, solver=solver, truncate=truncate, progress=progress,
-                            causal_norm=causal_norm, target_text=target_text, weighting=weighting,
-                            settings=settings, paper_only=paper_only)
+    return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
+                          causal_norm, target_text, weighting, settings, paper_only, refuse_contradiction=True)
 
 
 def explain_as_asked(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout",
@@ -320,6 +314,14 @@ def explain_as_asked(text: str, model: Any = None, *, tokenizer: Any = None, met
     """:func:`explain` without refusing ``paper_only`` beside a method that is not the paper's: for
     callers whose ``paper_only=True`` means "add nothing to what was asked" (``attnflow.faithfulness``
     measures exactly the methods it is given)."""
+    return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
+                          causal_norm, target_text, weighting, settings, paper_only, refuse_contradiction=False)
+
+
+def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: Any, residual: float, head_fusion: str,
+                   solver: str, truncate: bool, progress: Progress | None, causal_norm: str | None,
+                   target_text: str | None, weighting: str, settings: Settings | None, paper_only: bool, *,
+                   refuse_contradiction: bool) -> Attribution:
     info = _inspected(model)
     if target_text is not None or _encoder_decoder(model if info is None else info):
         from attnflow.api.seq2seq import explain_seq2seq
@@ -333,6 +335,8 @@ def explain_as_asked(text: str, model: Any = None, *, tokenizer: Any = None, met
     settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     methods, shown = resolve_methods(method)
+    if paper_only and refuse_contradiction:
+        check_paper_only(methods)
     return _explain(text, model if info is None else info, tokenizer, settings, methods=methods, shown=shown,
                     targets="target", flow_targets="target", progress=progress, paper_only=paper_only, measured=False)
 
