@@ -138,9 +138,9 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings) -> Prepar
     if is_name(model):
         info = inspect(model)
         warn_unknown_words(text, _before_loading(text, info, settings), info.path)
-        loaded = resolve(info)
+        loaded = resolve(info, device=settings.device)
     else:
-        loaded = resolve(model, tokenizer)
+        loaded = resolve(model, tokenizer, device=settings.device)
         warn_unknown_words(text, tokenizer, str(getattr(model, "name_or_path", "") or ""))
     model, tokenizer = loaded.model, loaded.tokenizer
     lm = loaded.family == "decoder" and loaded.head == "causal-lm"
@@ -273,7 +273,7 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
             residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
             progress: Progress | None = None, causal_norm: str | None = UNSET,
             target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
-            paper_only: bool = PAPER_ONLY) -> Attribution:
+            paper_only: bool = PAPER_ONLY, device: str = UNSET) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
@@ -293,8 +293,10 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
         forced; ``text`` is then the source and the result is of kind "seq2seq" (see
         :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
+    device: where a model given by name runs ("auto": a GPU when torch sees one; "cpu", "cuda",
+        "cuda:N", "mps"); a loaded model stays where it is (a device it is not on is refused).
     settings: an :class:`attnflow.Settings` holding every setting; the keywords above (residual,
-        head_fusion, weighting, causal_norm, solver, target, truncate) override it.
+        head_fusion, weighting, causal_norm, solver, target, truncate, device) override it.
 
     paper_only: a decoder explaining its last position also computes ablated flow (value zeroing,
         the method the decoder study found faithful; :mod:`attnflow.api.honest`) beside ``method``,
@@ -308,12 +310,13 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
         from attnflow.api.seq2seq import explain_seq2seq
 
         # a seq2seq target picks a target token by index or by its text: not a Settings target
-        settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver,
+        settings = Settings.build(settings, device=device, residual=residual, head_fusion=head_fusion, solver=solver,
                                   truncate=truncate, causal_norm=causal_norm, weighting=weighting)
         refuse_seq2seq_settings(settings)
         return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, settings=settings,
                                target=None if target is UNSET else target, progress=progress)
-    settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
+    settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
+                              solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     methods, shown = resolve_methods(method)
     return _explain(text, model if info is None else info, tokenizer, settings, methods=methods, shown=shown,
@@ -358,7 +361,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  flow_targets: str = "auto", residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                  truncate: bool = UNSET, progress: Progress | None = None,
                  causal_norm: str | None = UNSET, targets: str = "auto", weighting: str = UNSET,
-                 settings: Settings | None = None, paper_only: bool = PAPER_ONLY) -> Attribution:
+                 settings: Settings | None = None, paper_only: bool = PAPER_ONLY, device: str = UNSET) -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
     ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
@@ -370,7 +373,8 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     short input (at most ``attnflow.api.honest.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
     prediction head carries the on-the-fly faithfulness numbers in ``meta["faithfulness"]``, which
     the report shows."""
-    settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
+    settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
+                              solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     names, shown = _shown(methods, method)
     if targets not in ("auto", "all"):

@@ -15,6 +15,7 @@ from attnflow.cli.options import (
     HeadFusion,
     Weighting,
     chosen_methods,
+    device_option,
     method_enum,
     method_option,
     model_option,
@@ -49,6 +50,7 @@ def explain(
                                     "beside them."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
+    device: str = device_option(),
     target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
@@ -73,7 +75,7 @@ def explain(
     shown = registry.shown_first(registry.paper_methods()) if method.value == registry.ALL else method.value
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
-                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
+                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device)
     slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE)]
     flow_only = all(registry.get(m).cost == registry.MAX_FLOW for m in slow)  # flow counts rows (its estimate too)
     with progress_bar(", ".join(slow) or "attention flow", unit="rows" if flow_only else "runs") as bar:

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, model_option, option
+from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, device_option, model_option, option
 from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.config.registry import decoder_default, generation_methods
 from attnflow.errors import AttnflowError
@@ -34,6 +34,7 @@ def generate(
     seed: int = typer.Option(0, help="Random seed for --sample."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
+    device: str = device_option(),
     method: Optional[list[GenerationMethod]] = typer.Option(
         None, help=f"How each generated token is explained: {TRACKED} (tracked while generating), or "
         f"{', '.join(OFFERED)} (computed beside it); repeat the option for several, the first is shown. Default: "
@@ -62,7 +63,7 @@ def generate(
     from attnflow.api import generate as generate_text
     from attnflow.api.models import resolve
 
-    loaded = resolve(model, task="generation")
+    loaded = resolve(model, task="generation", device=device)
     lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
     from attnflow.cli.progress import progress_bar
