@@ -20,11 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.api.faithfulness import _head, _input_ids, _label, model_predict
 from attnflow.api.models import resolve
 from attnflow.config.registry import DECODER_DEFAULT as DECODER_METHODS
 from attnflow.errors import AttnflowError
-from attnflow.evaluation.faithfulness import evaluate
 
 REPORT_FAITHFULNESS_MAX = 32  # tokens; above it a report is made without the on-the-fly numbers
 
@@ -38,6 +36,11 @@ def with_faithfulness(result: Any, model: Any, tokenizer: Any, max_tokens: int =
     ``attnflow faithfulness`` gives it). An input, model or target it does not apply to is left as it was."""
     if result.kind != "text" or result.n_sources > max_tokens or "faithfulness" in (result.meta or {}):
         return False
+    # here, not at the top: `attnflow explain` imports this module, and scipy.stats and the
+    # faithfulness code cost a second of start-up that a plain explain never uses
+    from attnflow.api.faithfulness import _head, _input_ids, _label, model_predict
+    from attnflow.evaluation.faithfulness import evaluate
+
     try:
         decoder = _head(resolve(model, tokenizer)) == "decoder"
     except AttnflowError:
@@ -76,13 +79,22 @@ def with_decoder_methods(result: Any, model: Any, tokenizer: Any, methods: Any =
     predicted-token logit) for the result's target, placed at the top layer. Returns the names added
     (none for an encoder, a classifier, or a target other than the last position)."""
     from attnflow.capture.ablation import ablated_flow
+    from attnflow.capture.text import is_causal
     from attnflow.results import Block
 
     wanted = [m for m in methods if m == DECODER_METHODS[-1] and m not in result.blocks]
     if result.kind != "text" or not wanted or not isinstance(result.input, str):
         return []
     try:
-        if _head(resolve(model, tokenizer)) != "decoder":
+        loaded = resolve(model, tokenizer)
+    except AttnflowError:
+        return []
+    if not is_causal(loaded.model):
+        return []  # not a decoder; checked before the faithfulness imports, which an encoder never needs
+    from attnflow.api.faithfulness import _head, _input_ids
+
+    try:
+        if _head(loaded) != "decoder":
             return []
     except AttnflowError:
         return []
