@@ -65,21 +65,28 @@ def _model(name: str):
     return _loaded[name]
 
 
+def attention(model, tokenizer, kind: str, n: int) -> np.ndarray:
+    """``(layers, heads, n, n)`` float32 attention of a loaded model on the first ``n`` tokens of text
+    ``kind`` (special tokens included)."""
+    import torch
+
+    enc = tokenizer(texts.text(kind), truncation=True, max_length=n, return_tensors="pt")
+    if enc["input_ids"].shape[1] != n:
+        raise ValueError(f"text {kind!r} gives {enc['input_ids'].shape[1]} tokens, fewer than {n}")
+    if getattr(model.config, "type_vocab_size", 0) == 0:
+        enc.pop("token_type_ids", None)
+    with torch.no_grad():
+        att = model(**enc, output_attentions=True).attentions
+    return torch.stack(att)[:, 0].float().numpy()
+
+
 def real_attention(model: str, kind: str, n: int) -> np.ndarray:
-    """``(layers, heads, n, n)`` attention of ``model`` on the first ``n`` tokens of text ``kind``."""
+    """``(layers, heads, n, n)`` float64 attention of ``model`` (a name of ``MODELS``) on the first
+    ``n`` tokens of text ``kind``, from the cache when it was captured before."""
     path = CACHE / f"{model}-{kind}-{n}.npy"
     if path.exists():
         return np.load(path).astype(np.float64)
-    import torch
-
-    m, tokenizer = _model(model)
-    enc = tokenizer(texts.text(kind), truncation=True, max_length=n, return_tensors="pt")
-    enc.pop("token_type_ids", None) if model == "smollm2" else None
-    if enc["input_ids"].shape[1] != n:
-        raise ValueError(f"{model}/{kind}: the text gives {enc['input_ids'].shape[1]} tokens, fewer than {n}")
-    with torch.no_grad():
-        att = m(**enc, output_attentions=True).attentions
-    w = torch.stack(att)[:, 0].float().numpy()
+    w = attention(*_model(model), kind, n)
     CACHE.mkdir(parents=True, exist_ok=True)
     np.save(path, w)
     return w.astype(np.float64)
