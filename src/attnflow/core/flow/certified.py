@@ -576,15 +576,40 @@ def _seed(a, heavy, hub, mark_t, reach, top, q, n, net, ne):
     return ne
 
 
+@njit(cache=True)
+def _largest(a, k, out):
+    """``out[m, u]``: the columns of the ``k`` largest off-diagonal entries of row ``u`` of ``a[m]``
+    (largest first; ties keep the lower column), in one pass and no temporary of the graph's size."""
+    layers, n = a.shape[0], a.shape[1]
+    best = np.empty(k)
+    for m in range(layers):
+        for u in range(n):
+            best[:] = -1.0
+            for v in range(n):
+                c = a[m, u, v]
+                if v == u or c <= best[k - 1]:
+                    continue
+                i = k - 1
+                while i > 0 and best[i - 1] < c:
+                    best[i] = best[i - 1]
+                    out[m, u, i] = out[m, u, i - 1]
+                    i -= 1
+                best[i] = c
+                out[m, u, i] = v
+
+
 def heavy_arcs(a: np.ndarray, k: int = HEAVY) -> np.ndarray:
-    """``(L, n, k)``: the columns of the ``k`` largest off-diagonal entries of every row of ``a``."""
+    """``(L, n, k)``: the columns of the ``k`` largest off-diagonal entries of every row of ``a``
+    (an entry may repeat the diagonal's column when a row has fewer than ``k`` positive entries;
+    :func:`_seed` skips zero and present arcs)."""
     n = a.shape[-1]
     k = min(k, n - 1)
-    if k <= 0:
-        return np.zeros(a.shape[:2] + (0,), np.int64)
-    off = a.copy()
-    off[:, np.arange(n), np.arange(n)] = 0.0
-    return np.ascontiguousarray(np.argpartition(-off, k - 1, axis=-1)[..., :k]).astype(np.int64)
+    out = np.zeros(a.shape[:2] + (max(k, 0),), np.int64)
+    for m in range(a.shape[0]):
+        out[m, :, :] = np.arange(n)[:, None]  # the diagonal: never seeded twice (it is stable)
+    if k > 0:
+        _largest(a, k, out)
+    return out
 
 
 def graph_of(a: np.ndarray) -> Graph:
