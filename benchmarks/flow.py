@@ -106,9 +106,9 @@ def flow_of(w: np.ndarray, solver: str, layers=None, positions=None, repeats: in
 
 def oracle_gap(a: np.ndarray, pairs, value) -> float:
     """max |ours - networkx| over sampled ``(layer, position, token)``; ``value(l, q, j)`` = ours.
-    Edmonds-Karp (the oracle module's algorithm) on small graphs, networkx's own preflow-push on
-    big ones, where one Edmonds-Karp pair takes about a minute."""
-    func = nx.algorithms.flow.edmonds_karp if a[0].size <= 64 * 64 else nx.algorithms.flow.preflow_push
+    Edmonds-Karp (the oracle module's algorithm) up to 32 tokens, networkx's own preflow-push
+    above, where one Edmonds-Karp pair takes seconds to a minute."""
+    func = nx.algorithms.flow.edmonds_karp if a[0].size <= 32 * 32 else nx.algorithms.flow.preflow_push
     graphs: dict[int, nx.DiGraph] = {}
     gap = 0.0
     for layer, q, j in pairs:
@@ -305,9 +305,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer kinds (a smoke run)")
     parser.add_argument("--device", default=None, help="with --only batched: the torch device (cuda)")
-    parser.add_argument("--only", choices=["batched", "explain", "rows", "memory"], default=None,
+    parser.add_argument("--only", choices=["batched", "explain", "rows", "full", "memory"], default=None,
                         help="batched: the batched torch solver on --device against the CPU solver; explain: "
-                             "attnflow.explain with flow against rollout; rows: the CLS rows; memory: 4,096 tokens")
+                             "attnflow.explain with flow against rollout; rows: the CLS rows; full: full maps; "
+                             "memory: 4,096 tokens")
+    parser.add_argument("--sizes", nargs="*", default=None, help="with rows: only these sizes, e.g. 6x512")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.only == "batched":
@@ -319,6 +321,8 @@ def main() -> None:
           f"excluded from every timing): {t_warm[0]:.2f} s; load average before: {load()}", flush=True)
     goals: list[str] = []
     sizes = SIZES[:2] if args.quick else SIZES
+    if args.sizes:
+        sizes = [s for s in SIZES if f"{s[0]}x{s[1]}" in args.sizes]
     kinds = ("prose", "code") if args.quick else texts.KINDS
     if args.only in (None, "rows"):
         for layers, n, need, scipy_sinks in sizes:
@@ -328,7 +332,7 @@ def main() -> None:
             goals.append(f"CLS row {layers}x{n} >= {need}x per-pair scipy on every kind: worst {worst['name']} "
                          f"{worst['cpu']:.1f}x cpu / {worst['wall']:.1f}x wall (load {worst['load']}) -> "
                          f"{verdict(worst['wall'] >= need, worst['cpu'] >= need)}")
-    if args.only is None:
+    if args.only in (None, "full"):
         full_n = 117
         items = inputs.corpus(6, full_n, models=("minilm",), kinds=kinds, peaks=(0.2,), random=not args.quick)
         print(f"\nfull map (every target of every layer), {full_n} tokens, 6 layers (goal: MiniLM prose <= 5 s cpu)")
@@ -357,7 +361,7 @@ def main() -> None:
         goals.append(f"explain({worst['flow_tokens']} tokens, flow) <= 5x explain(rollout) on every text: worst "
                      f"{worst['kind']} {cpu:.1f}x cpu / {wall:.1f}x wall -> {verdict(wall <= 5, cpu <= 5)}")
     if args.only in (None, "memory"):
-        n, layers = (1024, 4) if args.quick else (4096, 4)
+        n, layers = (1024, 3) if args.quick else (4096, 3)
         got = memory_case(n, layers)
         if "error" in got:
             goals.append(f"{n} tokens: memory run failed: {got['error']}")

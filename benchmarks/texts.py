@@ -93,7 +93,9 @@ ITEMS = ("flour", "rice", "lentils", "olive oil", "tinned tomatoes", "onions", "
          "apples", "pears", "lemons", "milk", "butter", "eggs", "cheddar", "yoghurt", "bread", "oats", "coffee",
          "tea bags", "honey", "salt", "pepper", "cumin", "paprika", "spinach", "peas", "chickpeas", "pasta",
          "washing-up liquid", "bin bags", "light bulbs (E27, warm white)", "batteries (AA)", "string", "stamps",
-         "envelopes", "notebook", "pencils", "tape", "sponges", "matches", "candles", "dog food", "birdseed")
+         "envelopes", "notebook", "pencils", "tape", "sponges", "matches", "candles", "dog food", "birdseed",
+         "compost (40 l)", "tomato seedlings", "garden twine", "secateurs (ask about sharpening)", "slug pellets",
+         "wood glue", "sandpaper (fine)", "picture hooks", "a 5 mm drill bit", "plasters", "sun cream")
 UNITS = ("1 kg", "500 g", "2 packs", "a dozen", "1 litre", "3", "6", "250 g", "2 tins", "1 bottle", "a bunch", "4")
 SHOPS = ("market", "corner shop", "hardware store", "post office", "supermarket")
 
