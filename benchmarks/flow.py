@@ -370,8 +370,8 @@ def main() -> None:
         else:
             ratio = got["peak"] / got["maps"]
             print(f"\nmemory, {layers} layers x {n} tokens of float32 maps ({got['maps'] / 2**20:.0f} MB): flow of the "
-                  f"CLS row of layer 2 (a closed form; every layer's capacities built) peaks {got['peak'] / 2**20:.0f} MB above the resident size before the call "
-                  f"({got['cpu']:.1f} s cpu)")
+                  f"CLS row of layer 2 (a closed form; every layer's capacities built) peaks "
+                  f"{got['peak'] / 2**20:.0f} MB above the resident size before the call ({got['cpu']:.1f} s cpu)")
             goals.append(f"{n} tokens: peak memory <= 1.2x the captured maps: {ratio:.2f}x -> "
                          f"{'met' if ratio <= 1.2 else 'missed'}")
     print(f"\ngoals (issue 31; this run" + (", --quick: the goals are set for the full sizes" if args.quick else "")

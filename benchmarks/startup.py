@@ -97,7 +97,8 @@ with torch.no_grad():
     out = model(**tokenizer(%r, return_tensors="pt"), output_attentions=True)
 print(len(out.attentions), int(out.logits.argmax()))
 """ % (os.path.join(ROOT, "src", "attnflow", "models", "agreement"), ISSUE31)
-FORBIDDEN = ("scipy.stats", "networkx", "numba", "dask", "attnflow.api.faithfulness", "attnflow.evaluation.faithfulness")
+FORBIDDEN = ("scipy.stats", "networkx", "numba", "dask", "attnflow.api.faithfulness",
+             "attnflow.evaluation.faithfulness")
 
 
 def import_costs(text: str) -> tuple[list[str], dict[str, float]]:
@@ -130,7 +131,8 @@ def issue31(repeats: int) -> None:
     ours = min(runs["cli"], key=lambda r: r[1])
     theirs = min(runs["plain"], key=lambda r: r[1])
     ratio = ours[1] / theirs[1]
-    print(f"attnflow explain {ISSUE31!r} (rollout): {ours[0]:6.2f} s wall, {ours[1]:6.2f} s cpu (least cpu of {repeats})")
+    print(f"attnflow explain {ISSUE31!r} (rollout): {ours[0]:6.2f} s wall, {ours[1]:6.2f} s cpu "
+          f"(least cpu of {repeats})")
     print(f"plain transformers, same work:        {theirs[0]:6.2f} s wall, {theirs[1]:6.2f} s cpu; load {load()}")
     _, _, text = timed([sys.executable, "-X", "importtime", *cli[1:]])
     found, by_package = import_costs(text)
@@ -141,7 +143,8 @@ def issue31(repeats: int) -> None:
     print(f"\ngoals (issue 31; load average now {load()}):")
     print(f"  explain (rollout) cpu <= 1.1x plain transformers: {ratio:.2f}x ({ours[1]:.2f} s vs {theirs[1]:.2f} s) -> "
           f"{'met' if ratio <= 1.1 else 'missed'}")
-    print(f"  imports none of {', '.join(FORBIDDEN)}: {'none imported -> met' if not found else 'imports ' + ', '.join(found) + ' -> missed'}")
+    verdict = "none imported -> met" if not found else f"imports {', '.join(found)} -> missed"
+    print(f"  imports none of {', '.join(FORBIDDEN)}: {verdict}")
     print(f"  attnflow --help unchanged (0.34 s cpu on the quiet machine of issue 31): {helped[1]:.2f} s cpu here")
 
 
