@@ -107,7 +107,7 @@ def test_one_token_spans_are_ablated_flow_and_a_given_cache_saves_the_prefix_run
 def test_batches_keep_far_apart_starts_in_separate_runs():
     assert batches([0, 1, 2, 3], last=99, batch_size=2) == [[0, 1], [2, 3]]
     assert batches([90, 3, 50, 4], last=99, batch_size=16) == [[1, 3], [2], [0]]
-    assert batches([0, 1, 2], last=7, batch_size=16) == [[0, 1], [2]]  # 8 positions: one more at most
+    assert batches([0, 1, 2, 5], last=7, batch_size=16) == [[0, 1, 2], [3]]
 
 
 def test_words_and_sentences_from_offsets(minilm_path, smollm2_dir):

@@ -16,7 +16,13 @@ sequence's length ``m`` (the last target + 1), so one clean forward pass is 1. T
   own clean cache and logits, so they cost only their edited runs. How many get re-scored (``k``)
   follows from the budget and from where the top spans start: a span near the end is cheap.
 
-The result says per span which was done (``exact``) and what was spent (``cost``, in passes).
+The budget is compute: positions as if every span ran alone. Runs are batched as
+:func:`attnflow.capture.span_ablation.batches` says, which pads (``steps``, the positions actually run,
+can exceed the plan: on a short input, where one call of a few rows takes about as long as one row,
+by up to the number of rows; on a long one by about an eighth at most); ``benchmarks/one_pass.py``
+reports the wall time against a forward pass beside it.
+
+The result says per span which was done (``exact``) and what was planned (``cost``, in passes).
 With spans, a span's estimate is the sum of its tokens' (the first order is additive).
 
 API::
@@ -36,7 +42,7 @@ import numpy as np
 from attnflow.capture.ablation import BATCH, Progress, _check
 from attnflow.capture.architectures import layer_windows
 from attnflow.capture.attribution_patching import attribution_patching
-from attnflow.capture.span_ablation import SpanAblation, ablate_spans, batches, checked_spans
+from attnflow.capture.span_ablation import SpanAblation, ablate_spans, checked_spans
 from attnflow.errors import AttnflowError
 
 BUDGET = 5.0
@@ -53,10 +59,9 @@ class Budgeted(SpanAblation):
     plan: str = "exact"
 
 
-def run_cost(starts: list[int], last: int, batch_size: int) -> int:
-    """Token positions that the exact runs of spans starting at ``starts`` take (batched as run)."""
-    return sum(len(group) * (last + 1 - starts[group[0]]) for group in batches(starts, last, batch_size)) \
-        if starts else 0
+def run_cost(starts: list[int], last: int) -> int:
+    """Token positions of the exact runs of spans starting at ``starts``, one span at a time."""
+    return sum(last + 1 - s for s in starts)
 
 
 def _croppable(model: Any) -> bool:
@@ -84,18 +89,18 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
     croppable = _croppable(model)
     # clean prefixes: cropped from the clean pass's cache, or rebuilt up to the last run's start
     prefix = (lambda first: 0 if croppable or not first else max(first))  # noqa: E731
-    exact_cost = (m + prefix(starts) + run_cost(starts, last, batch_size)) / m
+    exact_cost = (m + prefix(starts) + run_cost(starts, last)) / m
     common = dict(readout=readout, tokens=tokens, foils=foils, batch_size=batch_size)
     if exact_cost <= budget:
         found = ablate_spans(model, ids, spans, sorted_targets, progress=progress, **common)
-        return Budgeted(**vars(found), exact=np.ones(len(spans), dtype=bool), cost=found.steps / m, budget=budget,
+        return Budgeted(**vars(found), exact=np.ones(len(spans), dtype=bool), cost=exact_cost, budget=budget,
                         plan="exact")
     est = attribution_patching(model, ids, sorted_targets, readout=readout, tokens=tokens, foils=foils,
                                keep_cache=croppable)
     per_token = est.scores[:, 0]  # (targets, n)
     scores = np.stack([[per_token[i, s].sum() for s in spans] for i in range(len(sorted_targets))])[:, None]
     exact = np.zeros(len(spans), dtype=bool)
-    spent = estimate_cost * m  # token positions
+    spent = run = estimate_cost * m  # token positions: planned, run
     visible = np.array([s[0] <= last for s in spans])
     clean_logits, explained = est.logits, est.tokens
     while True:
@@ -106,7 +111,7 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
                 continue
             trial = chosen + [int(s)]
             trial_starts = [spans[k][0] for k in trial]
-            if spent + prefix(trial_starts) + run_cost(trial_starts, last, batch_size) > budget * m:
+            if spent + prefix(trial_starts) + run_cost(trial_starts, last) > budget * m:
                 break
             chosen = trial
             if len(chosen) == batch_size:
@@ -116,12 +121,14 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
         found = ablate_spans(model, ids, [spans[k] for k in chosen], sorted_targets, readout=readout,
                              tokens=explained, foils=foils, batch_size=batch_size, cache=est.cache,
                              clean_logits=clean_logits)
-        spent += found.steps
+        trial_starts = [spans[k][0] for k in chosen]
+        spent += prefix(trial_starts) + run_cost(trial_starts, last)
+        run += found.steps
         scores[:, :, chosen] = found.scores
         exact[chosen] = True
         if progress is not None:
             progress(int(exact.sum()), len(spans))
     exact |= ~visible  # a span after every target scores 0 exactly
     return Budgeted(scores=scores, targets=sorted_targets, tokens=list(explained), clean=est.clean, readout=readout,
-                    method="ablated-flow", spans=spans, steps=int(spent), exact=exact, cost=spent / m,
+                    method="ablated-flow", spans=spans, steps=int(run), exact=exact, cost=spent / m,
                     budget=budget, plan="estimate+refine")

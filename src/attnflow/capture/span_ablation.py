@@ -11,7 +11,7 @@ same engine re-scores a chosen subset of tokens exactly (:mod:`attnflow.capture.
 Runs are grouped by where they start: a span whose first position is ``s`` leaves ``[0, s)`` as it
 was, so its run starts from the clean key/value cache of ``[0, s)``; spans are sorted by ``s`` and a
 batch holds spans whose starts are close (the batch runs from its first span's start, and a span that
-starts much later would pay for positions it cannot change: at most an eighth more). ``SpanAblation.steps`` counts the token
+starts much later would pay for positions it cannot change). ``SpanAblation.steps`` counts the token
 positions run through the model (edited runs, and clean ones for the prefix and the readouts), the
 cost in units of one pass over the explained sequence when divided by its length.
 
@@ -62,15 +62,17 @@ def checked_spans(spans: Any, n: int) -> list[list[int]]:
 
 def batches(starts: Sequence[int], last: int, batch_size: int) -> list[list[int]]:
     """Indices into ``starts`` grouped into runs: sorted by start, at most ``batch_size`` per run, and a
-    span joins a run only if its start is at most ``length // 8`` after the run's first start
-    (``length``: the positions the run covers), so that no span pays more than an eighth on top of its
-    own positions for the ones before it that it cannot change (short inputs run one span at a time)."""
+    span joins a run only if its start is at most ``max(size, length // 8)`` after the run's first
+    start (``size``: spans in the run so far; ``length``: the positions the run covers). Consecutive
+    tokens share runs as in ablated flow (on a short input one call of a few rows costs about what one
+    row does), and far-apart spans of a long input pay at most about an eighth for the positions
+    before them that they cannot change."""
     order = sorted(range(len(starts)), key=lambda k: starts[k])
     groups: list[list[int]] = []
     for k in order:
         if groups and len(groups[-1]) < batch_size:
             j0 = starts[groups[-1][0]]
-            if starts[k] - j0 <= (last + 1 - j0) // 8:
+            if starts[k] - j0 <= max(len(groups[-1]), (last + 1 - j0) // 8):
                 groups[-1].append(k)
                 continue
         groups.append([k])
