@@ -1,0 +1,61 @@
+"""Ablated flow's one-pass estimate and the budgeted chooser as registry functions (see
+:mod:`attnflow.capture.attribution_patching` and :mod:`attnflow.capture.budgeted`).
+
+Each takes the registry's ``Context`` (``model``, ``input_ids``, ``rows``, ``layers``, ``progress``,
+``extra``) and returns ``(layers, rows, n)`` scores in ablated flow's sign (positive: zeroing the
+source's values lowers the explained token's logit):
+
+- ``ablated_flow_estimate``: ``(1, rows, n)``, first order of zeroing in every layer at once;
+- ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
+- ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``extra["budget"]``
+  passes (default 5), else the estimate with its top sources re-scored exactly. Which sources were
+  re-scored is reported through ``extra["report"]`` when the caller passes a dict there (key
+  ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in passes, ``plan``).
+
+``extra`` may hold ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attnflow.api.methods.ablation import _needs_decoder, _options, _place, _rows, _sorted_tokens
+from attnflow.capture.attribution_patching import attribution_patching
+from attnflow.capture.budgeted import BUDGET, budgeted_ablated_flow
+
+
+def _estimate(context: Any, layers: str) -> np.ndarray:
+    _needs_decoder(context, "the ablated-flow estimate")
+    rows = _rows(context)
+    options = _sorted_tokens(rows, _options(context))
+    found = attribution_patching(context.model, context.input_ids, sorted(rows), layers=layers,
+                                 readout=options["readout"], tokens=options["tokens"], foils=options["foils"])
+    return _place(found, rows, context.layers)
+
+
+def ablated_flow_estimate(context: Any) -> np.ndarray:
+    return _estimate(context, "all")
+
+
+def ablated_flow_estimate_layers(context: Any) -> np.ndarray:
+    return _estimate(context, "each")
+
+
+def ablated_flow_budgeted(context: Any) -> np.ndarray:
+    _needs_decoder(context, "budgeted ablated flow")
+    rows = _rows(context)
+    options = _sorted_tokens(rows, _options(context))
+    extra = getattr(context, "extra", None) or {}
+    # several rows (a generation): the estimate alone takes one forward and one backward pass per row
+    budget = max(float(extra.get("budget", BUDGET)), 2.0 + len(rows))
+    n = len(np.asarray(context.input_ids).reshape(-1))
+    found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget, spans=range(n),
+                                  readout=options["readout"], tokens=options["tokens"], foils=options["foils"],
+                                  batch_size=options["batch_size"], progress=options["progress"])
+    report = extra.get("report")
+    if isinstance(report, dict):
+        report["ablated-flow-budgeted"] = {"exact": found.exact.tolist(), "cost": found.cost, "budget": budget,
+                                           "plan": found.plan}
+    return _place(found, rows, None)
