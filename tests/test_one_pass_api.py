@@ -63,3 +63,29 @@ def test_through_a_generation_each_row_is_one_teacher_forced_computation(kind, m
         assert np.all(np.minimum(np.abs(got - exact), np.abs(got - est)) < 1e-8)
         mixed += int(np.any(np.abs(got - est) > 1e-6))
     assert mixed  # some sources were re-scored exactly
+
+
+def test_spans_reach_the_methods_and_every_token_carries_its_span_score(decoder, tmp_path):
+    from attnflow.api.spans import token_groups
+    from attnflow.capture.span_ablation import ablate_spans
+
+    model, tokenizer = decoder
+    text = "Sara asked John to return her book. He said he would give it back to"
+    enc = tokenizer(text, return_offsets_mapping=True)
+    ids, offsets, n = enc["input_ids"], enc["offset_mapping"], len(enc["input_ids"])
+    groups = token_groups("sentence", text, offsets, n)
+    assert len(groups) == 4  # [CLS], two sentences, [SEP]
+    (tmp_path / "spans.txt").write_text("asked John\n\nwould give it\n", encoding="utf-8")
+    passages = token_groups(str(tmp_path / "spans.txt"), text, offsets, n)
+    assert passages == token_groups([(5, 15), (47, 60)], text, offsets, n)
+    decoded = [tokenizer.decode([ids[i] for i in g]) for g in passages]
+    assert "asked john" in decoded and "would give it" in decoded
+    exact = ablate_spans(model, ids, groups).scores[0, 0]
+    est = attribution_patching(model, ids).scores[0, 0]
+    for name, expected in (("ablated-flow", exact), ("ablated-flow-estimate", [est[g].sum() for g in groups]),
+                           ("ablated-flow-budgeted", exact)):  # 4 spans fit the budget: exact
+        context = Context(kind="text", attentions=None, settings=None, rows=[n - 1], model=model, input_ids=ids,
+                          extra={"spans": groups})
+        got = get(name)(context)[0, 0]
+        for s, g in enumerate(groups):
+            np.testing.assert_allclose(got[g], expected[s], atol=1e-10)

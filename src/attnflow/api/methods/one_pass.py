@@ -12,7 +12,8 @@ source's values lowers the explained token's logit):
   re-scored is reported through ``extra["report"]`` when the caller passes a dict there (key
   ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in passes, ``plan``).
 
-``extra`` may hold ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow.
+``extra`` may hold ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow, and
+``spans`` (groups of positions; :mod:`attnflow.api.spans`): each token then carries its span's score.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.api.methods.ablation import _needs_decoder, _options, _place, _rows, _sorted_tokens
+from attnflow.api.spans import spread
 from attnflow.capture.attribution_patching import attribution_patching
 from attnflow.capture.budgeted import BUDGET, budgeted_ablated_flow
 
@@ -32,7 +34,15 @@ def _estimate(context: Any, layers: str) -> np.ndarray:
     options = _sorted_tokens(rows, _options(context))
     found = attribution_patching(context.model, context.input_ids, sorted(rows), layers=layers,
                                  readout=options["readout"], tokens=options["tokens"], foils=options["foils"])
+    groups = _groups(context)
+    if groups is not None:  # the first order is additive: a span's estimate is the sum of its tokens'
+        n = found.scores.shape[-1]
+        found.scores = spread(np.stack([found.scores[..., g].sum(-1) for g in groups], -1), groups, n)
     return _place(found, rows, context.layers)
+
+
+def _groups(context: Any) -> list[list[int]] | None:
+    return (getattr(context, "extra", None) or {}).get("spans")
 
 
 def ablated_flow_estimate(context: Any) -> np.ndarray:
@@ -51,11 +61,14 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     # several rows (a generation): the estimate alone takes one forward and one backward pass per row
     budget = max(float(extra.get("budget", BUDGET)), 2.0 + len(rows))
     n = len(np.asarray(context.input_ids).reshape(-1))
-    found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget, spans=range(n),
+    groups = _groups(context)
+    found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget,
+                                  spans=[[j] for j in range(n)] if groups is None else groups,
                                   readout=options["readout"], tokens=options["tokens"], foils=options["foils"],
                                   batch_size=options["batch_size"], progress=options["progress"])
     report = extra.get("report")
     if isinstance(report, dict):
         report["ablated-flow-budgeted"] = {"exact": found.exact.tolist(), "cost": found.cost, "budget": budget,
                                            "plan": found.plan}
+    found.scores = spread(found.scores, found.spans, n)
     return _place(found, rows, None)
