@@ -101,13 +101,14 @@ def test_one_token_spans_are_ablated_flow_and_a_given_cache_saves_the_prefix_run
     est = attribution_patching(model, ids, keep_cache=True)
     reused = ablate_spans(model, ids, [n - 3, 4], cache=est.cache, clean_logits=est.logits)
     np.testing.assert_allclose(reused.scores[0, 0], exact.scores[0, 0, [n - 3, 4]], atol=1e-10)
-    assert reused.steps == 3 + (n - 4)  # two edited runs; no clean pass, no prefix run
+    assert reused.steps == 2 * (n - 4)  # one call of the two edited runs; no clean pass, no prefix run
 
 
 def test_batches_keep_far_apart_starts_in_separate_runs():
     assert batches([0, 1, 2, 3], last=99, batch_size=2) == [[0, 1], [2, 3]]
-    assert batches([90, 3, 50, 4], last=99, batch_size=16) == [[1, 3], [2], [0]]
-    assert batches([0, 1, 2, 5], last=7, batch_size=16) == [[0, 1, 2], [3]]
+    assert batches([90, 3, 50, 4], last=99, batch_size=16) == [[1, 3], [2, 0]]  # 50 and 90: 2 x 50 positions
+    assert batches([0, 300, 150, 1], last=999, batch_size=16) == [[0, 3], [2], [1]]
+    assert batches([0, 1, 2, 5], last=7, batch_size=16) == [[0, 1, 2, 3]]  # a short input: one call
 
 
 def test_words_and_sentences_from_offsets(minilm_path, smollm2_dir):

@@ -38,6 +38,9 @@ from attnflow.capture.hooks import scoped
 from attnflow.errors import AttnflowError
 
 
+SMALL_CALL = 256  # positions (rows x length) below which a call costs about its fixed overhead
+
+
 @dataclass
 class SpanAblation(Ablation):
     """An :class:`~attnflow.capture.ablation.Ablation` whose last axis is ``spans`` (each a sorted list
@@ -63,16 +66,18 @@ def checked_spans(spans: Any, n: int) -> list[list[int]]:
 def batches(starts: Sequence[int], last: int, batch_size: int) -> list[list[int]]:
     """Indices into ``starts`` grouped into runs: sorted by start, at most ``batch_size`` per run, and a
     span joins a run only if its start is at most ``max(size, length // 8)`` after the run's first
-    start (``size``: spans in the run so far; ``length``: the positions the run covers). Consecutive
-    tokens share runs as in ablated flow (on a short input one call of a few rows costs about what one
-    row does), and far-apart spans of a long input pay at most about an eighth for the positions
-    before them that they cannot change."""
+    start (``size``: spans in the run so far; ``length``: the positions the run covers), or if the run
+    stays within :data:`SMALL_CALL` positions. Consecutive tokens share runs as in ablated flow,
+    far-apart spans of a long input pay at most about an eighth for the positions before them that they
+    cannot change, and a short input's spans share calls (a call that small costs its overhead, about
+    what one row costs, on every machine measured here)."""
     order = sorted(range(len(starts)), key=lambda k: starts[k])
     groups: list[list[int]] = []
     for k in order:
         if groups and len(groups[-1]) < batch_size:
             j0 = starts[groups[-1][0]]
-            if starts[k] - j0 <= max(len(groups[-1]), (last + 1 - j0) // 8):
+            length = last + 1 - j0
+            if starts[k] - j0 <= max(len(groups[-1]), length // 8) or (len(groups[-1]) + 1) * length <= SMALL_CALL:
                 groups[-1].append(k)
                 continue
         groups.append([k])
