@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from attnflow.capture.ablation import ablated_flow
 from attnflow.capture.segments import char_spans, segments
-from attnflow.capture.span_ablation import ablate_spans, batches
+from attnflow.capture.span_ablation import ablate_spans, batches, refine_top_spans
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder, tiny_model
 
@@ -102,6 +102,17 @@ def test_one_token_spans_are_ablated_flow_and_a_given_cache_saves_the_prefix_run
     reused = ablate_spans(model, ids, [n - 3, 4], cache=est.cache, clean_logits=est.logits)
     np.testing.assert_allclose(reused.scores[0, 0], exact.scores[0, 0, [n - 3, 4]], atol=1e-10)
     assert reused.steps == 2 * (n - 4)  # one call of the two edited runs; no clean pass, no prefix run
+
+
+def test_refining_the_top_span_scores_its_tokens_one_by_one(decoder):
+    model, tokenizer = decoder
+    ids, spans = _sentence_spans(tokenizer)
+    found = ablate_spans(model, ids, spans)
+    inside = refine_top_spans(model, ids, found, top=1, batch_size=3)
+    best = spans[int(np.argmax(found.scores[0, 0]))]
+    assert [s[0] for s in inside.spans] == best and len(best) > 1
+    expected = [naive_drop(model, "llama", ids, found.targets[0], found.tokens[0], [p]) for p in best]
+    np.testing.assert_allclose(inside.scores[0, 0], expected, atol=1e-8, rtol=0)
 
 
 def test_batches_keep_far_apart_starts_in_separate_runs():

@@ -6,7 +6,8 @@ target loses when all of the span's tokens have their values zeroed together (ev
 or one layer at a time), "clean minus edited" as in :mod:`attnflow.capture.ablation`, whose edit
 hooks, clean prefix cache and readouts this engine shares: a 2,000-token document of 60 sentences
 costs 60 runs, not 2,000. A single-position span is ablated flow's own score for that token, so the
-same engine re-scores a chosen subset of tokens exactly (:mod:`attnflow.capture.budgeted`).
+same engine re-scores a chosen subset of tokens exactly (:mod:`attnflow.capture.budgeted`), and the
+tokens inside the top spans on request (:func:`refine_top_spans`).
 
 Runs are grouped by where they start: a span whose first position is ``s`` leaves ``[0, s)`` as it
 was, so its run starts from the clean key/value cache of ``[0, s)``; spans are sorted by ``s`` and a
@@ -20,6 +21,7 @@ API::
     ablate_spans(model, input_ids, spans, targets=None, *, layers="all", readout="logit", tokens=None,
                  foils=None, batch_size=16, progress=None, cache=None, clean_logits=None) -> SpanAblation
     SpanAblation.scores  # (len(targets), 1 or layers, len(spans)); .spans, .steps
+    refine_top_spans(model, input_ids, found, top=1, **options) -> SpanAblation  # token by token inside
 """
 
 from __future__ import annotations
@@ -157,3 +159,16 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
                 progress(done, len(elements))
     return SpanAblation(scores=scores, targets=targets, tokens=[int(c) for c in explained.tolist()],
                         clean=clean.numpy(), readout=readout, method="ablated-flow", spans=spans, steps=steps)
+
+
+def refine_top_spans(model: Any, input_ids: Any, found: SpanAblation, top: int = 1, **options: Any) -> SpanAblation:
+    """Token by token inside the ``top`` highest-scoring spans of ``found`` (ranked by the best score
+    over its targets, every layer at once or the layers summed): ablated flow of each of their tokens,
+    from the same targets and explained tokens. ``options`` as :func:`ablate_spans` (``readout`` and
+    ``foils`` default to ``found``'s). Returns a :class:`SpanAblation` over those tokens alone."""
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise AttnflowError(f"top must be a positive number of spans; got {top!r}")
+    best = np.argsort(-found.scores.sum(1).max(0), kind="stable")[:top]
+    tokens = sorted({p for s in best for p in found.spans[s]})
+    options.setdefault("readout", found.readout)
+    return ablate_spans(model, input_ids, [[p] for p in tokens], found.targets, tokens=found.tokens, **options)
