@@ -195,3 +195,17 @@ def test_bad_input_is_refused_in_one_sentence():
         attribution_patching(model, _ids(), layers="top")
     with pytest.raises(AttnflowError, match="targets must be distinct positions"):
         attribution_patching(model, _ids(), targets=[8])
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma2"])
+def test_checkpointed_layers_give_the_same_estimate(kind):
+    model = _build(kind)
+    ids = _ids(10)
+    calls = []
+    model.get_submodule(CASES[kind][2].format(0)).register_forward_hook(lambda *a: calls.append(1))
+    plain = attribution_patching(model, ids, targets=[5, 9], layers="each", checkpoint=False)
+    assert len(calls) == 1
+    recomputed = attribution_patching(model, ids, targets=[5, 9], layers="each", checkpoint=True, keep_cache=True)
+    assert len(calls) > 2  # layer 0 ran again in the backward passes
+    np.testing.assert_allclose(recomputed.scores, plain.scores, atol=1e-12)
+    assert recomputed.cache is None and np.ptp(plain.scores) > 1e-3

@@ -33,7 +33,9 @@ and re-scores the estimate's top sources exactly on longer inputs.
 
 Cost: one forward pass with autograd recording, then one backward pass per target (several targets
 share the forward pass). Memory: the recorded activations of one pass (eager attention keeps each
-layer's ``(heads, n, n)`` weights for the backward pass).
+layer's ``(heads, n, n)`` weights for the backward pass) unless each layer is checkpointed (from
+:data:`CHECKPOINT_FROM` positions by default): then only each layer's input is kept and one layer's
+activations at a time are recomputed in the backward pass.
 
 API::
 
@@ -54,7 +56,7 @@ import torch
 
 from attnflow.capture.ablation import LAYER_MODES, Ablation, _check, _projections, _readout
 from attnflow.capture.architectures import architecture_fixes
-from attnflow.capture.hooks import _INSTALL, scoped
+from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
 from attnflow.errors import AttnflowError
 
 
@@ -68,12 +70,17 @@ class Patching(Ablation):
     cache: Any = field(default=None, repr=False)
 
 
-class _Pass:
-    """The active pass: per layer, the value projection's output and the zero tensor added to it."""
+CHECKPOINT_FROM = 1024  # positions from which each layer is recomputed in the backward pass (memory: one layer)
 
-    def __init__(self, n_layers: int) -> None:
+
+class _Pass:
+    """The active pass: per layer, the value projection's output and the zero tensor added to it;
+    ``checkpoint``: run each decoder layer under activation checkpointing."""
+
+    def __init__(self, n_layers: int, checkpoint: bool) -> None:
         self.outputs: list[torch.Tensor | None] = [None] * n_layers
         self.deltas: list[torch.Tensor | None] = [None] * n_layers
+        self.checkpoint = checkpoint
 
 
 _ACTIVE: ContextVar[_Pass | None] = ContextVar("attnflow_attribution_patching", default=None)
@@ -85,20 +92,41 @@ def _value_hook(layer: int) -> Any:
         if active is None:
             return None
         # v + 0 with the zero a leaf of autograd: d z / d delta is the total derivative d z / d v, and the
-        # path from earlier layers through v stays open (a detached leaf in place of v would cut it)
-        delta = torch.zeros_like(output, requires_grad=True)
+        # path from earlier layers through v stays open (a detached leaf in place of v would cut it).
+        # A checkpointed layer runs again in the backward pass: it must add the same leaf.
+        delta = active.deltas[layer]
+        if delta is None or delta.shape != output.shape:
+            delta = torch.zeros_like(output, requires_grad=True)
         active.outputs[layer], active.deltas[layer] = output.detach(), delta
         return output + delta
     return hook
 
 
+def _checkpointed(forward: Any) -> Any:
+    """A decoder layer's ``forward`` that, while a checkpointing pass is active in this thread, keeps
+    only its inputs and recomputes the rest in the backward pass (memory: one layer's activations at a
+    time instead of every layer's; about one more forward pass of compute)."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        active = _ACTIVE.get()
+        if active is None or not active.checkpoint or not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    return run
+
+
 def _install(model: Any, found: list[Any]) -> None:
-    """Hooks on the value projections, once per model, idle unless a pass is active in this thread."""
+    """Hooks on the value projections and the checkpointing switch on each decoder layer (the parent of
+    its attention module), once per model, idle unless a pass is active in this thread."""
     with _INSTALL:
         if getattr(model, "_attnflow_attribution_patching", False):
             return
         for layer, projection in enumerate(found):
             projection.value.register_forward_hook(_value_hook(layer))
+        for module in attention_modules(model):
+            block = model.get_submodule(module.name.rpartition(".")[0])
+            block.forward = _checkpointed(block.forward)
         model._attnflow_attribution_patching = True
 
 
@@ -114,14 +142,17 @@ def _detached(cache: Any) -> Any:
 
 def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, layers: str = "all",
                          readout: str = "logit", tokens: Any = None, foils: Any = None,
-                         keep_cache: bool = False) -> Patching:
+                         keep_cache: bool = False, checkpoint: bool | None = None) -> Patching:
     """The one-pass estimate of ablated flow (see the module docstring).
 
     input_ids: ``(n,)`` or ``(1, n)`` token ids of a causal decoder. targets: positions explained
         (default: the last). layers: ``"all"`` (the estimate of zeroing in every layer at once: one
         score per source) or ``"each"`` (per layer). readout, tokens, foils: as
         :func:`attnflow.capture.ablation.ablated_flow` (tokens default to the argmax at each target).
-    keep_cache: keep the clean key/value cache of the pass (for an exact re-scoring of some sources).
+    keep_cache: keep the clean key/value cache of the pass (for an exact re-scoring of some sources);
+        not with checkpointing (a recomputed layer would write its cache twice): then ``cache`` is None.
+    checkpoint: recompute each layer in the backward pass instead of keeping its activations (memory
+        bounded by one layer's; about a third more time); None: from :data:`CHECKPOINT_FROM` positions.
 
     Returns a :class:`Patching` with ``scores (len(targets), 1 or layers, n)``; sources after a
     target score 0 for it.
@@ -135,7 +166,9 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     heads = int(config.num_attention_heads)
     n, last = ids.numel(), max(targets)
     device = next(model.parameters()).device
-    state = _Pass(len(found))
+    checkpoint = last + 1 >= CHECKPOINT_FROM if checkpoint is None else bool(checkpoint)
+    keep_cache = keep_cache and not checkpoint
+    state = _Pass(len(found), checkpoint)
     keep = last + 1 - min(targets)
     with torch.enable_grad(), architecture_fixes(model), scoped(_ACTIVE, state):
         out = model(input_ids=ids[None, :last + 1].to(device), use_cache=keep_cache, logits_to_keep=keep)

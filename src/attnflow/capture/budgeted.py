@@ -97,6 +97,8 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
                         plan="exact")
     est = attribution_patching(model, ids, sorted_targets, readout=readout, tokens=tokens, foils=foils,
                                keep_cache=croppable)
+    if est.cache is None:  # a sliding window, or a checkpointed (long) estimate pass: prefixes are rebuilt
+        prefix = (lambda first: max(first) if first else 0)  # noqa: E731
     per_token = est.scores[:, 0]  # (targets, n)
     scores = np.stack([[per_token[i, s].sum() for s in spans] for i in range(len(sorted_targets))])[:, None]
     exact = np.zeros(len(spans), dtype=bool)
