@@ -183,6 +183,22 @@ def sentence_check(model, tokenizer, rng: random.Random, count: int, facts: int,
             "prediction_in_document": correct / count}
 
 
+def generation_costs(model, tokenizer, tokens: int = 20) -> list[str]:
+    """20 new tokens after the ~213-token prompt of benchmarks/ablation.py: plain ``model.generate``
+    (greedy) vs ``attnflow.generate`` with each new method, every generated token explained."""
+    import attnflow
+    from ablation import LONG
+
+    ids = tokenizer(LONG, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        _, plain = timed(lambda: model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False))
+    lines = [f"generation: {tokens} tokens after a {ids.shape[1]}-token prompt; plain generate {plain:.1f} s"]
+    for method in ("ablated-flow-estimate", "ablated-flow-budgeted"):
+        _, took = timed(lambda: attnflow.generate(model, tokenizer, LONG, tokens, method=method, min_new_tokens=tokens))
+        lines.append(f"  {method}: {took:.1f} s = {took / plain:.1f}x plain generate")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--budget", type=float, default=5.0)
@@ -190,6 +206,7 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=50, help="generated documents for the sentence-level check")
     parser.add_argument("--short", type=int, default=70, help="how many of the study's prompts")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--generation-only", action="store_true", help="only the cost through a generation")
     args = parser.parse_args()
     torch.set_num_threads(1)
     from attnflow.capture.load import load_model, quiet_transformers
@@ -197,6 +214,9 @@ def main() -> None:
 
     quiet_transformers()
     model, tokenizer = load_model(smollm2_path())
+    if args.generation_only:
+        print("\n".join(generation_costs(model, tokenizer) + [f"load average {os.getloadavg()}"]))
+        return
     rng = random.Random(0)
     texts = [p["prompt"] for p in prompts()][: args.short]
     texts += [document(rng, 8, 8)[0], chat(rng, 4), CODE, document(rng, 20, 60)[0], document(rng, 20, 140)[0]]
