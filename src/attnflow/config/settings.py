@@ -57,6 +57,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("target", None, "Position to explain: 'cls', 'last', or a token index (negative counts from the end). "
            "Default: 'last' for decoders, 'cls' otherwise.", cli=False),
     Option("truncate", False, "Cut texts longer than the model's maximum instead of refusing them.", cli=False),
+    Option("budget", 5.0, "ablated-flow-budgeted: the most forward passes to spend (exact ablated flow when it fits, "
+           "else the one-pass estimate with its top sources re-scored exactly).", bounds=(2.0, 100000.0)),
 )}
 
 TARGET_NAMES = ("cls", "last")
@@ -121,6 +123,7 @@ class Settings:
     solver: the max-flow solver for flow.
     target: "cls", "last", a position, or None (decoders: "last"; others: "cls").
     truncate: cut inputs longer than the model's maximum instead of refusing them.
+    budget: what ``ablated-flow-budgeted`` may spend, in forward passes (:mod:`attnflow.capture.budgeted`).
     """
 
     residual: float = OPTIONS["residual"].default
@@ -130,6 +133,7 @@ class Settings:
     solver: str = OPTIONS["solver"].default
     target: Any = field(default=OPTIONS["target"].default)
     truncate: bool = OPTIONS["truncate"].default
+    budget: float = OPTIONS["budget"].default
 
     def __post_init__(self) -> None:
         self.check()
@@ -138,6 +142,7 @@ class Settings:
         """Refuse a value outside a setting's allowed values (one line: expected, given); a digit-string
         target becomes an int and a residual a float."""
         object.__setattr__(self, "residual", check_number("residual", self.residual))
+        object.__setattr__(self, "budget", check_number("budget", self.budget))
         for name in ("head_fusion", "weighting", "causal_norm", "solver"):
             check_choice(name, getattr(self, name))
         object.__setattr__(self, "target", check_target(self.target))

@@ -7,8 +7,8 @@ source's values lowers the explained token's logit):
 
 - ``ablated_flow_estimate``: ``(1, rows, n)``, first order of zeroing in every layer at once;
 - ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
-- ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``extra["budget"]``
-  passes (default 5), else the estimate with its top sources re-scored exactly. Which sources were
+- ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
+  passes (default 5; ``extra["budget"]`` overrides), else the estimate with its top sources re-scored exactly. Which sources were
   re-scored is reported through ``extra["report"]`` when the caller passes a dict there (key
   ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in passes, ``plan``).
 
@@ -59,7 +59,8 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     options = _sorted_tokens(rows, _options(context))
     extra = getattr(context, "extra", None) or {}
     # several rows (a generation): the estimate alone takes one forward and one backward pass per row
-    budget = max(float(extra.get("budget", BUDGET)), 2.0 + len(rows))
+    settings = getattr(context, "settings", None)
+    budget = max(float(extra.get("budget", getattr(settings, "budget", BUDGET))), 2.0 + len(rows))
     n = len(np.asarray(context.input_ids).reshape(-1))
     groups = _groups(context)
     found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget,
