@@ -8,11 +8,14 @@ removes at once, as groups of token positions, and their scores spread back over
   (:mod:`attnflow.capture.segments`; no sentence splitter, no downloaded data);
 - a list of passages of the text (strings, found in order) or of character ranges ``(start, end)``:
   each is one unit, and the tokens between them form units of their own runs;
-- a path to a text file (the CLI's ``--by spans FILE``): one passage per line, as above.
+- a path to a text file (the CLI's ``--by spans --spans FILE``): one passage per line, as above.
+
+Which methods ablate by span is their registry record's ``spans`` fact (ablated flow, its estimate,
+the budgeted chooser); the others score tokens as always.
 
 A span's score is what the prediction loses when all of its tokens are ablated together; every token
-of the span carries it, and ``result.meta["spans"]`` lists the groups (so views can group tokens by
-span and a ranking counts each span once).
+of the span carries it, and ``result.meta["spans"]`` lists the groups and ``meta["span_labels"]`` their
+text (so views can group tokens by span and a ranking counts each span once).
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import numpy as np
 from attnflow.capture.segments import UNITS, char_spans, segments
 from attnflow.errors import AttnflowError
 
-SPAN_METHODS = ("ablated-flow", "ablated-flow-estimate", "ablated-flow-budgeted")
 BY = ("token", *UNITS, "spans")
 
 
@@ -64,6 +66,25 @@ def token_groups(spans: Any, text: str, offsets: Sequence[Sequence[int]] | None,
     if all(isinstance(s, str) for s in items):
         return char_spans(text, offsets, _passages(text, items))
     return char_spans(text, offsets, [tuple(np.asarray(s).tolist()) for s in items])
+
+
+def groups_for(spans: Any, text: str, tokenizer: Any, n: int) -> tuple[list[list[int]], list[str]] | None:
+    """:func:`token_groups` for ``text`` as ``tokenizer`` splits it into the ``n`` captured tokens, with
+    each group's text (what its tokens cover; a special token's own string)."""
+    if spans is None or (isinstance(spans, str) and spans == "token"):
+        return None
+    try:
+        encoded = tokenizer(text, return_offsets_mapping=True)
+        offsets = encoded["offset_mapping"]
+    except (NotImplementedError, TypeError, ValueError, KeyError):
+        offsets = None
+    groups = token_groups(spans, text, offsets, n)
+    labels = []
+    for group in groups:
+        covered = [offsets[j] for j in group if offsets[j][1] > offsets[j][0]]
+        labels.append(" ".join(text[covered[0][0]:covered[-1][1]].split()) if covered
+                      else tokenizer.convert_ids_to_tokens(encoded["input_ids"][group[0]]))
+    return groups, labels
 
 
 def spread(span_scores: np.ndarray, groups: list[list[int]], n: int) -> np.ndarray:

@@ -159,16 +159,21 @@ def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, targ
 
 
 def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[str], list[int]],
-            settings: Settings, progress: Progress | None, run: Prepared | None = None) -> dict[str, Block]:
+            settings: Settings, progress: Progress | None, run: Prepared | None = None,
+            spans: list[list[int]] | None = None, notes: dict | None = None) -> dict[str, Block]:
     """method -> :class:`Block` of the rows ``rows_for(method)`` at every layer, each computed by its
-    registry function (:mod:`attnflow.config.registry`); ``run`` gives model-based methods the model."""
+    registry function (:mod:`attnflow.config.registry`); ``run`` gives model-based methods the model;
+    ``spans`` (token groups) go to the methods that ablate by span, which report into ``notes``."""
     blocks = {}
     for method in methods:
         rows = rows_for(method)
+        extra = {"report": notes} if notes is not None else {}
+        if spans is not None and registry.get(method).spans:
+            extra["spans"] = spans
         context = Context(kind="text", attentions=attentions, settings=settings, rows=rows, progress=progress,
                           model=run.model if run is not None else None,
                           tokenizer=run.tokenizer if run is not None else None,
-                          input_ids=attentions.input_ids if run is not None else None)
+                          input_ids=attentions.input_ids if run is not None else None, extra=extra)
         record = registry.get(method)
         blocks[method] = as_block(record, record(context), rows, attentions.attentions.shape[-4])
     return blocks
@@ -201,13 +206,14 @@ def _rows_for(targets: Any, flow_targets: str, target: int, n: int) -> Callable[
 
 
 def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, method: str, text: Any,
-                 prediction: str | None, model: str | None, params: dict[str, Any]) -> Attribution:
+                 prediction: str | None, model: str | None, params: dict[str, Any],
+                 notes: dict | None = None) -> Attribution:
     tokens = [str(t) for t in maps.tokens]
     n_layers = maps.attentions.shape[-4]
+    meta = {"special": [int(i) for i in maps.special], "causal": bool(maps.causal), **(notes or {})}
     return Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(len(tokens))),
                        blocks=blocks, n_layers=n_layers, target=target, method=method, input=text,
-                       prediction=prediction, model=model, params=params,
-                       meta={"special": [int(i) for i in maps.special], "causal": bool(maps.causal)})
+                       prediction=prediction, model=model, params=params, meta=meta)
 
 
 def refuse_norm_with_gradients(methods: Sequence[str], settings: Settings) -> None:
@@ -217,27 +223,35 @@ def refuse_norm_with_gradients(methods: Sequence[str], settings: Settings) -> No
 
 
 def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, methods: list[str], shown: str,
-             targets: Any, flow_targets: str, progress: Progress | None) -> Attribution:
+             targets: Any, flow_targets: str, progress: Progress | None, spans: Any = None) -> Attribution:
     refuse_norm_with_gradients(methods, settings)
     run = prepare(text, model, tokenizer, settings)
     return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
-                     progress=progress)
+                     progress=progress, spans=spans)
 
 
 def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: str, targets: Any, flow_targets: str,
-              progress: Progress | None) -> Attribution:
+              progress: Progress | None, spans: Any = None) -> Attribution:
     """The methods on one prepared input (the part of :func:`explain` / :func:`explain_maps` after
-    capture; ``attnflow batch`` calls it on each text of a batched forward pass)."""
+    capture; ``attnflow batch`` calls it on each text of a batched forward pass). ``spans``: see
+    :mod:`attnflow.api.spans` (``result.meta["spans"]`` then lists the groups of token positions)."""
+    from attnflow.api.spans import groups_for
+
     rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens))
-    blocks = _blocks(run.maps, methods, rows_for, settings, progress, run=run)
+    found = groups_for(spans, run.text, run.tokenizer, len(run.maps.tokens))
+    groups = None if found is None else found[0]
+    notes: dict[str, Any] = {} if found is None else {
+        "spans": found[0], "span_labels": found[1], "span_methods": [m for m in methods if registry.get(m).spans]}
+    blocks = _blocks(run.maps, methods, rows_for, settings, progress, run=run, spans=groups, notes=notes)
     return _text_result(run.maps, blocks, target=run.target, method=shown, text=run.text, prediction=run.prediction,
-                        model=run.name, params=settings.as_dict())
+                        model=run.name, params=settings.as_dict(), notes=notes)
 
 
 def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = UNSET,
             residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
             progress: Progress | None = None, causal_norm: str | None = UNSET,
-            target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None) -> Attribution:
+            target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
+            spans: Any = None) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
@@ -260,6 +274,10 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     settings: an :class:`attnflow.Settings` holding every setting; the keywords above (residual,
         head_fusion, weighting, causal_norm, solver, target, truncate) override it.
 
+    spans: decoders: "word", "sentence", a list of passages of the text (or character ranges), or a
+        file of passages: ablated flow, its estimate and the budgeted method remove each span at once
+        and every token carries its span's score (:mod:`attnflow.api.spans`); default each token.
+
     Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only;
     ``result.params`` is ``settings.as_dict()``.
     """
@@ -276,7 +294,7 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     methods, shown = resolve_methods(method)
     return _explain(text, model, tokenizer, settings, methods=methods, shown=shown, targets="target",
-                    flow_targets="target", progress=progress)
+                    flow_targets="target", progress=progress, spans=spans)
 
 
 def refuse_seq2seq_settings(settings: Settings) -> None:
@@ -305,14 +323,14 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  flow_targets: str = "auto", residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                  truncate: bool = UNSET, progress: Progress | None = None,
                  causal_norm: str | None = UNSET, targets: str = "auto", weighting: str = UNSET,
-                 settings: Settings | None = None) -> Attribution:
+                 settings: Settings | None = None, spans: Any = None) -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
     ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
     names the one a report opens on (default: rollout when computed, else the first of ``methods``).
     ``targets="auto"`` computes every target up to ``MAPS_ALL_MAX`` tokens and the explained one
     above (``"all"`` always). One forward pass, plus one differentiable pass when ``methods``
-    includes "grad-rollout" (sequence classifiers only). ``weighting`` and ``settings`` as in
+    includes "grad-rollout" (sequence classifiers only). ``weighting``, ``settings`` and ``spans`` as in
     :func:`explain`."""
     settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
@@ -321,7 +339,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
         raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} "
                             "(use explain for one target)")
     return _explain(text, model, tokenizer, settings, methods=names, shown=shown, targets=targets,
-                    flow_targets=flow_targets, progress=progress)
+                    flow_targets=flow_targets, progress=progress, spans=spans)
 
 
 def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int = 0,

@@ -80,6 +80,7 @@ class Method:
     in_all: bool = False       # computed by method="all" (the paper's three)
     paths: bool = False        # its scores are flow along paths through the layers (the graph view draws them)
     colour: str | None = None  # its colour in every figure (None: the next free one)
+    spans: bool = False        # ablates by span when given spans= (every token of a span at once; api.spans)
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
@@ -131,7 +132,8 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "rollout of gradient-weighted attention for the predicted class (classifiers)"),
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
-           "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)"),
+           "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",
+           spans=True),
     Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
@@ -139,7 +141,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("ablated-flow-estimate", ("text",), FORWARD_BACKWARD, False,
            "Kramár et al. 2024 (attribution patching) of value zeroing, every layer at once",
            "attnflow.api.methods.one_pass:ablated_flow_estimate",
-           "first-order estimate of ablated flow from one forward and one backward pass (decoders)"),
+           "first-order estimate of ablated flow from one forward and one backward pass (decoders)", spans=True),
     Method("ablated-flow-estimate-layers", ("text",), FORWARD_BACKWARD, True,
            "Kramár et al. 2024 (attribution patching) of value zeroing, one layer at a time",
            "attnflow.api.methods.one_pass:ablated_flow_estimate_layers",
@@ -148,7 +150,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "Mohebbi et al. 2023 (value zeroing) within a budget; Kramár et al. 2024 for the rest",
            "attnflow.api.methods.one_pass:ablated_flow_budgeted",
            "exact ablated flow when it fits 5 forward passes, else the estimate with its top sources "
-           "re-scored exactly (decoders)"),
+           "re-scored exactly (decoders)", spans=True),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
            "(decoders)"),

@@ -60,7 +60,7 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     extra = getattr(context, "extra", None) or {}
     # several rows (a generation): the estimate alone takes one forward and one backward pass per row
     settings = getattr(context, "settings", None)
-    budget = max(float(extra.get("budget", getattr(settings, "budget", BUDGET))), 2.0 + len(rows))
+    budget = max(float(extra.get("budget", getattr(settings, "budget", BUDGET))), 1.0 + len(rows))
     n = len(np.asarray(context.input_ids).reshape(-1))
     groups = _groups(context)
     found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget,
@@ -68,8 +68,8 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
                                   readout=options["readout"], tokens=options["tokens"], foils=options["foils"],
                                   batch_size=options["batch_size"], progress=options["progress"])
     report = extra.get("report")
-    if isinstance(report, dict):
-        report["ablated-flow-budgeted"] = {"exact": found.exact.tolist(), "cost": found.cost, "budget": budget,
-                                           "plan": found.plan}
+    if isinstance(report, dict):  # per source (per span with spans): whether its score is exact
+        report["ablated-flow-budgeted"] = {"exact": [bool(e) for e in found.exact], "cost": float(found.cost),
+                                           "budget": budget, "plan": found.plan}
     found.scores = spread(found.scores, found.spans, n)
     return _place(found, rows, None)
