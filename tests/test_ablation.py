@@ -156,3 +156,28 @@ def test_ablated_flow_on_smollm2_equals_the_naive_loop(smollm2):
     clean = naive_readout(model, ids, n - 1, c)
     expected = [clean - naive_readout(model, ids, n - 1, c, zero=j, kind="llama_real") for j in range(n)]
     np.testing.assert_allclose(found.scores[0, 0], expected, atol=1e-5, rtol=0)
+
+
+def test_the_receptive_field_equals_a_naive_boolean_propagation():
+    """reach() against the definition: position p's output at layer l reads key j iff j <= p and
+    p - j < w_l (or any j <= p without a window); the residual carries p to itself. Zeroing j's values
+    at layer v can change the target iff a chain of such reads leads from j (read at layer v) to it."""
+    import itertools
+
+    from attnflow.capture.ablation import reach
+
+    n = 12
+    for windows in itertools.product([None, 2, 3, 5], repeat=3):
+        windows = list(windows)
+        for t in range(n):
+            up = np.zeros(n, bool)  # which layer-v outputs matter for the target, from the top down
+            up[t] = True
+            expected = {}
+            for layer in range(len(windows) - 1, -1, -1):
+                w = windows[layer]
+                reads = np.array([[j <= p and (w is None or p - j < w) for j in range(n)] for p in range(n)])
+                reached = (up[:, None] & reads).any(0)  # keys that layer's mattering outputs read
+                expected[layer] = int(np.argmax(reached))
+                up = up | reached
+            expected[-1] = min(expected.values())
+            assert reach(windows, t) == expected, (windows, t)

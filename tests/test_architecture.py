@@ -25,7 +25,7 @@ LAYERS = {
     "attnflow.capture": 2,
     "attnflow.results": 3,
     "attnflow.views": 4, "attnflow.evaluation": 4,
-    "attnflow.api": 5, "attnflow.reproduction": 5,  # entry points; reproduction.training trains the bundled models
+    "attnflow.api": 5, "attnflow.reproduction": 5, "attnflow.batch": 5,  # entry points; reproduction.training trains the bundled models
     "attnflow.cli": 6,
     "attnflow.app": 6,  # the live explorer: as thin as the CLI, over the api
 }
@@ -291,3 +291,52 @@ def test_the_apps_route_handlers_live_at_module_level():
     nested = [n.name for n in ast.walk(create) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not create]
     assert nested == [], f"create_app defines {nested}"
     assert create.end_lineno - create.lineno < 15
+
+
+def _name_comparisons(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, name)`` of every comparison with a single registered method name: ``method == "flow"``,
+    ``"grad-rollout" in methods``, ``name != "ablated-flow"`` (a fact about a method belongs on its
+    registry record: attnflow.config.registry.Method)."""
+    from attnflow.config import registry
+
+    names = set(registry.REGISTRY)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        if not any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+            continue
+        for side in (node.left, *node.comparators):
+            if isinstance(side, ast.Constant) and side.value in names:
+                found.append((node.lineno, side.value))
+    return found
+
+
+# The paper's three as core maths, by name, for the evaluation and the benchmarks (the registry's
+# functions are the entry points' way in).
+# What format 0.1's report opened on is history, not a method fact (attnflow.results.schema).
+NAME_DISPATCH = {"attnflow.config.registry", "attnflow.core.methods", "attnflow.results.schema"}
+
+
+def test_no_module_compares_a_single_method_name_outside_the_registry():
+    for name, path in MODULES.items():
+        if name not in NAME_DISPATCH:
+            found = _name_comparisons(ast.parse(path.read_text(encoding="utf-8")))
+            assert not found, f"{name} compares method names {found}: put the fact on the registry record"
+
+
+def test_the_name_comparison_checker_can_fail():
+    snippet = ast.parse('if method == "flow": pass\nif "grad-rollout" in methods: pass\n'
+                        'if record.gradients: pass\nx = "flow"\nif kind == "text": pass\n'
+                        'if m != "ablated-flow" and m in ("raw",): pass\n')
+    assert _name_comparisons(snippet) == [(1, "flow"), (2, "grad-rollout"), (6, "ablated-flow")]
+
+
+def test_every_registry_function_lives_in_api_methods_and_results_sit_below_the_entry_points():
+    from attnflow.config import registry
+
+    outside = [m.name for m in registry.REGISTRY.values()
+               if not m.function.partition(":")[0].startswith("attnflow.api.methods.")]
+    assert not outside, f"{outside}: a method's function is attnflow/api/methods/<module>.py (see the registry)"
+    assert layer("attnflow.results") < min(layer("attnflow.views"), layer("attnflow.api"), layer("attnflow.batch"))
+    assert all(layer(t) <= layer("attnflow.results") for t in GRAPH["attnflow.results"] if t != "attnflow")

@@ -46,7 +46,7 @@ def test_local_cluster_rows_equal_explain(tmp_path, agreement):
 
 
 def test_auto_stays_here_for_a_short_job_and_hands_a_long_one_to_a_local_cluster(tmp_path, agreement, monkeypatch):
-    from attnflow.api.batching import engine
+    from attnflow.batch import engine
 
     texts = sentences(24, seed=25)
     short = attnflow.batch(texts, out=tmp_path / "short", methods="rollout", shard_size=4)

@@ -161,6 +161,7 @@ def test_explain_faithfulness_generate_reproduce_view_refusals(work, monkeypatch
         (["reproduce", "--solver", "magic", "--out", "repro"], "--solver must be one of"),
         (["reproduce", "--examples", "0", "--out", "repro"], "--examples must be at least 1"),
         (["view", str(inputs / "missing.json"), "--png", "x.png"], "missing.json"),
+        (["faithfulness", "the"], "needs at least 2; 'the' has 1"),
     ]
     for args, message in cases:
         _refused(monkeypatch, capsys, folder, args, message)
@@ -186,6 +187,12 @@ def test_a_target_text_target_may_be_a_token(work, monkeypatch, capsys, minilm_p
     assert code == 0, err
     assert "keys" in out
     assert sorted(p.name for p in folder.iterdir()) == []
+    # the documented keywords: "last" is the last target token, "cls" names none and is refused
+    code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the cabinet", "--target-text",
+                             "the keys", "--target", "last", "--model", str(model))
+    assert code == 0, err
+    _refused(monkeypatch, capsys, folder, ["explain", "the keys to the cabinet", "--target-text", "the keys",
+                                           "--target", "cls", "--model", str(model)], "has no CLS target")
 
 
 def test_top_level_help_has_no_dangling_example_lines(monkeypatch, capsys):
@@ -239,6 +246,7 @@ def test_app_endpoints_answer_bad_requests_with_one_sentence(app_server, tmp_pat
         ("api/jobs", {"model": "agreement", "text": "hi", "methods": ["rollout"], "residual": 1.5},
          "residual must lie between 0 and 1"),
         ("api/jobs/nope", None, "no such job"),
+        ("api/jobs", {"model": "smollm2", "text": "hi"}, "send the text as \"prompt\""),
         ("api/jobs/nope/top?k=0", None, "no such job"),
     ]
     for path, body, message in cases:
@@ -248,3 +256,181 @@ def test_app_endpoints_answer_bad_requests_with_one_sentence(app_server, tmp_pat
         assert message in error and "\n" not in error and "Traceback" not in error, (path, answer)
     status, answer = _http(app_server, "api/models")
     assert status == 200 and "mamba" not in json.dumps(answer["models"])  # a refused family is never listed
+
+
+# ------------------------------------------------------------------ every method draws; all outputs or none
+
+@pytest.fixture(scope="module")
+def tiny_folders(minilm_path, tmp_path_factory):
+    """A saved tiny decoder (Llama) and a saved tiny classifier (BERT), over MiniLM's vocabulary."""
+    from transformers import AutoTokenizer
+
+    from factory import tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    folders = {}
+    for kind in ("llama", "bert"):
+        folder = tmp_path_factory.mktemp(f"tiny-{kind}")
+        tiny_model(kind, vocab=tokenizer.vocab_size).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders[kind] = folder
+    return folders
+
+
+def _offered(kind: str) -> list[str]:
+    from attnflow.config import registry
+
+    head = "decoder" if kind == "llama" else "classifier"
+    out = []
+    for m in registry.methods("text"):
+        if head == "decoder" and m.name == "grad-rollout":
+            continue  # a classifier's predicted class only
+        if head == "classifier" and m.cost == registry.PER_SOURCE:
+            continue  # per-source ablations explain a decoder's next token
+        out.append(m.name)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["llama", "bert"])
+def test_png_draws_every_method_on_a_decoder_and_a_classifier(work, monkeypatch, capsys, tiny_folders, kind):
+    """Methods without a layers axis (ablated flow, occlusion) draw as one row, each on its own scale."""
+    import matplotlib.image as mpimg
+
+    folder, _ = work
+    for method in _offered(kind):
+        png = folder / f"{method}.png"
+        code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the old cabinet are", "--model",
+                                 str(tiny_folders[kind]), "--method", method, "--png", str(png), "--paper-only")
+        assert code == 0, (method, err)
+        picture = mpimg.imread(png)
+        assert picture.shape[0] > 100 and picture.std() > 0.01, method  # a drawn figure, not an empty page
+
+
+def test_a_signed_method_gets_a_scale_symmetric_about_zero():
+    """Negative scores (the logit rises when a token goes) are drawn apart from zero."""
+    import numpy as np
+
+    from attnflow.results import Attribution, Block
+    from attnflow.views.heatmap import heatmap_figure
+
+    tokens = ["a", "b", "c", "d"]
+    row = np.array([[[0.0, -2.0, 1.0, 0.5]]])
+    result = Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(4)),
+                         blocks={"ablated-flow": Block(row, (3,), (2,))}, n_layers=3, target=3,
+                         method="ablated-flow")
+    fig = heatmap_figure(result, sink_aware=False)
+    image = fig.axes[0].images[0]
+    assert image.get_array().shape == (1, 4)  # the one computed row, not 2 empty ones beside it
+    assert image.get_clim() == (-2.0, 2.0) and image.get_cmap().name == "RdBu"
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["all"]
+
+
+def test_a_failing_output_leaves_no_other_output(work, monkeypatch, capsys):
+    """When the figure fails after the JSON could have been written, neither file is left."""
+    from attnflow.errors import AttnflowError
+    from attnflow.results import attribution
+
+    folder, _ = work
+
+    def broken(self, path=None, **options):
+        raise AttnflowError("the figure could not be drawn")
+
+    monkeypatch.setattr(attribution.Attribution, "plot", broken)
+    code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the cabinet", "--json", "a.json",
+                             "--png", "a.png", "--html", "a.html")
+    assert code == 2 and "the figure could not be drawn" in err
+    assert sorted(p.name for p in folder.iterdir()) == []
+
+
+# ------------------------------------------------------------------ Python refusals are sentences, not raw errors
+
+def test_python_refusals_are_attnflow_errors_that_say_what_was_given(tmp_path):
+    import gc
+    import warnings
+
+    import attnflow
+    from attnflow.errors import AttnflowError
+    from factory import text_result
+
+    with pytest.raises(AttnflowError, match="heads must map model class names to heads.*got 'causal-lm'"):
+        attnflow.register_architecture("newfam", "decoder", heads="causal-lm")
+    result = text_result(["a", "b", "c"])
+    saved = tmp_path / "r.npz"
+    result.save(saved)
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(saved.read_bytes()[: saved.stat().st_size // 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # the damaged file is closed, not left open
+        with pytest.raises(AttnflowError, match="damaged"):
+            attnflow.load(cut)
+        gc.collect()
+    data = json.loads(result.to_json())
+    for change, message in (({"version": "2"}, "must be a whole number.*got '2' \\(str\\)"),
+                            ({"schema": "other.thing"}, "not an attnflow result: its schema is 'other.thing'")):
+        path = tmp_path / "changed.json"
+        path.write_text(json.dumps({**data, **change}))
+        with pytest.raises(AttnflowError, match=message):
+            attnflow.load(path)
+    with pytest.raises(AttnflowError, match="is a folder; pass a result file"):
+        attnflow.load(tmp_path)
+
+
+# ------------------------------------------------------------------ text people write: readable tokens
+
+def test_non_ascii_tokens_read_as_the_text_they_cover(smollm2, tmp_path):
+    """SmolLM2's byte-level BPE splits 'Ü' and '😀' into two tokens each, each alone an invalid UTF-8
+    piece; every view shows the characters (numbered over the run) and the ids stay unchanged."""
+    import attnflow
+    from attnflow.views.heatmap import heatmap_figure
+
+    model, tokenizer = smollm2
+    text = "Ünïcödé 😀"
+    result = attnflow.explain(text, model, tokenizer=tokenizer, method="rollout")
+    ids = tokenizer(text)["input_ids"]
+    assert len(result.sources) == len(ids)  # one label per token id: nothing merged away
+    assert not any("\ufffd" in s for s in result.sources), result.sources
+    assert result.sources[:2] == ["Ü(1/2)", "Ü(2/2)"] and result.sources[-2:] == [" 😀(1/2)", " 😀(2/2)"]
+    path = tmp_path / "u.json"
+    result.to_json(path)
+    assert json.loads(path.read_text(encoding="utf-8"))["sources"] == result.sources
+    assert "Ü(1/2)" in str(result) and "\ufffd" not in str(result)
+    page = result.to_html()
+    assert "\ufffd" not in page and ("Ü(1/2)" in page or json.dumps("Ü(1/2)") in page)
+    labels = [t.get_text() for ax in heatmap_figure(result).axes for t in ax.get_xticklabels()]
+    assert "Ü(1/2)" in labels and not any("\ufffd" in label for label in labels)
+
+
+# ------------------------------------------------------------------ --device on every command that runs a model
+
+def test_every_command_that_runs_a_model_takes_device_and_refuses_a_gpu_it_lacks(work, monkeypatch, capsys):
+    """On a CPU-only torch (this machine, CI) --device cuda is refused in one line before anything loads
+    or binds; --device cpu runs. The project never needs a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible: the refusal is for machines without one")
+    folder, inputs = work
+    image = inputs / "digit.png"
+    from PIL import Image
+
+    Image.new("L", (8, 8), 128).save(image)
+    for args in (["explain", "the keys"], ["generate", "the keys", "--max-new-tokens", "1"],
+                 ["faithfulness", "the keys to the cabinet"], ["explain-image", str(image), "--png", "x.png"],
+                 ["app", "--port", "0"]):
+        _refused(monkeypatch, capsys, folder, [*args, "--device", "cuda"], "asks for a CUDA GPU")
+    _refused(monkeypatch, capsys, folder, ["explain", "the keys", "--device", "tpu"], "cuda:N or mps; got 'tpu'")
+    code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the cabinet", "--device", "cpu")
+    assert code == 0, err
+
+
+def test_python_device_loads_by_name_there_and_leaves_a_loaded_model_where_it_is(minilm_path):
+    import attnflow
+    from attnflow.errors import AttnflowError
+
+    on_cpu = attnflow.explain("the keys to the cabinet", device="cpu")
+    assert on_cpu.params["device"] == "cpu"
+    with pytest.raises(AttnflowError, match="must be auto, cpu, cuda, cuda:N or mps; got 'gpu'"):
+        attnflow.explain("the keys", device="gpu")
+    model, tokenizer = attnflow.load_model(minilm_path)
+    with pytest.raises(AttnflowError, match="the model passed is on cpu, and device 'cuda' was asked for"):
+        attnflow.explain("the keys", model, tokenizer=tokenizer, device="cuda")

@@ -15,7 +15,7 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 import attnflow
 from attnflow.api import faithfulness_report
 from attnflow.errors import AttnflowError
-from attnflow.evaluation.faithfulness import evaluate
+from attnflow.evaluation.faithfulness import TIE_ULPS, evaluate, merge_ties
 from tests.cli_runner import run_cli
 from tests.factory import tiny_decoder
 
@@ -39,6 +39,7 @@ def _oracle(model, ids, special, target, rows, decoder, percents=(10, 20, 50)):
     c = int(full.argmax())
     ranked = [i for i in range(len(ids)) if i not in special and i != target]
     loo = np.array([float(full[c] - logits([t for j, t in enumerate(ids) if j != i])[c]) for i in ranked])
+    loo = _tied(loo, TIE_ULPS * np.finfo(np.float64).eps * max(1.0, float(full.abs().max())))
     p = lambda seq: float(logits(seq).softmax(-1)[c])  # noqa: E731
     base = p(ids)
     out = {}
@@ -60,6 +61,31 @@ def _oracle(model, ids, special, target, rows, decoder, percents=(10, 20, 50)):
             suff.append(np.mean(drops_s))
         out[method] = (np.array(rho), np.array(compr), np.array(suff))
     return c, loo, ranked, out
+
+
+def _tied(values, tol):
+    """Ties as the product defines them, by a naive pairwise closure: values linked by a chain of
+    neighbours within ``tol`` are one value (their mean)."""
+    group = list(range(len(values)))
+    for i in range(len(values)):
+        for j in range(len(values)):
+            if abs(values[i] - values[j]) <= tol:
+                old, new = group[j], group[i]
+                group = [new if g == old else g for g in group]
+    return np.array([np.mean([values[k] for k in range(len(values)) if group[k] == group[i]])
+                     for i in range(len(values))])
+
+
+def test_leave_one_out_noise_is_a_tie_and_real_differences_are_kept():
+    noise = 1e-15
+    values = np.array([3.0, -5.6e-7, -5.6e-7 + noise, 1.0, -5.6e-7 - noise, 1.0 + 1e-6])
+    merged = merge_ties(values, 1e-12)
+    assert len({merged[1], merged[2], merged[4]}) == 1 and merged[3] != merged[5]
+    np.testing.assert_allclose(merged, _tied(values, 1e-12), rtol=0, atol=0)
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # the sort-and-chain rule equals the pairwise closure
+        v = np.round(rng.normal(size=12), 1) + rng.normal(scale=1e-14, size=12)
+        np.testing.assert_allclose(merge_ties(v, 1e-12), _tied(v, 1e-12), rtol=0, atol=1e-15)
 
 
 def _check(result, model, tokenizer, decoder):

@@ -170,6 +170,22 @@ def test_warmup_compiles_every_path_and_the_cache_then_holds_it():
     assert all(kernel.signatures for kernel in warmup.kernels())
 
 
+def test_the_one_thread_warmup_covers_every_kernel_compiled_checks():
+    """NUMBA_NUM_THREADS=1 (a one-core container): the solvers take their one-thread paths, yet the
+    warm-up must still compile (or load) every kernel compiled() checks, or every process would print
+    the compile notice on its first flow."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from attnflow.core.flow import warmup\nwarmup.compile_all()\n"
+            "missing = [k.py_func.__name__ for k in warmup.kernels() if not k.signatures]\n"
+            "assert not missing, missing")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NUMBA_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_an_empty_numba_cache_is_announced_once(monkeypatch, capsys):
     from attnflow.core.flow import warmup
 

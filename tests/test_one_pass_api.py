@@ -13,6 +13,7 @@ import attnflow
 from attnflow.capture.ablation import ablated_flow
 from attnflow.capture.attribution_patching import attribution_patching
 from attnflow.config.registry import Context, get
+from attnflow.config.settings import Settings
 from tests.factory import tiny_decoder, tiny_model
 
 PROMPT = "the keys to the old cabinet"
@@ -34,8 +35,8 @@ def test_explain_with_the_estimate_and_the_budget(decoder):
     np.testing.assert_allclose(result.scores["ablated-flow-estimate"][-1, L - 1], est.sum(0), atol=1e-10)
     np.testing.assert_allclose(result.scores["ablated-flow-estimate-layers"][-1], est, atol=1e-10)
     report: dict = {}
-    context = Context(kind="text", attentions=None, settings=None, rows=[n - 1], model=model, input_ids=ids,
-                      extra={"budget": 4, "report": report})
+    context = Context(kind="text", attentions=None, settings=Settings(budget=4), rows=[n - 1], model=model,
+                      input_ids=ids, notes=report)
     budgeted = get("ablated-flow-budgeted")(context)[0, 0]
     flags = np.array(report["ablated-flow-budgeted"]["exact"])
     exact = ablated_flow(model, ids).scores[0, 0]
@@ -85,7 +86,7 @@ def test_spans_reach_the_methods_and_every_token_carries_its_span_score(decoder,
     for name, expected in (("ablated-flow", exact), ("ablated-flow-estimate", [est[g].sum() for g in groups]),
                            ("ablated-flow-budgeted", exact)):  # 4 spans fit the budget: exact
         context = Context(kind="text", attentions=None, settings=None, rows=[n - 1], model=model, input_ids=ids,
-                          extra={"spans": groups})
+                          spans=groups)
         got = get(name)(context)[0, 0]
         for s, g in enumerate(groups):
             np.testing.assert_allclose(got[g], expected[s], atol=1e-10)

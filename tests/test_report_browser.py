@@ -200,7 +200,8 @@ def test_script_tokens_are_shown_as_text(context, tmp_path):
     tokens = ["[CLS]", "<script>", "window.pwned=1", "</script>", '<img src=x onerror="window.pwned=2">', "&amp;"]
     result = _explanations(len(tokens), 2, tokens=tokens)
     path = tmp_path / "xss.html"
-    html = result.to_html(str(path))
+    assert result.to_html(str(path)) == str(path)
+    html = path.read_text()
     assert len(re.findall(r"</script", html, flags=re.I)) == 2  # only the page's own two blocks close
     page = Page(context, path.as_uri())
     shown = page.page.eval_on_selector_all(".tok[data-kind='input']", "els => els.map(e => e.textContent)")
@@ -305,7 +306,8 @@ def test_long_input_loads_other_targets_lazily_from_the_same_file(context, tmp_p
     maps = attnflow.explain_attentions(logits.softmax(-1), [f"t{i}" for i in range(n)], target=n - 1,
                                        methods=("raw", "rollout"))
     path = tmp_path / "lazy.html"
-    html = maps.to_html(str(path))
+    maps.to_html(str(path))
+    html = path.read_text()
     chunks = 2 * -(-(n - 1) // report_data.CHUNK_TARGETS)  # two methods, every target but the opening one
     assert html.count('<script type="application/octet-stream" id="attnflow-chunk-') == chunks
     page = Page(context, path.as_uri())
@@ -365,4 +367,27 @@ def test_faithfulness_table_in_the_report(context, tmp_path):
     assert rows[2][1 + 3 * i: 4 + 3 * i] == [f"+{0.1 * (i + 1):.2f}", "+0.20", "+0.05"]
     assert rows[0][1 + 3 * i] == "–"  # NaN (None) shows as a dash
     assert "plural" in page.page.text_content("#faith-text")
+    page.clean()
+
+
+def test_a_method_without_layers_is_one_row_and_negative_scores_are_red(context, tmp_path):
+    """Ablated flow (no layers axis): the heatmap draws its one row (not one over 29 empty ones), the
+    tokens show it at any layer, and a negative score (the logit rises without the token) is drawn in
+    red on the scale of |score|, never as no effect."""
+    from attnflow.results import Attribution, Block
+
+    tokens = ["a", "b", "c", "d", "e"]
+    row = np.array([[[0.1, -0.8, 0.4, 0.2, 0.0]]])
+    result = Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(5)),
+                         blocks={"ablated-flow": Block(row, (4,), (29,))}, n_layers=30, target=4,
+                         method="ablated-flow")
+    path = tmp_path / "ablated.html"
+    result.to_html(str(path))
+    page = Page(context, path.as_uri())
+    assert page.page.get_attribute("#heatmap", "data-rows") == "1"
+    page.set_layer(3)  # any layer: the one row is what the tokens show
+    assert page.scores() == pytest.approx([0.1, -0.8, 0.4, 0.2, 0.0])
+    backgrounds = page.page.eval_on_selector_all("[data-kind='input']", "els => els.map(e => e.style.background)")
+    assert "185, 28, 28" in backgrounds[1] and "185, 28, 28" not in backgrounds[2]
+    assert page.alphas()[1] > page.alphas()[2] > 0  # |-0.8| is the largest effect, drawn strongest
     page.clean()

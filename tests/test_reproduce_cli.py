@@ -43,7 +43,7 @@ def test_bad_protocol_choices_are_one_line_errors(tmp_path, monkeypatch, capsys)
     for args, message in ((["--protocol", "tokens"], "--protocol must be one of paper, words"),
                           (["--gradient", "l1"], "--gradient must be one of sum, norm"),
                           (["--include-cls"], "--include-cls applies to --protocol words"),
-                          (["--model", "agreement_gpt5"], "the bundled model 'agreement_gpt5' is not installed")):
+                          (["--model", "agreement_gpt5"], "no bundled model named 'agreement_gpt5'")):
         code, _, err = run_cli(monkeypatch, capsys, "reproduce", "--examples", "1", "--out", str(tmp_path / "o"), *args)
         assert code == 2 and err.startswith("attnflow: error: ") and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

@@ -164,3 +164,27 @@ def test_threads_sharing_a_model_get_their_own_maps(minilm):
         together = list(pool.map(lambda t: attnflow.capture(model, tokenizer, t, head_fusion="mean").attentions, texts))
     for a, b in zip(alone, together):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+def test_heads_are_fused_before_anything_leaves_the_models_device():
+    """On a GPU the (batch, heads, q, k) maps never cross to the host: only the fused (batch, q, k) map
+    is moved. A tensor subclass records the shape of everything moved to a device."""
+    import torch
+
+    from attnflow.capture.hooks import Reducer
+
+    class Tracked(torch.Tensor):
+        moved: list = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.Tensor.to and "device" in kwargs:
+                cls.moved.append(tuple(args[0].shape))
+            return super().__torch_function__(func, types, args, kwargs)
+
+    weights = torch.rand(2, 4, 5, 5).softmax(-1)
+    reducer = Reducer(n_layers=1, head_fusion="mean")
+    reducer.layer(0, weights.as_subclass(Tracked))
+    assert Tracked.moved == [(2, 5, 5)]
+    torch.testing.assert_close(reducer.buffer[:, 0, 0], weights.mean(1))

@@ -11,11 +11,12 @@ torch and transformers are imported only when something is computed.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from attnflow import batch as _batch_package  # light: its names load on first use
 from attnflow import capture as _capture_package  # light: its names load on first use
 from attnflow import views as _views  # noqa: F401  (registers how results draw themselves)
+from attnflow.config.lazy import lazy
 from attnflow.errors import AttnflowError, AttnflowWarning, LongFlowWarning
 
 __version__ = "0.2.0"
@@ -23,18 +24,18 @@ __version__ = "0.2.0"
 # public name -> the module that defines it (in the layer order of the package)
 _LAZY = {
     "AttentionMaps": "attnflow.core", "flow": "attnflow.api", "grad_rollout": "attnflow.core",
-    "raw": "attnflow.core", "rollout": "attnflow.core",
+    "raw": "attnflow.core", "rollout": "attnflow.core", "as_stack": "attnflow.core",
     "joint_flow": "attnflow.core.joint", "joint_rollout": "attnflow.core.joint",
     "capture_gradients": "attnflow.capture", "capture_images": "attnflow.capture",
     "load_model": "attnflow.capture", "load_vision_model": "attnflow.capture",
     "Attribution": "attnflow.results", "load": "attnflow.results",
     "explain": "attnflow.api", "explain_attentions": "attnflow.api", "explain_image": "attnflow.api",
     "explain_maps": "attnflow.api", "generate": "attnflow.api", "faithfulness": "attnflow.api", "faithfulness_report": "attnflow.api",
-    "batch": "attnflow.api", "BatchRun": "attnflow.api",
+    "BatchRun": "attnflow.api",
     "Settings": "attnflow.config", "methods": "attnflow.config", "register_architecture": "attnflow.api",
 }
 
-__all__ = ["AttnflowError", "AttnflowWarning", "LongFlowWarning", "capture", *_LAZY]
+__all__ = ["AttnflowError", "AttnflowWarning", "LongFlowWarning", "batch", "capture", *_LAZY]
 
 
 def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False, head_fusion: str | None = None,
@@ -47,15 +48,12 @@ def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False, he
                                     weighting=weighting)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+def batch(data: Any, model: Any = None, **options: Any) -> Any:
+    """Explain every row of a data set into a folder of Parquet shards, on Dask or in this process:
+    :func:`attnflow.batch.run.batch` (every keyword is its). (Defined here because the name is also
+    the batch package's, which would otherwise shadow the function once the package is loaded.)"""
+    return _batch_package.batch(data, model, **options)
 
 
-def __dir__() -> list[str]:
-    """The public API only (not the helpers this module imports: typing's ``Any``, ``importlib``, ...)."""
-    return sorted([*__all__, "__version__"])
+# __dir__: the public API only (not the helpers this module imports: typing's ``Any``, ``lazy``, ...)
+__getattr__, __dir__ = lazy(__name__, _LAZY, public=(*__all__, "__version__"))

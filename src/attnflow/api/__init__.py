@@ -8,13 +8,13 @@ and the checks made before any model loads (:mod:`attnflow.api.checks`) run with
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import Any
 
+from attnflow.config.lazy import lazy
+
 _MODULES = {
-    "BatchRun": "batch", "batch": "batch",
     "faithfulness": "faithfulness", "faithfulness_report": "faithfulness",
     "flow": "flowrun",
     "generate": "generate",
@@ -24,25 +24,24 @@ _MODULES = {
     "explain_attentions": "text", "explain_maps": "text",
 }
 
-__all__ = sorted(_MODULES)
+# The batch system has its own room (attnflow.batch, beside the app and the CLI); its entry point stays
+# reachable here as it always was.
+_ELSEWHERE = {"BatchRun": "attnflow.batch.run", "batch": "attnflow.batch.run"}
+
+__all__ = sorted({*_MODULES, *_ELSEWHERE})
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'attnflow.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"attnflow.api.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, _names = lazy(__name__, {**{name: f"attnflow.api.{module}" for name, module in _MODULES.items()},
+                                      **_ELSEWHERE})
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULES))
+    return sorted(set(globals()) | set(_names()))
 
 
 class _Api(types.ModuleType):
-    """``batch``, ``faithfulness`` and ``generate`` are both functions and the modules defining
-    them: importing such a module (``from attnflow.api.batch import ...``) makes Python set the
+    """``faithfulness`` and ``generate`` are both functions and the modules defining them:
+    importing such a module (``from attnflow.api.generate import ...``) makes Python set the
     package's attribute to the module. The name stays the function, as when this package imported
     everything at once."""
 

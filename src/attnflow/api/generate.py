@@ -22,7 +22,7 @@ from attnflow.results import Attribution, Block
 def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
              residual: float = UNSET, head_fusion: str = UNSET, causal_norm: str | None = UNSET,
              weighting: str = UNSET, settings: Settings | None = None, method: Any = "rollout",
-             progress: Any = None, **generate_kwargs: Any) -> Attribution:
+             progress: Any = None, device: str = UNSET, **generate_kwargs: Any) -> Attribution:
     """Generate a completion of ``prompt`` and roll out attention for every generated token.
 
     model: a loaded causal LM with its ``tokenizer``, or what :func:`attnflow.load_model` takes (a
@@ -49,8 +49,8 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     that predicted it (``m - 1 + i``). ``meta`` holds the completion and the generated token ids.
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
-                              weighting=weighting)
-    loaded = resolve(model, tokenizer, task="generation")
+                              weighting=weighting, device=device)
+    loaded = resolve(model, tokenizer, task="generation", device=settings.device)
     model, tokenizer, name = loaded.model, loaded.tokenizer, loaded.name
     if loaded.family == "encoder-decoder":
         refuse_seq2seq_settings(settings)

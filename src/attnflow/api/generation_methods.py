@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
+from attnflow.api.methods import run_method
 from attnflow.config import registry
 from attnflow.config.registry import PER_SOURCE, Context
 from attnflow.errors import AttnflowError
 from attnflow.results import Block
 
-TRACKED = registry.GENERATION_TRACKED
+TRACKED = registry.tracked()
 
 
 def offered() -> tuple[str, ...]:
@@ -58,11 +58,9 @@ def method_blocks(model: Any, trace: Any, methods: list[str], n_layers: int, pro
         if name == TRACKED:
             continue
         record = registry.get(name)
-        extra: dict[str, Any] = {"tokens": list(trace.new_ids)}
-        if trace.cache is not None and record.cost == PER_SOURCE:
-            extra.update(cache=trace.cache, clean_logits=trace.logits)
+        per_source = record.cost == PER_SOURCE  # the generation's own cache and logits: no clean pass
         context = Context(kind="text", attentions=None, settings=None, rows=rows, model=model, input_ids=ids,
-                          progress=progress, extra=extra)
-        values = np.asarray(record(context), dtype=float).transpose(1, 0, 2)  # (rows, layers, N)
-        blocks[name] = Block.full(values) if record.layers else Block(values, tuple(range(k)), (n_layers - 1,))
+                          progress=progress, tokens=list(trace.new_ids), cache=trace.cache if per_source else None,
+                          clean_logits=trace.logits if per_source else None, n_layers=n_layers)
+        blocks[name] = run_method(record, context, targets=range(k))
     return blocks

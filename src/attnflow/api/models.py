@@ -16,9 +16,11 @@ from typing import Any
 
 from attnflow.capture.architectures import model_family, model_head, model_kind, register_architecture
 from attnflow.capture.load import (
+    ModelInfo,
     cached_model,
     check_model_path,
     default_model_path,
+    inspect_model,
     load_model,
     quiet_transformers,
     read_config,
@@ -31,15 +33,34 @@ from attnflow.capture.vision import load_vision_model, open_image
 from attnflow.errors import AttnflowError
 
 # What the CLI and the app need of the model-facing layer, so that they import the api only.
-__all__ = ["Loaded", "check_model_path", "default_model_path", "describe", "find_pypi_model", "is_name",
-           "load_model", "load_vision_model", "max_length", "open_image", "quiet_transformers", "read_config",
+__all__ = ["Loaded", "ModelInfo", "check_model_path", "default_model_path", "describe", "find_pypi_model", "inspect",
+           "is_name", "load_model", "load_vision_model", "max_length", "open_image", "quiet_transformers", "read_config",
            "register_architecture", "resolve", "smollm2_path", "token_strings"]
 
 
 def is_name(model: Any) -> bool:
-    """Whether ``model`` names a model to load (None: the default; a string, bytes or path) rather
-    than being a loaded one."""
-    return model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
+    """Whether ``model`` names a model to load (None: the default; a string, bytes or path; a
+    :class:`ModelInfo` already inspected) rather than being a loaded one."""
+    return model is None or isinstance(model, (str, bytes, ModelInfo)) or hasattr(model, "__fspath__")
+
+
+def inspect(model: Any = None, *, task: str = "auto") -> ModelInfo:
+    """A model named by the user (anything :func:`resolve` takes by name) -> :class:`ModelInfo`: the
+    name resolved once, its ``config.json`` read once, its family and head, every refusal that needs
+    no weights made. Entry points call it once and pass the record down."""
+    return inspect_model(model, task=task)
+
+
+def check_loaded(model: Any) -> None:
+    """Refuse, in a sentence that says what to pass, what is not a loaded Hugging Face model."""
+    if type(model).__name__ == "TransformerBridge":
+        raise AttnflowError("a TransformerLens TransformerBridge is not a Hugging Face model: pass the Hugging Face "
+                            "model it wraps (a fresh copy: booting a bridge rewires the model's modules) with its "
+                            "tokenizer, or explain the bridge's patterns with "
+                            "attnflow.explain_attentions(cache) after model.run_with_cache(...)")
+    if not hasattr(model, "config") or not callable(model):
+        raise AttnflowError(f"model must be a name, a model folder, a .gguf file or a loaded Hugging Face model; "
+                            f"got {model!r} ({type(model).__name__})")
 
 
 @dataclass(frozen=True)
@@ -53,6 +74,7 @@ class Loaded:
     name: str
     family: str
     head: str
+    info: ModelInfo | None = None  # how it was named, when it was (not for a model passed loaded)
 
     @property
     def kind(self) -> str:
@@ -65,26 +87,39 @@ def loaded_name(model: Any) -> str:
     return str(getattr(model, "name_or_path", "") or type(model).__name__)
 
 
-def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto") -> Loaded:
+def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", device: str = "auto") -> Loaded:
     """Whatever the user passed -> :class:`Loaded`. Names are loaded once and reused (see
     :func:`attnflow.capture.load.cached_model`; ``task`` as in :func:`attnflow.load_model`, "vision"
-    for image classifiers); a loaded text model needs its ``tokenizer``."""
+    for image classifiers) on ``device`` ("auto": a GPU when torch sees one); a loaded text model
+    needs its ``tokenizer`` and stays where it is (a ``device`` it is not on is refused)."""
+    from attnflow.api.checks import check_model_device, pick_device
+
+    info = None
     if is_name(model):
         if task == "vision":
             from attnflow.capture.vision import cached_vision_model
 
-            model, tokenizer = cached_vision_model(model), None
+            path = model.path if isinstance(model, ModelInfo) else model
+            model, tokenizer = cached_vision_model(path, device=pick_device(device)), None
         else:
-            model, tokenizer = cached_model(model, task=task)
-    elif tokenizer is None and task != "vision":
-        raise AttnflowError("pass the tokenizer together with a loaded model")
+            info = inspect_model(model, task=task)
+            model, tokenizer = cached_model(info, device=pick_device(device))
+    else:
+        check_loaded(model)
+        check_model_device(model, device)
+        if tokenizer is None and task != "vision":
+            raise AttnflowError("pass the tokenizer together with a loaded model")
     return Loaded(model=model, tokenizer=tokenizer, name=loaded_name(model), family=model_family(model),
-                  head=model_head(model))
+                  head=model_head(model), info=info)
 
 
 def describe(model: Any) -> tuple[str, str]:
     """(family, head) of a model folder from its ``config.json`` alone (no weights read), or of a
     loaded model."""
+    if isinstance(model, ModelInfo):
+        if not model.config:
+            raise AttnflowError(f"{model.path!r} has no config.json; pass a model folder")
+        return model.family, model.head
     if not is_name(model):
         return model_family(model), model_head(model)
     folder = Path(resolve_model(model))

@@ -13,6 +13,7 @@ import numpy as np
 from attnflow.api.images import IMAGE_METHODS, patch_scores
 from attnflow.api.models import resolve
 from attnflow.capture.vision import capture_images, image_settings
+from attnflow.config import registry
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.perturbation import Curve, perturbation_curves
 
@@ -51,7 +52,8 @@ def evaluate_perturbation(model: Any = None, images: Any = None, labels: Any = N
         images, labels = images[:limit], labels[:limit]
     model = resolve(model, task="vision").model
     fill_values = fill_value(model, fill)
-    maps = capture_images(model, list(images), gradients="grad-rollout" in methods)
+    # ("random", the baseline, is no registry method: fact() says False for it)
+    maps = capture_images(model, list(images), gradients=any(registry.fact(m, "gradients") for m in methods))
     scores = {}
     for m in methods:
         if m == "random":

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from attnflow.api.methods import as_block
+from attnflow.api.methods import run_method
 from attnflow.api.models import is_name, resolve
 from attnflow.capture.seq2seq import capture_seq2seq, track_seq2seq_generation
 from attnflow.config import registry
@@ -31,12 +31,12 @@ from attnflow.results.attribution import label_index
 Progress = Callable[[int, int], None]
 
 
-def _loaded(model: Any, tokenizer: Any) -> tuple[Any, Any, str]:
+def _loaded(model: Any, tokenizer: Any, device: str = "auto") -> tuple[Any, Any, str]:
     if model is None:
         raise AttnflowError("pass an encoder-decoder model (a folder, hub id or loaded model)")
     if is_name(model):
         _refuse_not_seq2seq(str(model))
-    loaded = resolve(model, tokenizer, task="seq2seq")
+    loaded = resolve(model, tokenizer, task="seq2seq", device=device)
     return loaded.model, loaded.tokenizer, str(model) if is_name(model) else loaded.name
 
 
@@ -54,12 +54,11 @@ def _refuse_not_seq2seq(name: str) -> None:
                             + (" (or use attnflow generate to explain what it writes)" if task == "causal-lm" else ""))
 
 
-def _as_block(record: registry.Method, values: np.ndarray, targets: list[int], n_layers: int) -> Block:
-    """``(layers, targets, S + T)`` -> a block over the sources ``S + T + 1``: the last target token is
-    never read by the decoder, so its column is 0."""
-    values = np.asarray(values, dtype=float)
-    padded = np.concatenate([values, np.zeros(values.shape[:2] + (1,))], axis=-1)
-    return as_block(record, padded, targets, n_layers)
+def _padded(block: Block) -> Block:
+    """A block over the sources ``S + T`` -> one over ``S + T + 1``: the last target token is never read
+    by the decoder, so its column is 0."""
+    values = np.concatenate([block.values, np.zeros(block.values.shape[:2] + (1,))], axis=-1)
+    return Block(values, block.targets, block.layers)
 
 
 def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokenizer: Any = None,
@@ -83,10 +82,10 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
                             "or let the model write its own with attnflow.generate (CLI: attnflow generate)")
     if flow_targets not in ("auto", "all", "target"):
         raise AttnflowError(f"flow_targets must be 'auto', 'all' or 'target'; got {flow_targets!r}")
-    model, tokenizer, name = _loaded(model, tokenizer)
+    model, tokenizer, name = _loaded(model, tokenizer, settings.device)
     maps = capture_seq2seq(model, tokenizer, source, target_text, truncate=settings.truncate)
     s, t = len(maps.source_tokens), len(maps.target_tokens)
-    chosen = label_index(maps.target_tokens, target, 0)
+    chosen = label_index(maps.target_tokens, _target_keyword(target), 0)
     attn = (maps.encoder.double().numpy(), maps.decoder.double().numpy(), maps.cross.double().numpy())
     every = list(range(t))
     blocks = {}
@@ -95,8 +94,8 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
         rows = every if not costly or flow_targets == "all" or (flow_targets == "auto" and s + t <= FLOW_ALL_MAX) \
             else [chosen]
         context = Context(kind="seq2seq", attentions=attn, settings=settings, rows=rows, progress=progress,
-                          model=model, tokenizer=tokenizer, extra={"target_tokens": t})
-        blocks[m] = _as_block(registry.get(m), registry.get(m)(context), rows, int(maps.decoder.shape[0]))
+                          model=model, tokenizer=tokenizer, target_tokens=t, n_layers=int(maps.decoder.shape[0]))
+        blocks[m] = _padded(run_method(registry.get(m), context))
     return Attribution(
         kind="seq2seq", sources=maps.source_tokens + [maps.start_token] + maps.target_tokens,
         targets=maps.target_tokens, target_positions=[s + i for i in range(t)], blocks=blocks,
@@ -124,3 +123,14 @@ def generate_seq2seq(model: Any, tokenizer: Any, source: str, max_new_tokens: in
                             "teacher_forcing": False},
         meta={"completion": trace.completion, "generated_ids": trace.new_ids, "source_ids": trace.source_ids,
               "encoder_layers": trace.n_encoder_layers})
+
+
+def _target_keyword(target: Any) -> Any:
+    """``--target``'s keywords, as documented, before a target token's text: "last" is the last target
+    token; "cls" names no target of an encoder-decoder model and is refused in a sentence."""
+    if isinstance(target, str) and target.strip().lower() == "last":
+        return -1
+    if isinstance(target, str) and target.strip().lower() == "cls":
+        raise AttnflowError("an encoder-decoder model has no CLS target: --target (target=) picks a target token "
+                            "by index, by its text, or 'last'")
+    return target

@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.api.methods import as_block
+from attnflow.api.methods import run_method
 from attnflow.api.checks import check_text_model
-from attnflow.api.models import is_name, loaded_name, resolve
+from attnflow.api.honest import PAPER_ONLY
+from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve
 from attnflow.capture import capture
-from attnflow.capture.load import cached_tokenizer, model_task, resolve_model
+from attnflow.capture.load import cached_tokenizer
 from attnflow.capture.text import is_causal
 from attnflow.capture.vocabulary import warn_unknown_words
 from attnflow.config import registry
@@ -82,7 +83,7 @@ def _shown(methods: Any, method: str | None, model_free: bool = False) -> tuple[
     names, _ = resolve_methods(list(methods) if not isinstance(methods, str) else methods, model_free=model_free)
     if method is not None and method not in names:
         raise AttnflowError(f"method {method!r} must be one of the computed methods {names}")
-    return names, method or (registry.ALL_SHOWN if registry.ALL_SHOWN in names else names[0])
+    return names, method or registry.shown_first(names)
 
 
 def _prediction(maps: AttentionMaps, model: Any) -> str | None:
@@ -105,6 +106,7 @@ class Prepared:
     name: str
     text: str
     tokenizer: Any = None
+    lm: bool = False  # a decoder with its language-model head (the honest defaults apply)
 
 
 def _check_text(text: Any) -> None:
@@ -115,47 +117,47 @@ def _check_text(text: Any) -> None:
         raise AttnflowError("text must be a non-empty string")
 
 
-def _before_loading(text: str, name: str, settings: Settings) -> None:
+def _before_loading(text: str, info: ModelInfo, settings: Settings) -> Any:
     """What can be refused from the config and the tokenizer alone, before the model's weights load
     (:func:`attnflow.api.checks.check_text_model`, as :func:`attnflow.batch` does), then a target
-    outside the input."""
-    check_text_model(name, weighting=settings.weighting, causal_norm=settings.causal_norm)
-    task = model_task(name)
-    tokenizer = cached_tokenizer(name)
+    outside the input. Returns the tokenizer."""
+    check_text_model(info, weighting=settings.weighting, causal_norm=settings.causal_norm)
+    tokenizer = cached_tokenizer(info)
     if not settings.truncate:  # truncation changes the length; the target is then checked after capture
         ids = tokenizer(text)["input_ids"]
-        resolve_position(settings.target, len(ids), list(ids), task == "causal-lm", tokenizer)
+        resolve_position(settings.target, len(ids), list(ids), info.causal, tokenizer)
+    return tokenizer
 
 
 def prepare(text: str, model: Any, tokenizer: Any, settings: Settings) -> Prepared:
-    """Load the model if given by name or path (reused between calls, see
+    """Load the model if given by name, path or :class:`ModelInfo` (reused between calls, see
     :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve the target. Everything
     that can be refused without the model is refused before it loads (``settings`` were checked
     when built)."""
     _check_text(text)
     if is_name(model):
-        model = resolve_model(model)
-        _before_loading(text, model, settings)
-        warn_unknown_words(text, cached_tokenizer(model), model)
-        loaded = resolve(model)
+        info = inspect(model)
+        warn_unknown_words(text, _before_loading(text, info, settings), info.path)
+        loaded = resolve(info, device=settings.device)
     else:
-        loaded = resolve(model, tokenizer)
+        loaded = resolve(model, tokenizer, device=settings.device)
         warn_unknown_words(text, tokenizer, str(getattr(model, "name_or_path", "") or ""))
     model, tokenizer = loaded.model, loaded.tokenizer
+    lm = loaded.family == "decoder" and loaded.head == "causal-lm"
     if settings.causal_norm is not None and not is_causal(model):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
                             "(its queries see the whole input)")
     # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
     maps = capture(model, tokenizer, text, truncate=settings.truncate, head_fusion=settings.head_fusion,
                    weighting=settings.weighting)
-    return prepared(maps, text, model, tokenizer, target=settings.target)
+    return prepared(maps, text, model, tokenizer, target=settings.target, lm=lm)
 
 
-def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any) -> Prepared:
-    """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.api.batching`)
+def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any, lm: bool = False) -> Prepared:
+    """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.batch`)
     with its target resolved and the model's prediction read, ready for :func:`attribute`."""
     return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
-                    model=model, name=loaded_name(model), text=text, tokenizer=tokenizer)
+                    model=model, name=loaded_name(model), text=text, tokenizer=tokenizer, lm=lm)
 
 
 def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[str], list[int]],
@@ -163,25 +165,30 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
             spans: list[list[int]] | None = None, notes: dict | None = None) -> dict[str, Block]:
     """method -> :class:`Block` of the rows ``rows_for(method)`` at every layer, each computed by its
     registry function (:mod:`attnflow.config.registry`); ``run`` gives model-based methods the model;
-    ``spans`` (token groups) go to the methods that ablate by span, which report into ``notes``."""
+    ``spans`` (token groups) go to the methods whose record ablates by span, which report into ``notes``."""
+    n = len(attentions.tokens)
     blocks = {}
     for method in methods:
         rows = rows_for(method)
-        extra = {"report": notes} if notes is not None else {}
-        if spans is not None and registry.get(method).spans:
-            extra["spans"] = spans
+        # the capture pass's last-position logits: the clean readout a method explaining that row reuses
+        clean = attentions.last_logits[None] if list(rows) == [n - 1] and attentions.last_logits is not None \
+            else None
         context = Context(kind="text", attentions=attentions, settings=settings, rows=rows, progress=progress,
+                          n_layers=attentions.attentions.shape[-4], clean_logits=clean,
                           model=run.model if run is not None else None,
                           tokenizer=run.tokenizer if run is not None else None,
-                          input_ids=attentions.input_ids if run is not None else None, extra=extra)
-        record = registry.get(method)
-        blocks[method] = as_block(record, record(context), rows, attentions.attentions.shape[-4])
+                          input_ids=attentions.input_ids if run is not None else None,
+                          spans=spans if registry.get(method).spans else None, notes=notes)
+        blocks[method] = run_method(registry.get(method), context)
     return blocks
 
 
-def _rows_for(targets: Any, flow_targets: str, target: int, n: int) -> Callable[[str], list[int]]:
+def _rows_for(targets: Any, flow_targets: str, target: int, n: int,
+              explained_only: Sequence[str] = ()) -> Callable[[str], list[int]]:
     """Which target rows each method computes: ``targets`` "target" (the explained one), "all", or
-    positions; with "all", flow follows ``flow_targets`` ("auto": all while n <= FLOW_ALL_MAX)."""
+    positions; with "all", flow follows ``flow_targets`` ("auto": all while n <= FLOW_ALL_MAX);
+    ``explained_only`` methods (the honest defaults added beside the requested ones) the explained
+    target alone."""
     if flow_targets not in ("auto", "all", "target"):
         raise AttnflowError(f"flow_targets must be 'auto', 'all' or 'target'; got {flow_targets!r}")
     if isinstance(targets, str) and targets == "auto":
@@ -198,8 +205,11 @@ def _rows_for(targets: Any, flow_targets: str, target: int, n: int) -> Callable[
     every_flow = flow_targets == "all" or (flow_targets == "auto" and n <= FLOW_ALL_MAX)
 
     def rows_for(method: str) -> list[int]:
-        if method == "flow" and isinstance(targets, str) and targets == "all" and not every_flow:
-            return [target]  # one max-flow per target, source and layer: the explained target only
+        if method in explained_only:
+            return [target]
+        cheap_only = registry.get(method).rows == registry.WHILE_CHEAP
+        if cheap_only and isinstance(targets, str) and targets == "all" and not every_flow:
+            return [target]  # e.g. flow: one max-flow per target, source and layer: the explained target only
         return chosen
 
     return rows_for
@@ -207,51 +217,75 @@ def _rows_for(targets: Any, flow_targets: str, target: int, n: int) -> Callable[
 
 def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, method: str, text: Any,
                  prediction: str | None, model: str | None, params: dict[str, Any],
-                 notes: dict | None = None) -> Attribution:
+                 faithfulness: dict | None = None, notes: dict | None = None) -> Attribution:
     tokens = [str(t) for t in maps.tokens]
     n_layers = maps.attentions.shape[-4]
     meta = {"special": [int(i) for i in maps.special], "causal": bool(maps.causal), **(notes or {})}
+    if faithfulness is not None:
+        meta["faithfulness"] = faithfulness
     return Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(len(tokens))),
                        blocks=blocks, n_layers=n_layers, target=target, method=method, input=text,
                        prediction=prediction, model=model, params=params, meta=meta)
 
 
 def refuse_norm_with_gradients(methods: Sequence[str], settings: Settings) -> None:
-    if settings.weighting == "norm" and "grad-rollout" in methods:
-        raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
+    weighed = [m for m in methods if registry.get(m).gradients]
+    if settings.weighting == "norm" and weighed:
+        raise AttnflowError(f"{weighed[0]} weighs attention by its gradients and has no norm weighting; "
                             "use weighting='attention' for it")
 
 
 def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, methods: list[str], shown: str,
-             targets: Any, flow_targets: str, progress: Progress | None, spans: Any = None) -> Attribution:
+             targets: Any, flow_targets: str, progress: Progress | None, paper_only: bool,
+             measured: bool, spans: Any = None) -> Attribution:
+    """Capture, then the honest policy (:mod:`attnflow.api.honest`), decided before the result is
+    built: the decoder defaults beside ``methods`` unless ``paper_only``, and, when ``measured``
+    (a report's maps), the on-the-fly faithfulness numbers of a short input."""
+    from attnflow.api.honest import text_methods
+
     refuse_norm_with_gradients(methods, settings)
     run = prepare(text, model, tokenizer, settings)
+    methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
+                                  paper_only=paper_only)
     return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
-                     progress=progress, spans=spans)
+                     progress=progress, explained_only=added, measured=measured, spans=spans)
 
 
 def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: str, targets: Any, flow_targets: str,
-              progress: Progress | None, spans: Any = None) -> Attribution:
+              progress: Progress | None, explained_only: Sequence[str] = (), measured: bool = False,
+              spans: Any = None) -> Attribution:
     """The methods on one prepared input (the part of :func:`explain` / :func:`explain_maps` after
-    capture; ``attnflow batch`` calls it on each text of a batched forward pass). ``spans``: see
-    :mod:`attnflow.api.spans` (``result.meta["spans"]`` then lists the groups of token positions)."""
+    capture; ``attnflow batch`` calls it on each text of a batched forward pass); ``explained_only``
+    methods for the explained target alone; ``measured``: with the on-the-fly faithfulness numbers
+    (:func:`attnflow.api.honest.faithfulness_record`) when they apply. ``spans``: see
+    :mod:`attnflow.api.spans` (``result.meta["spans"]`` then lists the token groups, ``"span_labels"``
+    their text, ``"span_methods"`` the methods that scored them)."""
     from attnflow.api.spans import groups_for
 
-    rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens))
+    rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens), explained_only)
     found = groups_for(spans, run.text, run.tokenizer, len(run.maps.tokens))
-    groups = None if found is None else found[0]
     notes: dict[str, Any] = {} if found is None else {
         "spans": found[0], "span_labels": found[1], "span_methods": [m for m in methods if registry.get(m).spans]}
-    blocks = _blocks(run.maps, methods, rows_for, settings, progress, run=run, spans=groups, notes=notes)
-    return _text_result(run.maps, blocks, target=run.target, method=shown, text=run.text, prediction=run.prediction,
-                        model=run.name, params=settings.as_dict(), notes=notes)
+    blocks = _blocks(run.maps, methods, rows_for, settings, progress, run=run,
+                     spans=None if found is None else found[0], notes=notes)
+
+    def built(faithfulness: dict | None = None) -> Attribution:
+        return _text_result(run.maps, blocks, target=run.target, method=shown, text=run.text,
+                            prediction=run.prediction, model=run.name, params=settings.as_dict(),
+                            faithfulness=faithfulness, notes=notes)
+
+    if not measured:
+        return built()
+    from attnflow.api.honest import faithfulness_record
+
+    return built(faithfulness_record(built(), run.model, run.tokenizer))
 
 
 def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = UNSET,
             residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
             progress: Progress | None = None, causal_norm: str | None = UNSET,
             target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
-            spans: Any = None) -> Attribution:
+            paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
@@ -271,9 +305,14 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
         forced; ``text`` is then the source and the result is of kind "seq2seq" (see
         :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
+    device: where a model given by name runs ("auto": a GPU when torch sees one; "cpu", "cuda",
+        "cuda:N", "mps"); a loaded model stays where it is (a device it is not on is refused).
     settings: an :class:`attnflow.Settings` holding every setting; the keywords above (residual,
-        head_fusion, weighting, causal_norm, solver, target, truncate) override it.
+        head_fusion, weighting, causal_norm, solver, target, truncate, device) override it.
 
+    paper_only: a decoder explaining its last position also computes ablated flow (value zeroing,
+        the method the decoder study found faithful; :mod:`attnflow.api.honest`) beside ``method``,
+        unless True: then the requested methods alone (CLI ``--paper-only``).
     spans: decoders: "word", "sentence", a list of passages of the text (or character ranges), or a
         file of passages: ablated flow, its estimate and the budgeted method remove each span at once
         and every token carries its span's score (:mod:`attnflow.api.spans`); default each token.
@@ -281,20 +320,23 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only;
     ``result.params`` is ``settings.as_dict()``.
     """
-    if target_text is not None or _encoder_decoder(model):
+    info = _inspected(model)
+    if target_text is not None or _encoder_decoder(model if info is None else info):
         from attnflow.api.seq2seq import explain_seq2seq
 
         # a seq2seq target picks a target token by index or by its text: not a Settings target
-        settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver,
+        settings = Settings.build(settings, device=device, residual=residual, head_fusion=head_fusion, solver=solver,
                                   truncate=truncate, causal_norm=causal_norm, weighting=weighting)
         refuse_seq2seq_settings(settings)
         return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, settings=settings,
                                target=None if target is UNSET else target, progress=progress)
-    settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
+    settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
+                              solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     methods, shown = resolve_methods(method)
-    return _explain(text, model, tokenizer, settings, methods=methods, shown=shown, targets="target",
-                    flow_targets="target", progress=progress, spans=spans)
+    return _explain(text, model if info is None else info, tokenizer, settings, methods=methods, shown=shown,
+                    targets="target", flow_targets="target", progress=progress, paper_only=paper_only, measured=False,
+                    spans=spans)
 
 
 def refuse_seq2seq_settings(settings: Settings) -> None:
@@ -306,8 +348,20 @@ def refuse_seq2seq_settings(settings: Settings) -> None:
                             "rollout uses attention weights (weighting='attention')")
 
 
+def _inspected(model: Any) -> ModelInfo | None:
+    """The :class:`ModelInfo` of a model named by the user, inspected once for the whole call; None
+    for a loaded model, or where the name is refused (then :func:`prepare` refuses it again, after
+    the text, so that errors come in the order a user fixes them)."""
+    if not is_name(model):
+        return None
+    try:
+        return inspect(model)
+    except AttnflowError:
+        return None
+
+
 def _encoder_decoder(model: Any) -> bool:
-    """Whether ``model`` (a loaded model or a model folder) is an encoder-decoder model."""
+    """Whether ``model`` (a loaded model or a :class:`ModelInfo`) is an encoder-decoder model."""
     if model is None:
         return False
     from attnflow.api.models import describe
@@ -323,43 +377,57 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  flow_targets: str = "auto", residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                  truncate: bool = UNSET, progress: Progress | None = None,
                  causal_norm: str | None = UNSET, targets: str = "auto", weighting: str = UNSET,
-                 settings: Settings | None = None, spans: Any = None) -> Attribution:
+                 settings: Settings | None = None, paper_only: bool = PAPER_ONLY, device: str = UNSET,
+                 spans: Any = None) -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
     ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
     names the one a report opens on (default: rollout when computed, else the first of ``methods``).
     ``targets="auto"`` computes every target up to ``MAPS_ALL_MAX`` tokens and the explained one
     above (``"all"`` always). One forward pass, plus one differentiable pass when ``methods``
-    includes "grad-rollout" (sequence classifiers only). ``weighting``, ``settings`` and ``spans`` as in
-    :func:`explain`."""
-    settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
+    includes "grad-rollout" (sequence classifiers only). ``weighting``, ``settings``, ``spans`` and
+    ``paper_only`` as in :func:`explain` (the decoder defaults for the explained target alone). A
+    short input (at most ``attnflow.api.honest.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
+    prediction head carries the on-the-fly faithfulness numbers in ``meta["faithfulness"]``, which
+    the report shows."""
+    settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
+                              solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     names, shown = _shown(methods, method)
     if targets not in ("auto", "all"):
         raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} "
                             "(use explain for one target)")
-    return _explain(text, model, tokenizer, settings, methods=names, shown=shown, targets=targets,
-                    flow_targets=flow_targets, progress=progress, spans=spans)
+    info = _inspected(model)
+    return _explain(text, model if info is None else info, tokenizer, settings, methods=names, shown=shown,
+                    targets=targets, flow_targets=flow_targets, progress=progress, paper_only=paper_only,
+                    measured=True, spans=spans)
 
 
-def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int = 0,
+def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int | None = None,
                        methods: Any = registry.ALL, targets: Any = "all", flow_targets: str = "auto",
                        residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                        causal_norm: str | None = UNSET, progress: Progress | None = None, prediction: str | None = None,
-                       model: str | None = None, text: str | None = None, settings: Settings | None = None
-                       ) -> Attribution:
+                       model: str | None = None, text: str | None = None, settings: Settings | None = None,
+                       causal: bool | None = None, layout: str | None = None) -> Attribution:
     """An :class:`~attnflow.results.Attribution` from attention you already have: ``(layers, heads,
     n, n)``, the Hugging Face tuple of one input, or :class:`AttentionMaps`. ``tokens`` label the
     positions (default: the maps' tokens, else "0", "1", ...); ``targets`` "all", "target" or a list of
     positions (flow for every target follows ``flow_targets``, as in :func:`explain_maps`). Only the
-    methods that need no model (the registry's ``needs_model`` is False) apply."""
+    methods that need no model (the registry's ``needs_model`` is False) apply.
+
+    Also takes a TransformerLens ``ActivationCache`` (its patterns; TransformerLens prepends a BOS
+    token unless ``prepend_bos=False``: pass ``tokens`` as ``model.to_str_tokens`` gives them). A 5-D
+    stack needs ``layout`` when its order is ambiguous (:func:`attnflow.as_stack`; TransformerLens's
+    ``cache.stack_activation("pattern")`` is ``layout="layers-first"``). causal: whether the maps come
+    from a decoder (None: read off the maps, causal when nothing lies above the diagonal); the
+    target then defaults to the last position (the one that predicts the next token), else 0."""
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver,
                               causal_norm=causal_norm)
     maps = attentions if isinstance(attentions, AttentionMaps) else None
     if maps is None:
         from attnflow.core.inputs import as_stack
 
-        stack = as_stack(attentions)
+        stack = as_stack(attentions, layout=layout)
         if stack.batched:
             raise AttnflowError("explain_attentions takes the attention of one input, not a batch")
         n = stack.shape[-1]
@@ -370,6 +438,12 @@ def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, 
     n = maps.attentions.shape[-1]
     if len(maps.tokens) != n:
         raise AttnflowError(f"{len(maps.tokens)} tokens for attention over {n} positions")
+    if causal is None:
+        causal = bool(maps.causal) or _lower_triangular(maps.attentions)
+    if bool(causal) != bool(maps.causal):
+        maps = AttentionMaps(**{**maps.__dict__, "causal": bool(causal)})
+    if target is None:
+        target = n - 1 if causal else 0
     if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or not -n <= target < n:
         raise AttnflowError(f"target must be a position in [{-n}, {n}); got {target!r}")
     target = int(target) % n
@@ -378,3 +452,12 @@ def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, 
     params = {k: v for k, v in settings.as_dict().items() if k not in ("target", "truncate", "weighting")}
     return _text_result(maps, blocks, target=target, method=shown, text=text, prediction=prediction, model=model,
                         params=params)
+
+
+def _lower_triangular(attentions: Any) -> bool:
+    """Whether no query attends to a later key in any layer or head (a decoder's maps)."""
+    import torch
+
+    values = torch.as_tensor(attentions)
+    n = values.shape[-1]
+    return n > 1 and not bool(torch.triu(values, diagonal=1).abs().max() > 0)

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnflow.api.honest import PAPER_ONLY
 from attnflow.config import registry
 from attnflow.config.settings import OPTIONS, choices
 from attnflow.errors import AttnflowError
@@ -30,13 +31,13 @@ FILTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "sink": ("leave out the first token (where heads park attention: the attention sink)", {"skip": [0]}),
 }
 
-KINDS = ("text", "image")
+PAGE_KINDS = ("text", "image")
 
 
 def methods_offered() -> dict[str, tuple[str, ...]]:
     """The methods of each kind, read from the registry when asked (a method registered at run time is
     offered from then on)."""
-    return {kind: registry.names(kind) for kind in KINDS}
+    return {kind: registry.names(kind) for kind in PAGE_KINDS}
 HEAD_FUSIONS = choices("head_fusion")
 # decoders: receptive-field normalisation, by menu name ("none" for off)
 CAUSAL_NORMS = {row["name"]: value for row, value in zip(OPTIONS["causal_norm"].menu(), choices("causal_norm"))}
@@ -54,11 +55,11 @@ def tables() -> dict[str, Any]:
         "filters": [{"name": k, "label": v[0]} for k, v in FILTERS.items()],
         "methods": {k: list(v) for k, v in methods_offered().items()},
         # methods that explain a classifier's predicted class (greyed out for other models)
-        "classifier_methods": list(registry.CLASSIFIERS_ONLY),
+        "classifier_methods": list(registry.classifiers_only()),
         # ticked when the page opens: every method cheap for any model (not a pass per source token, not a
         # decoder's logit); the rest stay one click away
         "checked": {k: [m for m in v if registry.get(m).cost in (registry.FORWARD, registry.MAX_FLOW)
-                        or m in registry.CLASSIFIERS_ONLY] for k, v in methods_offered().items()},
+                        or registry.get(m).classifiers_only] for k, v in methods_offered().items()},
         "head_fusions": list(HEAD_FUSIONS),
         "residual": {"default": OPTIONS["residual"].default, "min": OPTIONS["residual"].bounds[0],
                      "max": OPTIONS["residual"].bounds[1]},
@@ -104,6 +105,7 @@ class TextRequest:
     head_fusion: str = OPTIONS["head_fusion"].default
     residual: float = OPTIONS["residual"].default
     flow_all: bool = False
+    paper_only: bool = PAPER_ONLY  # the paper's methods alone, without the decoder defaults (attnflow.api.honest)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -139,7 +141,7 @@ def _methods(body: dict[str, Any], kind: str, classifier: bool) -> list[str]:
     for m in methods:
         _choice(m, registry.names(kind), "method")
     for m in methods:
-        if m in registry.CLASSIFIERS_ONLY and not classifier:
+        if registry.get(m).classifiers_only and not classifier:
             raise AttnflowError(f"{m} explains a classifier's predicted class; this model is not a classifier")
     return list(dict.fromkeys(methods))
 
@@ -154,7 +156,8 @@ def _common(body: dict[str, Any]) -> dict[str, Any]:
 
 def text_request(body: dict[str, Any], classifier: bool) -> TextRequest:
     return TextRequest(text=_text(body.get("text"), "text"), methods=_methods(body, "text", classifier),
-                       flow_all=bool(body.get("flow_all", False)), **_common(body))
+                       flow_all=bool(body.get("flow_all", False)),
+                       paper_only=bool(body.get("paper_only", PAPER_ONLY)), **_common(body))
 
 
 def generate_request(body: dict[str, Any]) -> GenerateRequest:
@@ -164,6 +167,9 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
         top_k=_number(body.get("top_k", 50), "top-k", 0, 100_000, True),
         top_p=_number(body.get("top_p", 1.0), "top-p", 0.01, 1.0),
         seed=_number(body.get("seed", 0), "seed", 0, 2**31 - 1, True))
+    if body.get("prompt") is None and isinstance(body.get("text"), str):
+        raise AttnflowError("a decoder generates from a prompt: send the text as \"prompt\" (got \"text\"), "
+                            "or pick an encoder to explain a text")
     return GenerateRequest(
         prompt=_text(body.get("prompt"), "prompt"),
         max_new_tokens=_number(body.get("max_new_tokens", 8), "the number of new tokens", 1, MAX_NEW_TOKENS, True),

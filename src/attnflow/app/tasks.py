@@ -13,11 +13,12 @@ import threading
 from typing import Any
 
 from attnflow.api import explain_image, explain_maps, generate
-from attnflow.api.honest import DECODER_METHODS, with_faithfulness
+from attnflow.api.honest import DECODER_METHODS
 from attnflow.api.models import max_length
 from attnflow.app.catalog import Loaded
 from attnflow.app.jobs import Job
 from attnflow.app.options import MAX_TEXT_TOKENS, GenerateRequest, ImageRequest, TextRequest
+from attnflow.config import registry
 from attnflow.errors import AttnflowError
 
 # torch's sampling draws from one global random generator: two sampled generations at once would
@@ -38,14 +39,13 @@ def explain_text(job: Job, loaded: Loaded, request: TextRequest) -> Any:
         raise AttnflowError(f"the text is {n} tokens long; the app explains at most {MAX_TEXT_TOKENS} "
                             "(the Python API and `attnflow explain` take longer texts)")
     with loaded.lock.shared(job.check, _waiting(job)):
-        job.say("explaining" + (" (attention flow: see the progress bar)" if "flow" in request.methods else ""))
-        result = explain_maps(request.text, loaded.model, tokenizer=loaded.tokenizer, methods=request.methods,
-                              flow_targets="all" if request.flow_all else "auto", head_fusion=request.head_fusion,
-                              residual=request.residual, progress=job.progress_callback("attention flow"),
-                              **request.extra)
-        job.say("measuring faithfulness (short inputs)")
-        with_faithfulness(result, loaded.model, loaded.tokenizer)  # the report shows it
-        return result
+        slow = any(registry.get(m).cost == registry.MAX_FLOW for m in request.methods)
+        job.say("explaining" + (" (attention flow: see the progress bar)" if slow else ""))
+        # the honest defaults and a short input's faithfulness numbers are the api's (attnflow.api.honest)
+        return explain_maps(request.text, loaded.model, tokenizer=loaded.tokenizer, methods=request.methods,
+                            flow_targets="all" if request.flow_all else "auto", head_fusion=request.head_fusion,
+                            residual=request.residual, progress=job.progress_callback("attention flow"),
+                            paper_only=request.paper_only, **request.extra)
 
 
 def _streamer(job: Job, tokenizer: Any, total: int) -> Any:

@@ -52,8 +52,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import (architecture, architecture_fixes, model_family, model_head, model_type,
-                                            refuse_unsupported)
+from attnflow.capture.architectures import (architecture, architecture_fixes, layer_windows, model_family, model_head,
+                                            model_type, refuse_unsupported)
 from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
@@ -128,7 +128,7 @@ def _embed_hook(module: Any, args: Any, output: Any) -> Any:
     return out
 
 
-def _install(model: Any, values: bool) -> None:
+def _install_edit_hooks(model: Any, values: bool) -> None:
     """Hooks on the input embedding and (``values``) the value projections, installed once per model
     and idle unless an edit is active in the calling thread (as :mod:`attnflow.capture.hooks` does,
     so that threads sharing a model never see each other's edits)."""
@@ -341,13 +341,35 @@ def ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, layers: str
     ids, targets = _check(model, input_ids, targets, readout, tokens, foils, batch_size)
     if layers not in LAYER_MODES:
         raise AttnflowError(f"layers must be 'all' (every layer at once) or 'each' (one at a time); got {layers!r}")
-    _install(model, values=True)
+    _install_edit_hooks(model, values=True)
     n_layers = len(_projections(model))
     variants = [-1] if layers == "all" else list(range(n_layers))
-    elements = [(j, v) for j in _sources(targets) for v in variants]
-    return _run(model, ids, targets, elements, delete=False, replacement=None, readout=readout, tokens=tokens,
-                foils=foils, batch_size=batch_size, progress=progress, variants=len(variants), method="ablated-flow",
-                cache=cache, clean_logits=clean_logits)
+    lowest = [reach(layer_windows(model), t) for t in targets]  # per target, per variant: what can reach it
+    elements = [(j, v) for j in _sources(targets) for v in variants if any(j >= low[v] for low in lowest)]
+    found = _run(model, ids, targets, elements, delete=False, replacement=None, readout=readout, tokens=tokens,
+                 foils=foils, batch_size=batch_size, progress=progress, variants=len(variants), method="ablated-flow",
+                 cache=cache, clean_logits=clean_logits)
+    for i, low in enumerate(lowest):  # outside the receptive field the effect is zero in the maths: exactly 0 here
+        for k, v in enumerate(variants):
+            found.scores[i, k, : low[v]] = 0.0
+    return found
+
+
+def reach(windows: list[int | None], target: int) -> dict[int, int]:
+    """The lowest source position whose values can reach ``target``'s output, per variant: ``-1`` for
+    every layer at once, ``l`` for layer ``l`` alone. A sliding-window layer ``l`` (window ``w``: a
+    query sees itself and the ``w - 1`` keys before it) lets position ``p``'s output read only keys
+    ``>= p - w + 1``; through the layers above, the target's output reads layer ``l``'s outputs at
+    positions ``>= R_l`` only, so zeroing ``j``'s values in layer ``l`` changes nothing when
+    ``j < R_l - w + 1``. Layers with full attention (``None``) reach back to 0. A source below this
+    has an effect of exactly zero, whatever float round-off a run would show."""
+    low, out = target, {}
+    for layer in range(len(windows) - 1, -1, -1):
+        w = windows[layer]
+        low = 0 if w is None else max(0, low - (w - 1))
+        out[layer] = low
+    out[-1] = min(out.values(), default=0)
+    return out
 
 
 def mean_embedding(model: Any, chunk: int = 8192) -> torch.Tensor:
@@ -385,7 +407,7 @@ def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: A
             if vector.numel() != hidden:
                 raise AttnflowError(f"the replacement embedding must have {hidden} numbers (the model's hidden size); "
                                     f"got {vector.numel()}")
-    _install(model, values=False)
+    _install_edit_hooks(model, values=False)
     last = max(targets)  # deleting the last target itself leaves nothing to read; it scores 0
     elements = [(j, -1) for j in range(last if vector is None else last + 1)]
     return _run(model, ids, targets, elements, delete=vector is None, replacement=vector, readout=readout,

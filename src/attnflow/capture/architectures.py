@@ -220,6 +220,10 @@ def register_architecture(model_type: str, family: str, *, heads: dict[str, str]
         raise AttnflowError(f"model_type must be a non-empty string; got {model_type!r}")
     if model_type in ARCHITECTURES and not replace_row:
         raise AttnflowError(f"{model_type!r} is already in the architecture table; pass replace_row=True to change it")
+    if heads is not None and (not isinstance(heads, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                                      for k, v in heads.items())):
+        raise AttnflowError("heads must map model class names to heads, e.g. {'MyForCausalLM': 'causal-lm'}; "
+                            f"got {heads!r}")
     fields = set(Architecture.__dataclass_fields__) - {"family", "heads"}
     unknown = sorted(set(facts) - fields)
     if unknown:

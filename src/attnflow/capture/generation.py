@@ -150,7 +150,7 @@ class _Steps:
         if weights.shape[0] != 1:  # e.g. beams from the model's own generation_config
             raise AttnflowError(f"generate tracks one sequence; the model ran {weights.shape[0]} at once "
                                 "(pass num_beams=1 and num_return_sequences=1)")
-        w = weights[0].to(device="cpu", dtype=torch.float32)  # (heads, queries, keys)
+        w = weights[0].to(dtype=torch.float32)  # (heads, queries, keys), on the model's device until fused
         queries, keys = w.shape[-2:]
         self.layers_seen += 1
         if self.calls == 0:
@@ -172,8 +172,9 @@ class _Steps:
     def _fuse(self, layer: int, w: torch.Tensor, columns: slice, first: int) -> torch.Tensor:
         """``(queries, keys)``: the heads of ``w`` fused, or norm-weighted over the keys at ``columns``."""
         if self.projections is None:
-            return fuse_heads(w, self.head_fusion)
-        return norm_weighted(w, self._norms(layer, w, first)[:, columns], self.head_fusion)
+            return fuse_heads(w, self.head_fusion).to(device="cpu")
+        norms = self._norms(layer, w, first)[:, columns].to(w.device)
+        return norm_weighted(w, norms, self.head_fusion).to(device="cpu")
 
     def end_call(self, output: Any) -> None:
         """After each forward call: every layer must have reported; store the new row."""

@@ -180,7 +180,9 @@ class Reducer:
     def weighted(self, layer: int, w: torch.Tensor) -> torch.Tensor:
         """The norm-weighted fused map ``(batch, q, k)`` of layer ``layer``'s weights ``w``."""
         norms = pending_norms(self.pending, self.projections, layer, w.shape[1])
-        return norm_weighted(w.to(device="cpu", dtype=torch.float32), norms, self.head_fusion)
+        # fused where the model runs: only the (batch, q, k) map crosses to the host, not every head's
+        return norm_weighted(w.to(dtype=torch.float32), norms.to(device=w.device, dtype=torch.float32),
+                             self.head_fusion).to(device="cpu")
 
     def layer(self, layer: int, weights: Any) -> None:
         self.calls += 1
@@ -199,14 +201,15 @@ class Reducer:
         if self.projections is not None:
             target[:, 0] = self.weighted(layer, w)
             return
-        target[:, 0] = fuse_heads(w.to(device="cpu", dtype=torch.float32), self.head_fusion)  # no copy for float32
+        # fused where the model runs (a GPU's heads never cross to the host); no copy for float32 on the CPU
+        target[:, 0] = fuse_heads(w.to(dtype=torch.float32), self.head_fusion).to(device="cpu")
 
 
 _ACTIVE: ContextVar[Any] = ContextVar("attnflow_streaming", default=None)
 _INSTALL = threading.Lock()
 
 
-def _install(model: Any, modules: list[AttentionModule]) -> None:
+def _install_capture_hooks(model: Any, modules: list[AttentionModule]) -> None:
     """Hooks that hand each forward call's attention to the receiver active in the calling thread
     (:func:`streaming`), installed once per model and left in place, as transformers does for its
     own recorder: hooks added and removed per call would race when several threads share a model
@@ -221,7 +224,7 @@ def _install(model: Any, modules: list[AttentionModule]) -> None:
 
 
 def _install_values(model: Any, projections: list[Any]) -> None:
-    """Hooks on the value projections (norm weighting), installed once per model like :func:`_install`;
+    """Hooks on the value projections (norm weighting), installed once per model like :func:`_install_capture_hooks`;
     they hand the projection's output to the active receiver only when it asks for values."""
     with _INSTALL:
         if getattr(model, "_attnflow_value_layers", None) == len(projections):
@@ -260,7 +263,7 @@ def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iter
     once the whole model has run, its output to ``receiver.end_call(output)``. A receiver with
     ``projections`` (norm weighting) also gets each value projection's output first:
     ``receiver.values(i, output)``."""
-    _install(model, modules)
+    _install_capture_hooks(model, modules)
     if getattr(receiver, "projections", None) is not None:
         _install_values(model, receiver.projections)
     receiver.model = model

@@ -14,11 +14,13 @@ import json
 import os
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from attnflow.capture import pypi_models
-from attnflow.capture.architectures import class_name, model_head, refuse_unsupported, refuse_unsupported_path
+from attnflow.capture.architectures import class_name, model_family, model_head, refuse_unsupported
 from attnflow.errors import AttnflowError
 
 # "generation" is not a head: it loads encoder-decoder configs as "seq2seq" and others as "causal-lm".
@@ -128,7 +130,11 @@ def _config(path_or_id: str) -> dict:
 def model_task(path_or_id: str) -> str:
     """What a model folder's config says it is: "classification", "causal-lm", "encoder", or "" when
     it does not say (no config.json or no ``architectures``; hub ids)."""
-    config = _config(path_or_id)
+    return config_task(_config(path_or_id))
+
+
+def config_task(config: dict) -> str:
+    """:func:`model_task` from a config already read."""
     if not class_name(config):
         return ""
     head = model_head(config)
@@ -142,12 +148,12 @@ def is_encoder_decoder_path(path_or_id: str) -> bool:
     return config_file.is_file() and bool(read_config(config_file).get("is_encoder_decoder"))
 
 
-def check_head(name: str, task: str) -> None:
+def check_head(name: str, task: str, config: dict | None = None) -> None:
     """Refuse, from the config alone (before any weight is read), a task whose head the checkpoint
     lacks: generating with an encoder, classifying with a bare encoder."""
     if task not in HEADS:
         return
-    config = _config(name)
+    config = _config(name) if config is None else config
     arch = class_name(config)
     head, need = HEADS[task]
     if arch and model_head(config) != task:
@@ -199,34 +205,71 @@ def load_pretrained(loader: Any, name: str, what: str, unused: tuple[str, ...] =
     return ensure_eager(model)
 
 
-def _task(name: str, task: str) -> str:
+def _task(config: dict, task: str) -> str:
     if task not in ("auto", *TASKS):
         raise AttnflowError(f"task must be one of 'auto', {', '.join(map(repr, TASKS))}; got {task!r}")
-    if task in ("auto", "generation") and is_encoder_decoder_path(name):
+    if task in ("auto", "generation") and bool(config.get("is_encoder_decoder")):
         return "seq2seq"
     if task == "generation":
         return "causal-lm"
     if task == "auto":
-        return model_task(name) or "encoder"
+        return config_task(config) or "encoder"
     return task
 
 
-def _prepare(path_or_id: Any, task: str) -> tuple[str, str]:
-    """Everything checked from names and configs before any weight is read: (folder or hub id, task)."""
-    name = resolve_model(path_or_id, task=task)
-    check_model_path(name)
-    refuse_unsupported_path(name)
-    resolved = _task(name, task)
-    check_head(name, resolved)
-    return name, resolved
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model named by the user, resolved once and carried down: its folder or hub id (``path``), its
+    ``config.json`` as read once (``{}`` for a hub id) and the task it loads as. Family and head
+    come from the architecture table (:mod:`attnflow.capture.architectures`), read from that config."""
+
+    path: str
+    config: dict
+    task: str
+
+    @cached_property
+    def family(self) -> str:
+        """"encoder", "decoder", "encoder-decoder", "vision" ("" when a hub id's config is unknown)."""
+        return model_family(self.config) if self.config else ""
+
+    @cached_property
+    def head(self) -> str:
+        return model_head(self.config) if self.config else ""
+
+    @property
+    def causal(self) -> bool:
+        return self.task == "causal-lm"
+
+
+def inspect_model(path_or_id: Any = None, *, task: str = "auto") -> ModelInfo:
+    """Everything checked from names and configs before any weight is read, the model named once and
+    its config read once (a :class:`ModelInfo` given is passed through, its task re-derived when
+    ``task`` names one)."""
+    if isinstance(path_or_id, ModelInfo):
+        if task == "auto" or task == path_or_id.task:
+            return path_or_id
+        name, config = path_or_id.path, path_or_id.config
+    else:
+        name = resolve_model(path_or_id, task=task)
+        check_model_path(name)
+        config_file = Path(name) / "config.json"
+        config = read_config(config_file) if config_file.is_file() else {}
+        refuse_unsupported(config)
+    resolved = _task(config, task)
+    check_head(name, resolved, config)
+    return ModelInfo(path=name, config=config, task=resolved)
 
 
 def load_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
     """The tokenizer of a model (any form :func:`resolve_model` takes), without loading its weights."""
+    name = path_or_id.path if isinstance(path_or_id, ModelInfo) else resolve_model(path_or_id, task=task)
+    check_model_path(name)
+    return _tokenizer(name)
+
+
+def _tokenizer(name: str) -> Any:
     import transformers
 
-    name = resolve_model(path_or_id, task=task)
-    check_model_path(name)
     try:
         return transformers.AutoTokenizer.from_pretrained(name)
     except Exception as exc:  # a damaged tokenizer.json raises the tokenizers library's own Exception
@@ -261,9 +304,8 @@ def load_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]
     whose head the checkpoint lacks, and model families that cannot be explained
     (:mod:`attnflow.capture.architectures`), are refused before any weight is read.
     """
-    name, task = _prepare(path_or_id, task)
-    tokenizer = load_tokenizer(name)
-    return _load_weights(name, task), tokenizer
+    info = inspect_model(path_or_id, task=task)
+    return _load_weights(info.path, info.task), _tokenizer(info.path)
 
 
 # ------------------------------------------------------------------ loaded models, reused by the API
@@ -300,16 +342,24 @@ def cached(kind: str, name: str, task: str, load: Any) -> Any:
 
 
 def cached_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
-    name = resolve_model(path_or_id, task=task)
+    name = path_or_id.path if isinstance(path_or_id, ModelInfo) else resolve_model(path_or_id, task=task)
     return cached("tokenizer", name, "", lambda: load_tokenizer(name))
 
 
-def cached_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]:
+def cached_model(path_or_id: Any = None, *, task: str = "auto", device: str = "cpu") -> tuple[Any, Any]:
     """:func:`load_model`, kept for reuse: the model and tokenizer are shared between calls, so they
-    must not be changed by the caller (the API never does: eval mode and eager attention stay)."""
-    name, resolved = _prepare(path_or_id, task)
-    tokenizer = cached_tokenizer(name)
-    return cached("model", name, resolved, lambda: _load_weights(name, resolved)), tokenizer
+    must not be changed by the caller (the API never does: eval mode and eager attention stay).
+    ``path_or_id`` may be a :class:`ModelInfo` already inspected (nothing is resolved or read again).
+    ``device``: a torch device the model is moved to once it has loaded (one cached copy per device)."""
+    info = inspect_model(path_or_id, task=task)
+    tokenizer = cached("tokenizer", info.path, "", lambda: _tokenizer(info.path))
+
+    def load() -> Any:
+        model = _load_weights(info.path, info.task)
+        return model if device == "cpu" else model.to(device)
+
+    task_key = info.task if device == "cpu" else f"{info.task}@{device}"
+    return cached("model", info.path, task_key, load), tokenizer
 
 
 def clear_cache() -> None:

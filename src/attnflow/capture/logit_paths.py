@@ -139,7 +139,7 @@ def _tanh_hook(module: Any, args: Any, output: Any) -> Any:
     return x * ratio.detach() + (output - x * ratio).detach()
 
 
-def _install(model: Any, modules: list[Any], found: list[Any]) -> None:
+def _install_path_hooks(model: Any, modules: list[Any], found: list[Any]) -> None:
     """The hooks, once per model, idle unless a pass is active in the calling thread."""
     with _INSTALL:  # threads sharing a model (the app's jobs) install them once
         if getattr(model, "_attnflow_logit_paths", False):
@@ -214,7 +214,7 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
         raise AttnflowError(f"logit attribution hooks each attention module, and {type(model).__name__} declares "
                             "none to transformers (or shares one module between layers)")
     found = projections(model, modules)
-    _install(model, modules, found)
+    _install_path_hooks(model, modules, found)
     config = getattr(model.config, "text_config", None) or model.config
     heads = int(config.num_attention_heads)
     state = _Pass(len(modules), found, heads)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.ablation import (BATCH, LAYER_MODES, Ablation, Progress, _cache_keyword, _check, _Edit, _EDIT,
-                                       _install, _Prefix, _projections, _readout)
+                                       _install_edit_hooks, _Prefix, _projections, _readout)
 from attnflow.capture.architectures import architecture_fixes
 from attnflow.capture.hooks import scoped
 from attnflow.errors import AttnflowError
@@ -104,7 +104,7 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
     if layers not in LAYER_MODES:
         raise AttnflowError(f"layers must be 'all' (every layer at once) or 'each' (one at a time); got {layers!r}")
     spans = checked_spans(spans, ids.numel())
-    _install(model, values=True)
+    _install_edit_hooks(model, values=True)
     variants = [-1] if layers == "all" else list(range(len(_projections(model))))
     last = max(targets)
     device = next(model.parameters()).device

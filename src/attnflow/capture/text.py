@@ -32,12 +32,41 @@ def is_causal(model: Any) -> bool:
 def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
     """How tokens are shown: WordPiece/word-level vocabularies as their entries (``##ing`` marks a
     word piece), byte-level BPE and SentencePiece decoded one id at a time (``' cabinet'`` rather
-    than ``'Ġcabinet'``), so that spaces read as spaces."""
+    than ``'Ġcabinet'``), so that spaces read as spaces. A character split over several byte tokens
+    ("😀" as two tokens of SmolLM2's byte-level BPE, each alone an invalid UTF-8 piece that decodes
+    to "\ufffd") is shown on each of them as the text the run covers, numbered: ``'😀(1/2)'``,
+    ``'😀(2/2)'``; the ids stay as they are."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     kind = type(backend.model).__name__ if backend is not None else ""
     if kind in ("WordPiece", "WordLevel") or not hasattr(tokenizer, "decode"):
         return tokenizer.convert_ids_to_tokens(ids)
-    return [tokenizer.decode([i]) for i in ids]
+    shown = [tokenizer.decode([i]) for i in ids]
+    i = 0
+    while i < len(ids):
+        run = _byte_run(tokenizer, ids, shown, i)
+        if run is None:
+            i += 1
+            continue
+        end, text = run
+        k = end - i
+        shown[i:end] = [text] if k == 1 else [f"{text}({m + 1}/{k})" for m in range(k)]
+        i = end
+    return shown
+
+
+BYTE_RUN_MAX = 8  # a UTF-8 character is at most 4 bytes; a few more tokens for pieces that carry two
+
+
+def _byte_run(tokenizer: Any, ids: list[int], shown: list[str], i: int) -> tuple[int, str] | None:
+    """``(end, text)``: the shortest run ``ids[i:end]`` that decodes to valid text, when token ``i``
+    alone is an incomplete UTF-8 piece; None when it is whole (or no short run completes it)."""
+    if "\ufffd" not in shown[i]:
+        return None
+    for end in range(i + 1, min(len(ids), i + BYTE_RUN_MAX) + 1):
+        text = tokenizer.decode(ids[i:end])
+        if "\ufffd" not in text:
+            return end, text
+    return None
 
 
 def max_length(model: Any, tokenizer: Any) -> int | None:
@@ -136,8 +165,8 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
         :mod:`attnflow.core.weighting`); needs a fused ``head_fusion``.
 
     ``logits`` are kept for models with one output per input (classifiers); language models'
-    per-position logits (``n x vocabulary`` numbers) are not computed beyond the last position and
-    not kept.
+    per-position logits (``n x vocabulary`` numbers) are not computed beyond the last position, which
+    one text's maps keep as ``last_logits``.
     """
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
@@ -170,11 +199,13 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     tokens = [token_strings(tokenizer, ids) for ids in enc["input_ids"].tolist()]
     special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]
     logits = getattr(out, "logits", None)
+    # a decoder's last-position logits, in the model's dtype: the clean readout of ablation (see maps)
+    last = logits[0, -1].detach().cpu() if logits is not None and causal and isinstance(text, str) else None
     logits = logits.detach().float().cpu() if logits is not None and not causal else None
     del out
     if isinstance(text, str):
         return AttentionMaps(stacked[0], tokens[0], mask=None, causal=causal, special=special_idx[0],
                              input_ids=enc["input_ids"][0], logits=None if logits is None else logits[0],
-                             head_fusion=head_fusion, weighting=weighting)
+                             last_logits=last, head_fusion=head_fusion, weighting=weighting)
     return AttentionMaps(stacked, tokens, mask=mask, causal=causal, special=special_idx,
                          input_ids=enc["input_ids"], logits=logits, head_fusion=head_fusion, weighting=weighting)

@@ -15,7 +15,16 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from attnflow import __version__
+
+        typer.echo(f"attnflow {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print attnflow's version and exit.")) -> None:
     """Which input tokens does a Transformer's output draw on? Attention rollout and attention flow
     (Abnar & Zuidema 2020) for Hugging Face models. Run `attnflow COMMAND --help` for each command."""

@@ -47,8 +47,8 @@ def batch(
 
     from rich.console import Console
 
-    from attnflow.api.batch import BatchInterrupted
-    from attnflow.api.batch import batch as run_batch
+    from attnflow.batch.run import BatchInterrupted
+    from attnflow.batch.run import batch as run_batch
     from attnflow.cli.progress import ProgressBar
 
     # transformers is quietened by attnflow.cli.main before it is imported; importing it here would cost

@@ -15,36 +15,18 @@ from attnflow.cli.options import (
     HeadFusion,
     Weighting,
     chosen_methods,
+    device_option,
     method_enum,
     method_option,
     model_option,
     option,
 )
-from attnflow.cli.outputs import check_outputs
+from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.config import registry
+from attnflow.config.settings import Settings
 
 Method = method_enum("text")
-
-
-def _honest(result, report, model, paper_only: bool) -> None:
-    """A decoder's text gets ablated flow beside the paper's methods (unless ``paper_only``), and a
-    short input's report the faithfulness numbers (attnflow.api.honest)."""
-    from attnflow.api.honest import with_decoder_methods, with_faithfulness
-    from attnflow.api.models import describe, resolve
-
-    if result.kind != "text" or (paper_only and report is None):
-        return
-    if describe(model)[1] not in ("causal-lm", "classification"):
-        return  # a bare encoder: no prediction
-    loaded = resolve(model)
-    lm, tokenizer = loaded.model, loaded.tokenizer
-    if not paper_only:
-        with_decoder_methods(result, lm, tokenizer)
-        if report is not None:
-            with_decoder_methods(report, lm, tokenizer)
-    if report is not None:
-        with_faithfulness(report, lm, tokenizer)
 
 
 def _spans_option(by: str, spans_file: Optional[Path]) -> object:
@@ -81,6 +63,7 @@ def explain(
                                     "beside them."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
+    device: str = device_option(),
     target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
     by: str = typer.Option("token", "--by", help="Decoders: what ablated flow and its estimate remove at once: each "
                            "'token', 'word' or 'sentence' (from the tokenizer's offsets), or 'spans' with --spans."),
@@ -108,12 +91,10 @@ def explain(
     from attnflow.api import explain_maps
 
     chosen = chosen_methods(method)
-    shown = registry.ALL_SHOWN if method.value == registry.ALL else method.value
+    shown = registry.shown_first(registry.paper_methods()) if method.value == registry.ALL else method.value
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
-    from attnflow.config.settings import Settings
-
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
-                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value,
+                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device,
                    settings=Settings.build(None, budget=budget))
     slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE)]
     flow_only = all(registry.get(m).cost == registry.MAX_FLOW for m in slow)  # flow counts rows (its estimate too)
@@ -126,15 +107,18 @@ def explain(
             result = report.select(methods=chosen)
             report = report if html_out is not None else None
         elif html_out is None:
-            result = explain_text(text, model, method=method.value, progress=bar, spans=spans, **options)
+            result = explain_text(text, model, method=method.value, progress=bar, paper_only=paper_only, spans=spans,
+                                  **options)
             report = None
         else:
             # The report lets the reader click any token as the target, so it needs every target's
             # scores; raw and rollout come along for free and give the page something to switch to.
             wanted = tuple(m for m in registry.names("text") if m in chosen or m in cheap)
-            report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, spans=spans, **options)
-            result = report.select(methods=chosen, targets=[report.target])
-        _honest(result, report, model, paper_only)
+            # (a decoder's defaults and a short input's faithfulness numbers come with it: attnflow.api.honest)
+            report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, paper_only=paper_only,
+                                  spans=spans, **options)
+            result = report.select(methods=[m for m in report.methods if m in chosen or m not in wanted],
+                                   targets=[report.target])
     console = Console()
     if result.prediction is not None:
         console.print(f"prediction: [bold]{result.prediction}[/bold]")
@@ -144,15 +128,6 @@ def explain(
 
         for line in span_lines(result, top):
             console.print(line, markup=False)
-    if json_out is not None:
-        result.to_json(json_out)
-        console.print(f"wrote {json_out}")
-    if png_out is not None:
-        # titled with the text and every setting
-        plotted = result.select(methods=[m for m in result.methods if m != "ablated-flow"]) \
-            if "ablated-flow" in result.methods else result
-        plotted.plot(png_out, **({"content_only": content_only} if result.kind == "text" else {}))
-        console.print(f"wrote {png_out}")
-    if report is not None:
-        report.to_html(html_out)
-        console.print(f"wrote {html_out}")
+    figure = {"content_only": content_only} if result.kind == "text" else {}  # titled with the text and settings
+    write_outputs(console, [(json_out, result.to_json), (png_out, lambda path: result.plot(path, **figure)),
+                            (html_out, lambda path: report.to_html(path))])

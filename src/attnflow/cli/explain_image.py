@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
-from attnflow.cli.options import Weighting, method_enum, method_option, option
-from attnflow.cli.outputs import check_outputs
+from attnflow.cli.options import Weighting, device_option, method_enum, method_option, option
+from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
 
@@ -25,6 +25,7 @@ def explain_image(
     target: Optional[str] = typer.Option(None, "--class", help="Class grad-rollout explains (index or label). Default: the predicted class."),
     residual: float = option("residual"),
     weighting: Weighting = option("weighting"),
+    device: str = device_option(),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the overlays here (.png), one panel per image and method."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON (one image at a time)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained HTML report (one image at a time)."),
@@ -48,7 +49,7 @@ def explain_image(
 
     with progress_bar("attention flow", unit="rows") as bar:
         results = explain(list(images), model, method=method.value, target_class=target, residual=residual,
-                          progress=bar, weighting=weighting.value)
+                          progress=bar, weighting=weighting.value, device=device)
     console = Console()
     for path, result in zip(images, results):
         explained = result.params.get("explained_class")
@@ -56,13 +57,7 @@ def explain_image(
         r, c = divmod(int(result.grid_scores().argmax()), result.grid[1])
         console.print(f"{path}: prediction [bold]{result.prediction}[/bold]{extra}; top patch (row {r}, col {c})",
                       soft_wrap=True)
-    if png_out is not None:
-        # one row per image: the picture as given, then one overlay per method
-        save_overlays(results, png_out, columns=len(results[0].methods), inputs=True)
-        console.print(f"wrote {png_out}")
-    if json_out is not None:
-        results[0].to_json(json_out)
-        console.print(f"wrote {json_out}")
-    if html_out is not None:
-        results[0].to_html(html_out)
-        console.print(f"wrote {html_out}")
+    # the figure: one row per image, the picture as given, then one overlay per method
+    write_outputs(console, [(png_out, lambda path: save_overlays(results, path, columns=len(results[0].methods),
+                                                                 inputs=True)),
+                            (json_out, results[0].to_json), (html_out, results[0].to_html)])

@@ -12,8 +12,17 @@ from rich.console import Console
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
 from attnflow.cli.explain import Method
-from attnflow.cli.options import CausalNorm, HeadFusion, Weighting, chosen_methods, method_option, model_option, option
-from attnflow.cli.outputs import check_outputs
+from attnflow.cli.options import (
+    CausalNorm,
+    HeadFusion,
+    Weighting,
+    chosen_methods,
+    device_option,
+    method_option,
+    model_option,
+    option,
+)
+from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.cli.progress import progress_bar
 
 
@@ -28,6 +37,7 @@ def faithfulness(
     head_fusion: HeadFusion = option("head_fusion"),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
+    device: str = device_option(),
     truncate: bool = option("truncate"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result with its faithfulness numbers as JSON."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML report (with the faithfulness table)."),
@@ -48,14 +58,14 @@ def faithfulness(
     from attnflow.views.faithfulness import faithfulness_summary, faithfulness_table
 
     options = dict(residual=residual, head_fusion=head_fusion.value, truncate=truncate,
-                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
+                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device)
     chosen = chosen_methods(method)
     if method.value == "all":  # a decoder: the measured-faithful method beside the paper's three
         from attnflow.api.models import describe
-        from attnflow.config.registry import DECODER_DEFAULT
+        from attnflow.config.registry import decoder_default
 
         if model is not None and describe(model)[1] == "causal-lm":
-            chosen += [m for m in DECODER_DEFAULT if m not in chosen]
+            chosen += [m for m in decoder_default() if m not in chosen]
     with progress_bar("leave-one-out and AOPC passes") as bar:
         result = measure(text, model, method=chosen, progress=bar, **options)
     console = Console()
@@ -65,9 +75,4 @@ def faithfulness(
     summary = faithfulness_summary(result)
     if summary is not None:
         console.print(summary)
-    if json_out is not None:
-        result.to_json(json_out)
-        console.print(f"wrote {json_out}")
-    if html_out is not None:
-        result.to_html(html_out)
-        console.print(f"wrote {html_out}")
+    write_outputs(console, [(json_out, result.to_json), (html_out, result.to_html)])

@@ -11,9 +11,9 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, model_option, option
-from attnflow.cli.outputs import check_outputs
-from attnflow.config.registry import DECODER_DEFAULT, generation_methods
+from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, device_option, model_option, option
+from attnflow.cli.outputs import check_outputs, write_outputs
+from attnflow.config.registry import decoder_default, generation_methods
 from attnflow.errors import AttnflowError
 
 GenerationMethod = _choice_enum("GenerationMethod", generation_methods())
@@ -34,10 +34,11 @@ def generate(
     seed: int = typer.Option(0, help="Random seed for --sample."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
+    device: str = device_option(),
     method: Optional[list[GenerationMethod]] = typer.Option(
         None, help=f"How each generated token is explained: {TRACKED} (tracked while generating), or "
         f"{', '.join(OFFERED)} (computed beside it); repeat the option for several, the first is shown. Default: "
-        f"{' beside '.join(DECODER_DEFAULT)} (the measured-faithful method; docs/decoders.md). --method {TRACKED}: "
+        f"{' beside '.join(decoder_default())} (the measured-faithful method; docs/decoders.md). --method {TRACKED}: "
         "the paper's alone."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the generation result as JSON."),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the bar chart + heatmap of --token (.png/.svg/.pdf)."),
@@ -62,13 +63,13 @@ def generate(
     from attnflow.api import generate as generate_text
     from attnflow.api.models import resolve
 
-    loaded = resolve(model, task="generation")
+    loaded = resolve(model, task="generation", device=device)
     lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
     from attnflow.cli.progress import progress_bar
 
-    # default: the paper's rollout beside the measured-faithful method (registry.DECODER_DEFAULT)
-    names = list(dict.fromkeys(m.value for m in method)) if method else list(DECODER_DEFAULT)
+    # default: the paper's rollout beside the measured-faithful method (registry.decoder_default)
+    names = list(dict.fromkeys(m.value for m in method)) if method else list(decoder_default())
     with progress_bar(", ".join(names), unit="runs") as bar:
         result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample, method=names, progress=bar,
                                causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
@@ -79,12 +80,6 @@ def generate(
     line.append(("\n→ " if result.kind == "seq2seq" else "") + result.meta["completion"])
     console.print(line, soft_wrap=True, highlight=False)
     result.print(top, content_only=content_only)
-    if json_out is not None:
-        result.to_json(json_out)
-        console.print(f"wrote {json_out}")
-    if png_out is not None:
-        result.plot(png_out, content_only=content_only)
-        console.print(f"wrote {png_out}")
-    if html_out is not None:
-        result.to_html(html_out)
-        console.print(f"wrote {html_out}")
+    write_outputs(console, [(json_out, result.to_json),
+                            (png_out, lambda path: result.plot(path, content_only=content_only)),
+                            (html_out, result.to_html)])

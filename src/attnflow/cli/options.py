@@ -42,6 +42,11 @@ def option(setting: str, *names: str, help: str | None = None) -> Any:
     return typer.Option(default, *names, help=help or spec.help, **bounds)
 
 
+def device_option() -> Any:
+    """``--device``: where a model given by name runs (the ``device`` setting's help)."""
+    return typer.Option(OPTIONS["device"].default, "--device", help=OPTIONS["device"].help)
+
+
 def model_option(help: str) -> Any:
     """``--model / -m``: a model folder, file, alias or hub id (None: the command's default)."""
     return typer.Option(None, "--model", "-m", help=help)
@@ -54,7 +59,7 @@ def method_enum(kind: str) -> type[Enum]:
 
 def method_help(kind: str) -> str:
     """``raw, rollout, flow, grad-rollout (a classifier's predicted class), or all (raw, rollout, flow).``"""
-    listed = ", ".join(m.name + (" (a classifier's predicted class)" if m.name in registry.CLASSIFIERS_ONLY else "")
+    listed = ", ".join(m.name + (" (a classifier's predicted class)" if m.classifiers_only else "")
                        for m in registry.methods(kind))
     return f"{listed}, or {registry.ALL} ({', '.join(registry.paper_methods())}). See docs/methods.md."
 

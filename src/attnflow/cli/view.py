@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
-from attnflow.cli.outputs import check_outputs
+from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.errors import AttnflowError
 
 
@@ -44,13 +44,9 @@ def view(
                                     else target)
         loaded = loaded.with_target(index)
     console = Console()
-    if html_out is not None:
-        loaded.to_html(html_out, title=title)
-        console.print(f"wrote {html_out}")
-    if png_out is not None:
-        options = {} if loaded.kind == "image" else {"title": title}
-        loaded.plot(png_out, **options)
-        console.print(f"wrote {png_out}")
+    options = {} if loaded.kind == "image" else {"title": title}
+    write_outputs(console, [(html_out, lambda path: loaded.to_html(path, title=title)),
+                            (png_out, lambda path: loaded.plot(path, **options))])
 
 
 def _batch_row(folder: Path, id: Optional[str]):

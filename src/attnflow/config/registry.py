@@ -25,6 +25,10 @@ How to add a method
      weighting, causal_norm, solver, target, truncate);
    - for model-based methods: ``context.model``, ``context.tokenizer``, ``context.input_ids``
      ``(n,)`` (the ids the maps were captured from) and ``context.gradients`` when captured already;
+     methods that read the model's output: ``context.tokens`` / ``foils`` / ``readout`` (what to
+     explain), ``context.clean_logits`` ``(len(rows), vocab)`` (the rows' logits from a pass already
+     run: the capture pass's last position, a generation's own; use them instead of a clean pass) and
+     ``context.cache`` (a generation's key/value cache);
    - ``context.progress(done, total)`` when given, for slow methods.
 
    Sources are the input tokens (seq2seq: source tokens, start token, target prefix; the entry point
@@ -36,7 +40,10 @@ How to add a method
    target, source and layer), whether it has a layers axis, its reference and ``"module:function"``.
    ``in_all=True`` only for the paper's methods (what ``method="all"`` computes); ``paths=True`` when
    its scores are flow along paths through the layers (``attnflow.views.graph`` draws those);
-   ``colour`` for figures (optional).
+   ``colour`` for figures (optional). Facts the entry points act on are fields too, never a
+   comparison with the method's name elsewhere (``tests/test_architecture.py`` checks):
+   ``gradients``, ``classifiers_only``, ``decoder_default``, ``tracked``, ``shown_first``
+   and ``rows`` (see :class:`Method`).
 3. Add its oracle test (an independent computation: a naive loop, a leave-one-out pass, ...).
 
 Nothing else changes: ``attnflow explain --method NAME``, the app's menus, ``explain(method=NAME)``,
@@ -49,7 +56,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from attnflow.errors import AttnflowError
@@ -63,7 +70,12 @@ MAX_FLOW = "one max-flow per target, source and layer"
 COSTS = (FORWARD, FORWARD_BACKWARD, BUDGETED, PER_SOURCE, MAX_FLOW)
 MODEL_COSTS = (FORWARD_BACKWARD, BUDGETED, PER_SOURCE)  # methods that run the model again (not attention alone)
 
-KINDS = ("text", "image", "seq2seq")
+RESULT_KINDS = ("text", "image", "seq2seq")
+
+# Rows policies: which targets a report's maps compute when every target is asked for.
+EVERY_TARGET = "every target"
+WHILE_CHEAP = "every target while cheap, else the explained one"  # flow: up to core.methods.FLOW_ALL_MAX tokens
+ROWS = (EVERY_TARGET, WHILE_CHEAP)
 
 
 @dataclass(frozen=True)
@@ -80,14 +92,23 @@ class Method:
     in_all: bool = False       # computed by method="all" (the paper's three)
     paths: bool = False        # its scores are flow along paths through the layers (the graph view draws them)
     colour: str | None = None  # its colour in every figure (None: the next free one)
-    spans: bool = False        # ablates by span when given spans= (every token of a span at once; api.spans)
+    # Facts the entry points and views act on (read here, never by comparing a method's name):
+    gradients: bool = False         # needs the attention's gradients captured (a backward pass)
+    classifiers_only: bool = False  # explains a classifier's predicted class (no decoder token to explain)
+    decoder_default: bool = False   # a decoder's explanation shows it unless paper-only (attnflow.api.honest)
+    tracked: bool = False           # tracked while a decoder generates (attnflow.capture.generation)
+    shown_first: bool = False       # what a result of several methods opens on, when computed
+    rows: str = EVERY_TARGET        # which targets a report's maps compute (see EVERY_TARGET, WHILE_CHEAP)
+    spans: bool = False             # ablates by span when given spans= (every token of a span at once; api.spans)
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
             raise AttnflowError(f"cost must be one of {COSTS}; got {self.cost!r}")
-        unknown = set(self.kinds) - set(KINDS)
+        unknown = set(self.kinds) - set(RESULT_KINDS)
         if unknown:
-            raise AttnflowError(f"kinds must be among {KINDS}; got {sorted(unknown)}")
+            raise AttnflowError(f"kinds must be among {RESULT_KINDS}; got {sorted(unknown)}")
+        if self.rows not in ROWS:
+            raise AttnflowError(f"rows must be one of {ROWS}; got {self.rows!r}")
 
     @property
     def needs_model(self) -> bool:
@@ -111,29 +132,41 @@ class Context:
     settings: Any
     rows: Sequence[int] | None = None
     layers: Any = None
+    n_layers: int | None = None  # the model's layers: where a method without a layers axis is placed (the top)
     model: Any = None
     tokenizer: Any = None
     input_ids: Any = None
     gradients: Any = None
     progress: Callable[[int, int], None] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # What a method that reads the model's output may be given (each None: its default):
+    tokens: Sequence[int] | None = None  # the explained token per row (a generation's own; default the argmax)
+    foils: Sequence[int] | None = None   # a foil token per row: explain z_token - z_foil ("contrastive")
+    readout: str = "logit"               # "logit", "logprob" or "contrastive" (ablation and occlusion)
+    batch_size: int | None = None        # edited sequences per forward call (ablation and occlusion)
+    cache: Any = None                    # a key/value cache of input_ids already computed (a generation's)
+    clean_logits: Any = None             # (len(rows), vocab): the rows' logits from a pass already run
+    target_tokens: int | None = None     # seq2seq: how many target tokens follow the source
+    spans: Sequence[Sequence[int]] | None = None  # groups of positions ablated at once (spans methods; api.spans)
+    notes: dict[str, Any] | None = None  # where a method reports what it did (kept in the result's meta)
 
 
 _ATTENTION = "attnflow.api.methods.attention"
 REGISTRY: dict[str, Method] = {m.name: m for m in (
-    Method("raw", KINDS, FORWARD, True, "Abnar & Zuidema 2020 (raw attention)", f"{_ATTENTION}:raw",
+    Method("raw", RESULT_KINDS, FORWARD, True, "Abnar & Zuidema 2020 (raw attention)", f"{_ATTENTION}:raw",
            "each layer's attention weights", in_all=True, colour="#6e7781"),
-    Method("rollout", KINDS, FORWARD, True, "Abnar & Zuidema 2020, eq. 1", f"{_ATTENTION}:rollout",
-           "products of residual-augmented attention, layer by layer", in_all=True, paths=True, colour="#1d4ed8"),
-    Method("flow", KINDS, MAX_FLOW, True, "Abnar & Zuidema 2020, section 3", f"{_ATTENTION}:flow",
-           "max-flow through the attention graph", in_all=True, paths=True, colour="#b45309"),
+    Method("rollout", RESULT_KINDS, FORWARD, True, "Abnar & Zuidema 2020, eq. 1", f"{_ATTENTION}:rollout",
+           "products of residual-augmented attention, layer by layer", in_all=True, paths=True, colour="#1d4ed8",
+           decoder_default=True, tracked=True, shown_first=True),
+    Method("flow", RESULT_KINDS, MAX_FLOW, True, "Abnar & Zuidema 2020, section 3", f"{_ATTENTION}:flow",
+           "max-flow through the attention graph", in_all=True, paths=True, colour="#b45309", rows=WHILE_CHEAP),
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
            "attnflow.api.methods.gradient:grad_rollout",
-           "rollout of gradient-weighted attention for the predicted class (classifiers)"),
+           "rollout of gradient-weighted attention for the predicted class (classifiers)", gradients=True,
+           classifiers_only=True),
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
            "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",
-           spans=True),
+           decoder_default=True, spans=True),
     Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
@@ -166,13 +199,12 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
 )}
 
 ALL = "all"
-ALL_SHOWN = "rollout"  # the method a result of method="all" opens on
 
 
 def methods(kind: str | None = None) -> list[Method]:
     """Every registered method (those offered for results of ``kind`` when given), in registry order."""
-    if kind is not None and kind not in KINDS:
-        raise AttnflowError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    if kind is not None and kind not in RESULT_KINDS:
+        raise AttnflowError(f"kind must be one of {', '.join(RESULT_KINDS)}; got {kind!r}")
     return [m for m in REGISTRY.values() if kind is None or kind in m.kinds]
 
 
@@ -181,22 +213,49 @@ def names(kind: str | None = None, *, model_free: bool = False) -> tuple[str, ..
     return tuple(m.name for m in methods(kind) if not (model_free and m.needs_model))
 
 
-GENERATION_TRACKED = "rollout"  # tracked while a decoder generates (attnflow.capture.generation)
-# What a decoder's explanation shows unless asked otherwise: the paper's rollout beside the method that
-# agreed best with what SmolLM2 uses in the decoder study (docs/decoders.md, "Study"; attnflow.api.honest).
-DECODER_DEFAULT = ("rollout", "ablated-flow")
-CLASSIFIERS_ONLY = ("grad-rollout",)  # explain a classifier's predicted class (no decoder token to explain)
+def _with(fact: str) -> tuple[str, ...]:
+    return tuple(m.name for m in REGISTRY.values() if getattr(m, fact))
+
+
+def decoder_default() -> tuple[str, ...]:
+    """What a decoder's explanation shows unless asked otherwise: the paper's rollout beside the method
+    that agreed best with what SmolLM2 uses in the decoder study (docs/decoders.md, "Study";
+    :mod:`attnflow.api.honest`)."""
+    return _with("decoder_default")
+
+
+def classifiers_only() -> tuple[str, ...]:
+    """Methods that explain a classifier's predicted class (no decoder token to explain)."""
+    return _with("classifiers_only")
+
+
+def tracked() -> str:
+    """The method tracked while a decoder generates (:mod:`attnflow.capture.generation`)."""
+    return _with("tracked")[0]
+
+
+def shown_first(names: Sequence[str]) -> str:
+    """Which of ``names`` a result opens on: the registry's ``shown_first`` method when among them,
+    else the first."""
+    return next((n for n in _with("shown_first") if n in names), names[0])
 
 
 def generation_methods() -> tuple[str, ...]:
     """What ``attnflow.generate(method=...)`` offers: the tracked rollout, then every text method that
     runs the model (it can explain any generated token), in registry order."""
-    return (GENERATION_TRACKED, *(m.name for m in methods("text") if m.needs_model and m.name not in CLASSIFIERS_ONLY))
+    return (tracked(), *(m.name for m in methods("text") if m.needs_model and not m.classifiers_only))
 
 
 def paper_methods() -> tuple[str, ...]:
     """What ``method="all"`` computes, in registry order."""
     return tuple(m.name for m in REGISTRY.values() if m.in_all)
+
+
+def fact(name: str, what: str, default: Any = False) -> Any:
+    """The record field ``what`` of method ``name``, or ``default`` for a name not registered (a result
+    file may hold a method this installation lacks)."""
+    record = REGISTRY.get(name)
+    return default if record is None else getattr(record, what)
 
 
 def get(name: str) -> Method:
@@ -212,7 +271,7 @@ def resolve(method: Any, kind: str = "text", *, model_free: bool = False) -> tup
     allowed = names(kind, model_free=model_free)
     if isinstance(method, str):
         if method == ALL:
-            return list(paper_methods()), ALL_SHOWN
+            return list(paper_methods()), shown_first(paper_methods())
         chosen = [method]
     elif isinstance(method, (list, tuple)) and method and all(isinstance(m, str) for m in method):
         chosen = list(dict.fromkeys(method))

@@ -5,8 +5,9 @@ Imports numpy, torch, scipy, networkx and numba only: no transformers, no plotti
 
 from attnflow.core.flow import flow
 from attnflow.core.gradient import grad_rollout
+from attnflow.core.inputs import as_stack
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.raw import raw
 from attnflow.core.rollout import rollout
 
-__all__ = ["AttentionMaps", "flow", "grad_rollout", "raw", "rollout"]
+__all__ = ["AttentionMaps", "as_stack", "flow", "grad_rollout", "raw", "rollout"]

@@ -6,7 +6,14 @@ Accepted forms (row = query, column = key everywhere in attnflow):
 - a batch ``(batch, layers, heads, n, n)`` (outputs then get a leading batch axis);
 - the tuple Hugging Face returns with ``output_attentions=True``: one ``(batch, heads, n, n)``
   per layer (or ``(heads, n, n)`` per layer);
-- an :class:`~attnflow.core.maps.AttentionMaps`, whose padding mask is used.
+- an :class:`~attnflow.core.maps.AttentionMaps`, whose padding mask is used;
+- a TransformerLens ``ActivationCache`` (its ``blocks.{l}.attn.hook_pattern`` entries, one
+  ``(batch, heads, n, n)`` per layer: the same as the Hugging Face tuple).
+
+A 5-D stack is read as ``(batch, layers, heads, n, n)``; ``layout="layers-first"`` reads it as
+``(layers, batch, heads, n, n)``, the order of TransformerLens's ``cache.stack_activation("pattern")``.
+Without ``layout``, a 5-D stack whose second axis is 1 and first is not — what that call returns for
+one input — is refused rather than read as a batch of one-layer maps.
 
 numpy in -> numpy out (float64); torch in -> torch out (float64 stays float64, anything else is
 computed in float32 on the input's device).
@@ -24,6 +31,7 @@ import torch
 from attnflow.errors import AttnflowError
 
 _SHAPE_HELP = "expected attentions of shape (layers, heads, n, n), (batch, layers, heads, n, n) or a per-layer tuple"
+LAYOUTS = ("batch-first", "layers-first")
 
 
 @dataclass
@@ -94,10 +102,43 @@ def _from_tuple(layers: tuple | list) -> tuple[torch.Tensor, bool]:
     return stacked, as_numpy
 
 
-def as_stack(attentions: Any, mask: Any = None) -> Stack:
-    """Validate ``attentions`` (and an optional padding ``mask``) and return a :class:`Stack`."""
+def _cache_patterns(cache: Any) -> list | None:
+    """A TransformerLens ``ActivationCache``'s attention patterns, one per layer in layer order (None
+    for anything else; recognised by its keys, so TransformerLens is never imported here)."""
+    if not (hasattr(cache, "stack_activation") and hasattr(cache, "keys")):
+        return None
+    import re
+
+    found = {}
+    for key in cache.keys():
+        hit = re.fullmatch(r"blocks\.(\d+)\.attn\.hook_pattern", str(key))
+        if hit:
+            found[int(hit.group(1))] = cache[key]
+    if not found:
+        raise AttnflowError("this TransformerLens cache holds no attention patterns (blocks.L.attn.hook_pattern); "
+                            "run the model with run_with_cache and no names_filter, or one that keeps 'pattern'")
+    if sorted(found) != list(range(len(found))):
+        raise AttnflowError(f"this TransformerLens cache holds the patterns of layers {sorted(found)} only; "
+                            "attnflow needs every layer from 0")
+    return [found[layer] for layer in range(len(found))]
+
+
+def as_stack(attentions: Any, mask: Any = None, layout: str | None = None) -> Stack:
+    """Validate ``attentions`` (and an optional padding ``mask``) and return a :class:`Stack`.
+    ``layout``: how a 5-D stack is ordered (``"batch-first"`` or ``"layers-first"``; module docstring)."""
     from attnflow.core.maps import AttentionMaps  # local: maps imports this module
 
+    if layout is not None and layout not in LAYOUTS:
+        raise AttnflowError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+    if isinstance(attentions, Stack):  # validated already (attnflow.as_stack(x, layout=...) passed on)
+        if mask is None:
+            return attentions
+        b, _, _, n, _ = attentions.shape
+        return Stack(attentions.values, _as_mask(mask, b, n, attentions.values.device), attentions.batched,
+                     attentions.as_numpy)
+    patterns = _cache_patterns(attentions)
+    if patterns is not None:
+        attentions = patterns
     if isinstance(attentions, AttentionMaps):
         if mask is None:
             mask = attentions.mask
@@ -108,6 +149,9 @@ def as_stack(attentions: Any, mask: Any = None) -> Stack:
             "or use attnflow.capture"
         )
     if isinstance(attentions, (tuple, list)):
+        if layout is not None:
+            raise AttnflowError("layout orders a 5-D stack; a per-layer tuple (or cache) is always (batch, heads, "
+                                "n, n) per layer: leave layout out")
         values, as_numpy = _from_tuple(attentions)
         # A Hugging Face tuple always has a batch axis; a batch of one comes back unbatched,
         # which is what a user with one text expects.
@@ -115,6 +159,10 @@ def as_stack(attentions: Any, mask: Any = None) -> Stack:
     else:
         values, as_numpy = _to_tensor(attentions)
         batched = values.dim() == 5
+        if values.dim() == 5:
+            values = _batch_first(values, layout)
+            # one input given layers-first, (layers, 1, ...), comes back unbatched like a tuple of one
+            batched = layout != "layers-first" or values.shape[0] > 1
     if values.dim() == 4:
         values = values.unsqueeze(0)
     if values.dim() != 5:
@@ -132,6 +180,19 @@ def as_stack(attentions: Any, mask: Any = None) -> Stack:
     if lo < 0:
         raise AttnflowError(f"attentions must be non-negative; the smallest value is {lo:.3g}")
     return Stack(values=values, mask=_as_mask(mask, b, n, values.device), batched=batched, as_numpy=as_numpy)
+
+
+def _batch_first(values: torch.Tensor, layout: str | None) -> torch.Tensor:
+    """A 5-D stack as ``(batch, layers, heads, n, n)``; the ambiguous shape refused (module docstring)."""
+    if layout == "layers-first":
+        return values.transpose(0, 1)
+    if layout is None and values.shape[1] == 1 and values.shape[0] > 1:
+        shape = tuple(values.shape)
+        raise AttnflowError(f"a stack of shape {shape} reads as {shape[0]} inputs of a one-layer model, or as "
+                            f"{shape[0]} layers of one input in TransformerLens's (layers, batch, heads, n, n) order; "
+                            "say which with attnflow.as_stack(stack, layout='layers-first') (or 'batch-first'), "
+                            "or pass the ActivationCache itself")
+    return values
 
 
 def _as_mask(mask: Any, batch: int, n: int, device: torch.device) -> torch.Tensor:

@@ -21,6 +21,8 @@ class AttentionMaps:
     special: indices of special tokens such as [CLS]/[SEP] (per example for a batch).
     input_ids: the token ids the model saw, when known.
     logits: the model's output logits for the same forward pass, when captured.
+    last_logits: a decoder's logits at the last position ``(vocabulary,)`` from the same pass (one
+        text), the clean readout that ablated flow and occlusion reuse instead of a pass of their own.
     head_fusion: None when ``attentions`` holds every head; ``"mean"``, ``"max"`` or ``"min"`` when
         the heads were fused that way while the model ran (the methods must then be asked for the
         same fusion: the per-head maps are gone).
@@ -35,6 +37,7 @@ class AttentionMaps:
     special: list = field(default_factory=list)
     input_ids: Any = None
     logits: Any = None
+    last_logits: Any = None
     head_fusion: str | None = None
     weighting: str = "attention"
 

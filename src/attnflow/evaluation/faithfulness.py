@@ -20,6 +20,13 @@ or more methods, :func:`evaluate` measures, for every method and layer:
   AOPC is the mean over the remaining levels (NaN if none remains). Ties in a method's scores go to
   the earlier position.
 
+Ties in leave-one-out are ties in the maths, kept as ties here (:func:`merge_ties`): deleting any
+token that the explained position cannot see (outside a sliding window, say) changes its logit by
+exactly zero in the maths, yet by a few units in the last place in floating point, by an amount
+that depends on how the passes were batched and on the machine's kernels. Drops closer than
+``TIE_ULPS`` units in the last place of the largest logit (at the precision the model computed in)
+are merged into one value, so that the ranks, and Spearman's rho, do not depend on that noise.
+
 Position as a rival (:mod:`attnflow.evaluation.position`): for every method and layer also
 ``partial`` (Spearman with leave-one-out given position), ``position`` (Spearman of the ranking with
 position: the views add "this ranking mostly reflects position" at ``|rho| >= 0.9``) and, at the top
@@ -65,6 +72,9 @@ from attnflow.evaluation.correlation import spearman
 from attnflow.evaluation.position import partial_spearman, position_rho, priors, spearman_interval
 
 FRACTIONS = (0.1, 0.2, 0.5)
+# Leave-one-out drops closer than this many units in the last place of the largest logit are one value
+# (module docstring): float64 noise across batch shapes is a few ulps, float32's through 30 layers tens.
+TIE_ULPS = 256
 
 Predict = Callable[[list[list[int]]], Any]
 Progress = Callable[[int, int], None]
@@ -77,6 +87,7 @@ class _Outputs:
         self._predict, self.output, self._progress = predict, output, progress
         self._cache: dict[tuple[int, ...], np.ndarray] = {}
         self.done, self.total = 0, 0
+        self.eps = float(np.finfo(np.float64).eps)  # of the precision predict computed in (the coarsest seen)
 
     def expect(self, count: int) -> None:
         self.total += count
@@ -89,7 +100,9 @@ class _Outputs:
         step = max(1, int(getattr(self._predict, "batch_size", 0) or len(todo) or 1))
         for start in range(0, len(todo), step):
             part = todo[start:start + step]
-            out = np.asarray(_numpy(self._predict([list(k) for k in part])), dtype=np.float64)
+            raw = self._predict([list(k) for k in part])
+            self.eps = max(self.eps, _eps(raw))
+            out = np.asarray(_numpy(raw), dtype=np.float64)
             if out.ndim != 2 or out.shape[0] != len(part):
                 raise AttnflowError(f"predict must return logits of shape (batch, outputs) = ({len(part)}, ...); "
                                     f"got {out.shape}")
@@ -114,6 +127,31 @@ class _Outputs:
 
 def _numpy(x: Any) -> np.ndarray:
     return x.detach().cpu().double().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=float)
+
+
+def _eps(x: Any) -> float:
+    """Machine epsilon of the floating type ``x`` was computed in (a tensor's or an array's dtype)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and hasattr(dtype, "is_floating_point"):  # a torch dtype (torch is loaded then)
+        import torch
+
+        return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
+    dtype = np.asarray(x).dtype
+    return float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.floating) else 0.0
+
+
+def merge_ties(values: Any, tol: float) -> np.ndarray:
+    """``values`` with every run of values whose neighbours (in sorted order) lie within ``tol`` of each
+    other replaced by the run's mean: differences at the level of rounding noise become exact ties."""
+    v = np.asarray(values, dtype=float).copy()
+    order = np.argsort(v, kind="stable")
+    start = 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or v[order[i]] - v[order[i - 1]] > tol:
+            if i - start > 1:
+                v[order[start:i]] = v[order[start:i]].mean()
+            start = i
+    return v
 
 
 def _edit(ids: Sequence[int], drop: Sequence[int], fill_id: int | None) -> list[int]:
@@ -337,6 +375,7 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
                                 f"got shape {given.shape}")
         loo = np.full(n, np.nan)
         loo[positions] = given[positions]
+    loo[positions] = merge_ties(loo[positions], TIE_ULPS * model.eps * max(1.0, float(np.abs(base).max())))
     rho, compr, suff, partial, where, interval = {}, {}, {}, {}, {}, {}
     y, z = loo[positions], np.asarray(positions, dtype=float)
     for m, r in rows.items():

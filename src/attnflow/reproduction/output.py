@@ -55,7 +55,7 @@ def tables(run: Reproduction) -> list[Table]:
             ours = summary[(method, importance)]
             table.add_row(name, *(f"{m:.2f}±{s:.2f}" for m, s in zip(ours["mean"], ours["std"])))
             table.add_row("  paper", *(f"{m:.2f}±{s:.2f}" for m, s in PAPER[(method, importance)]), style="dim",
-                          end_section=method != "flow")
+                          end_section=method != list(METHOD_NAMES)[-1])
         out.append(table)
     return out
 

@@ -270,7 +270,7 @@ class Attribution:
     def select(self, methods: Any = None, targets: Any = None) -> Attribution:
         """The same result restricted to ``methods`` (names) and the computed rows of ``targets``
         (indices or labels); the axes and labels stay as they are. The default method and target
-        follow the selection."""
+        follow the selection; a faithfulness record is kept while it measured only kept methods."""
         names = self.methods if methods is None else [methods] if isinstance(methods, str) else list(methods)
         for name in names:
             self.block(name)
@@ -284,8 +284,11 @@ class Attribution:
             blocks[name] = Block(block.values[rows], tuple(block.targets[i] for i in rows), block.layers)
         method = self.method if self.method in blocks else names[0]
         target = self.target if keep is None or self.target in keep else min(keep)
-        return replace(self, blocks=blocks, method=method, target=target, params=dict(self.params),
-                       meta=dict(self.meta))
+        meta = dict(self.meta)
+        # a faithfulness record that ranks methods the selection left out would name a best method it lacks
+        if set(((meta.get("faithfulness") or {}).get("methods") or {})) - set(blocks):
+            del meta["faithfulness"]
+        return replace(self, blocks=blocks, method=method, target=target, params=dict(self.params), meta=meta)
 
     def with_target(self, target: Any) -> Attribution:
         """The same result with another default target (nothing is recomputed)."""
@@ -345,17 +348,24 @@ class Attribution:
                                     "source_label": ("source", self.sources)},
                             attrs={"kind": self.kind, "model": self.model or "", "method": method})
 
-    def plot(self, path: Any, **options: Any) -> str:
-        """Write the kind's figure (PNG/SVG/PDF by suffix): layers x tokens panels for text, bars +
-        prompt x layers map for a generated token, overlays for images. Returns the path."""
+    def plot(self, path: Any = None, **options: Any) -> Any:
+        """The kind's figure: layers x tokens panels for text, bars + prompt x layers map for a
+        generated token, overlays for images. With ``path``: written there (PNG/SVG/PDF by suffix),
+        returns the path. Without: returns the matplotlib Figure (text results draw into ``ax=``, one
+        Axes per method, as captum's visualisers take an axis)."""
         return presenter().plot(self, path, **options)
 
     def to_html(self, path: Any = None, title: str | None = None) -> str:
-        """The self-contained interactive HTML report (no network); also written to ``path``."""
+        """The self-contained interactive HTML report (no network): written to ``path`` (the path is
+        returned, so a notebook cell does not print 40 KB of HTML), or returned as text without one."""
         return presenter().html(self, path, title=title)
 
     def _repr_html_(self) -> str:
         return presenter().notebook(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """A notebook's view: the interactive report, a PNG of the figure and the table as text."""
+        return presenter().mimebundle(self)
 
     def table(self, k: int = 5, **options: Any) -> Any:
         """A rich table of the top ``k`` sources (per layer for one method, per method for several)."""

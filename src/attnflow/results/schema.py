@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -208,9 +209,15 @@ def from_dict(data: Any, cls: type) -> Any:
             return _explanations_v1(cls, data)
         if not isinstance(data, dict):
             raise AttnflowError("a result must be a JSON object (or a list of explanation objects)")
+        if "schema" in data and data["schema"] != SCHEMA:
+            raise AttnflowError(f"this is not an attnflow result: its schema is {data['schema']!r} "
+                                f"(an attnflow result's is {SCHEMA!r})")
         if "version" in data or data.get("schema") == SCHEMA:
             version = data.get("version")
-            if not isinstance(version, int) or version > VERSION:
+            if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+                raise AttnflowError(f"the result's schema version must be a whole number (1 to {VERSION}); "
+                                    f"got {version!r} ({type(version).__name__})")
+            if version > VERSION:
                 raise AttnflowError(f"this result has schema version {version!r}; this attnflow reads versions up to "
                                     f"{VERSION} (upgrade attnflow)")
             return _from_v2(cls, data)
@@ -265,19 +272,24 @@ def save(result: Any, path: Any) -> str:
 def load(path: Any, cls: type) -> Any:
     """Read a result file: ``.npz``, or JSON of any version (any suffix but ``.npz``)."""
     p = Path(path)
+    if p.is_dir():
+        raise AttnflowError(f"{str(p)!r} is a folder; pass a result file (.json or .npz) — a batch output "
+                            "folder is read one input at a time with `attnflow view FOLDER --id ID`")
     if not p.is_file():
         raise AttnflowError(f"no such result file: {str(p)!r}")
     try:
         if p.suffix.lower() == ".npz":
             try:
-                with np.load(p, allow_pickle=False) as data:
+                # our own file object, closed however np.load fails (a truncated archive included)
+                with open(p, "rb") as handle, np.load(handle, allow_pickle=False) as data:
                     head = json.loads(str(data["header"]))
                     arrays = {m: data[f"scores.{m}"] for m in head["scores"]}
                     for name in ("image", "original"):
                         if name in data.files:
                             arrays[f"__{name}__"] = data[name]
-            except (OSError, ValueError, KeyError) as exc:
-                raise AttnflowError(f"not an attnflow .npz result ({exc})") from exc
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+                raise AttnflowError(f"not an attnflow .npz result, or a damaged one ({exc}); "
+                                    "save it again with result.save(PATH)") from exc
             return _from_v2(cls, head, arrays)
         try:
             text = p.read_text(encoding="utf-8")

@@ -10,7 +10,7 @@ import numpy as np
 
 from attnflow.config import registry
 from attnflow.errors import AttnflowError
-from attnflow.views.files import figure_format, save_figure
+from attnflow.views.files import figure_format, pyplot, save_figure
 
 # The same method keeps the same colour in every figure (and in the report's legend order).
 COLOURS = {m.name: m.colour for m in registry.methods() if m.colour}
@@ -29,10 +29,7 @@ def correlation_figure(results: Mapping[str, tuple[Sequence[float], Sequence[flo
                        ylabel: str = "Spearman correlation", title: str | None = None) -> Any:
     """results: method -> (mean per layer, std per layer); reference: name -> one number (a dashed
     horizontal line) or one number per layer (a dashed curve). Layers are numbered from 1."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if not results:
         raise AttnflowError("a correlation plot needs at least one method's results")

@@ -5,7 +5,9 @@ The atomic writing itself is :mod:`attnflow.results.files` (results are saved th
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 from attnflow.results.files import check_output, write_with
 
@@ -30,3 +32,16 @@ def save_figure(fig: object, path: str | os.PathLike, dpi: int = 150) -> str:
     finally:
         plt.close(fig)  # type: ignore[arg-type]
     return str(path)
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot``, on the non-interactive Agg backend unless a backend is already in use or
+    this runs inside IPython/Jupyter (whose inline backend shows figures in the notebook: forcing Agg
+    there would stop the user's own figures, and attnflow's, from displaying)."""
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules and "IPython" not in sys.modules:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -13,7 +13,7 @@ import numpy as np
 
 from attnflow.errors import AttnflowError
 from attnflow.results.words import is_content
-from attnflow.views.files import figure_format, save_figure
+from attnflow.views.files import figure_format, pyplot, save_figure
 from attnflow.views.labels import figure_title, plain, wrapped
 from attnflow.views.scale import left_out, legend, scale_max, sink_share
 
@@ -25,10 +25,7 @@ def generation_figure(result: Any, target: Any = None, method: str | None = None
     tokens and a detected sink (e.g. a decoder's first token) are left out of the bar axis and the
     map's colour scale (see :mod:`attnflow.views.scale`); the bars that exceed the axis are hatched and
     carry their value."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if getattr(result, "kind", None) != "generation":
         raise AttnflowError("this figure is drawn for generation results")

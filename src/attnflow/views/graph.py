@@ -14,7 +14,7 @@ import numpy as np
 from attnflow.config import registry
 from attnflow.core.paths import flow_edges, rollout_edges
 from attnflow.errors import AttnflowError
-from attnflow.views.files import figure_format, save_figure
+from attnflow.views.files import figure_format, pyplot, save_figure
 from attnflow.views.labels import short, thinned
 
 PATH_COLOUR = "#b45309"
@@ -41,11 +41,9 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
     layer 1..L (or -1 for the top) whose paths are drawn on top, for ``method`` "rollout" (every path,
     width = share of the node's rollout) or "flow" (one maximum flow to input ``token``, default the
     token with the largest rollout share)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_rgb
 
     a = np.asarray(a, dtype=float)
     if a.ndim != 3 or a.shape[1:] != (len(tokens), len(tokens)):
@@ -61,7 +59,7 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
     idx, segs = _segments(keep)
     weights = a[tuple(idx.T)] if len(idx) else np.zeros(0)
     base = "#8c959f" if node is not None else "#1d4ed8"
-    colours = [(*matplotlib.colors.to_rgb(base), float(0.15 + 0.75 * w)) for w in weights]
+    colours = [(*to_rgb(base), float(0.15 + 0.75 * w)) for w in weights]
     ax.add_collection(LineCollection(segs, linewidths=0.3 + 3.0 * weights, colors=colours, zorder=1))
     caption = f"{int(keep.sum())} of {int((a > 0).sum())} edges drawn (per node the {edges_per_node} strongest, " \
               f"weight >= {min_weight:g})"
@@ -70,7 +68,7 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
         where = f"layer {layer}, {short(tokens[node[1] % n])} @ {node[1] % n}"
         mass = rollout_edges(a, *node)
         label = f"paths of the rollout of ({where})"
-        if method == "flow":
+        if registry.get(method).cost == registry.MAX_FLOW:
             # Default sink: the input with the largest rollout share other than the node's own token,
             # which the residual self-loops make trivially large.
             share = mass[0].sum(axis=0)
@@ -84,7 +82,7 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
         pidx, psegs = _segments(path_keep)
         share = mass[tuple(pidx.T)] / mass.max()
         ax.add_collection(LineCollection(psegs, linewidths=0.6 + 4.5 * share, zorder=2,
-                                         colors=[(*matplotlib.colors.to_rgb(PATH_COLOUR), float(0.3 + 0.7 * s))
+                                         colors=[(*to_rgb(PATH_COLOUR), float(0.3 + 0.7 * s))
                                                  for s in share]))
         ax.scatter([node[1] % n], [layer], s=160, facecolor="none", edgecolor=PATH_COLOUR, linewidth=2, zorder=4)
         caption = f"{label}\n{caption}; path edges under {path_min_share:.0%} of the busiest left out"

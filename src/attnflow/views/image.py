@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.config import registry
 from attnflow.errors import AttnflowError
-from attnflow.views.files import save_figure
+from attnflow.views.files import pyplot, save_figure
 from attnflow.views.labels import plain, settings_line
 
 
@@ -42,10 +43,7 @@ def overlay_figure(results: list[Any], methods: Any = None, columns: int = 4, al
     the row's first panel (for one image per row, one method per column). Each panel has its own
     colour scale (its min..max), so colours compare patches within a panel, not across panels.
     Patches are drawn as blocks (no smoothing): the scores are per patch."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     panels = _panels(results, methods)
     cols = min(columns, len(panels))
@@ -68,7 +66,7 @@ def overlay_figure(results: list[Any], methods: Any = None, columns: int = 4, al
                           vmax=high if high > low else low + 1e-12)
         title = f"{method}  pred {result.prediction}"
         explained = result.params.get("explained_class")
-        if method == "grad-rollout" and explained is not None and explained != result.prediction:
+        if registry.fact(method, "classifiers_only") and explained is not None and explained != result.prediction:
             title += f" (for {explained})"
         ax.set_title(plain(f"{_file_name(result)}\n{title}"), fontsize=9)
         bar = fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.02)

@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from attnflow.results.files import write_text
-from attnflow.views.files import save_figure
+from attnflow.views.files import pyplot, save_figure
 
 
 def curves_table(curves: list[Any], fill: str | None = None) -> Table:
@@ -46,10 +46,7 @@ def save_curves_csv(curves: list[Any], path: str) -> str:
 
 def save_curves_plot(curves: list[Any], path: str, dpi: int = 120) -> str:
     """Two panels (positive, negative): accuracy against the fraction of patches removed, one line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True, constrained_layout=True)
     for ax, order in zip(axes, ("positive", "negative")):

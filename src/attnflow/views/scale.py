@@ -100,6 +100,21 @@ def scale_max(values: Any, excluded: Any) -> float:
     return top if top > 0 else 1.0
 
 
+def scale_limits(values: Any, excluded: Any) -> tuple[float, float, bool]:
+    """``(vmin, vmax, signed)`` of a panel's colour scale: ``(0, scale_max)`` for scores that are never
+    negative; symmetric about zero (``signed``) when a kept score is negative, so that evidence against
+    the prediction (an ablation that raises the logit) never looks like no effect."""
+    values = np.asarray(values, dtype=float)
+    keep = np.ones(values.shape[-1], dtype=bool)
+    keep[[int(j) for j in excluded if 0 <= int(j) < values.shape[-1]]] = False
+    chosen = values[..., keep] if keep.any() else values
+    finite = chosen[np.isfinite(chosen)]
+    if finite.size and float(finite.min()) < 0:
+        top = float(np.abs(finite).max())
+        return -top, top, True
+    return 0.0, scale_max(values, excluded), False
+
+
 def sink_share(result: Any, method: str, t: int) -> float | None:
     """The share of target ``t``'s top-layer row that its sink holds (None without a sink)."""
     found = sink_of(result, method, t)

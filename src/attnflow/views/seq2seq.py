@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.errors import AttnflowError
-from attnflow.views.files import figure_format, save_figure
+from attnflow.views.files import figure_format, pyplot, save_figure
 from attnflow.views.labels import label_room, plain, short, thinned, token_fontsize
 from attnflow.views.scale import left_out, legend, scale_max, sink_share
 
@@ -25,10 +25,7 @@ def seq2seq_figure(result: Any, target: Any = None, method: str | None = None, l
     default the result's own); ``layer``: the decoder layer of the left panel (0-based, -1 = top).
     sink_aware (default): the right panel's colour scale leaves out the target's own input position,
     special tokens and a dominant token (:mod:`attnflow.views.scale`), and says so."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if getattr(result, "kind", None) != "seq2seq":
         raise AttnflowError("this figure is drawn for encoder-decoder (seq2seq) results")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 from typing import Any
 
 import numpy as np
@@ -162,7 +164,8 @@ def result_table(result: Any, k: int = 5, **options: Any) -> Table:
 
 
 def render_text(renderable: Any, width: int = 100) -> str:
-    console = Console(width=width, record=True, file=None, force_terminal=False, color_system=None)
-    with console.capture() as cap:
-        console.print(renderable)
-    return cap.get()
+    """Plain text of a rich renderable. Never Jupyter's display: inside a notebook rich would otherwise
+    send an (empty) output of its own beside the text that ``print(result)`` prints."""
+    console = Console(width=width, file=io.StringIO(), force_terminal=False, force_jupyter=False, color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()

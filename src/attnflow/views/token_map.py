@@ -7,17 +7,14 @@ from typing import Any
 import numpy as np
 
 from attnflow.errors import AttnflowError
-from attnflow.views.files import figure_format, save_figure
+from attnflow.views.files import figure_format, pyplot, save_figure
 from attnflow.views.labels import label_room, plain, short, thinned, token_fontsize
 
 
 def token_map_figure(matrix: Any, tokens: list[str], title: str | None = None) -> Any:
     """``matrix``: ``(n, n)``, row = target (query) position, column = input token. Rows that were not
     computed (NaN, e.g. flow for positions other than the captured target) are drawn grey."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     values = np.asarray(matrix, dtype=float)
     n = len(tokens)

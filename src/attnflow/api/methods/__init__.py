@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.config.registry import Method
+from attnflow.config.registry import Context, Method
 from attnflow.results import Block
 
 
@@ -19,3 +19,12 @@ def as_block(record: Method, values: Any, targets: Sequence[int], n_layers: int)
     values = np.asarray(values, dtype=float).transpose(1, 0, 2)
     layers = tuple(range(n_layers)) if record.layers else (n_layers - 1,)
     return Block(values, tuple(int(t) for t in targets), layers)
+
+
+def run_method(record: Method, context: Context, targets: Sequence[int] | None = None) -> Block:
+    """The one step from a method to a result's :class:`Block`: ``record``'s function on ``context``
+    (rows ``context.rows``, every layer or, without a layers axis, the top one of
+    ``context.n_layers``), stored under ``targets`` (default: the rows themselves; a generation
+    stores generated token ``i`` as target ``i``)."""
+    rows = context.rows if targets is None else targets
+    return as_block(record, record(context), rows, int(context.n_layers))

@@ -2,7 +2,7 @@
 methods and their exact, batched, cached computation).
 
 Each takes a context (the registry's ``Context``: ``model``, ``input_ids``, ``rows``, ``layers``,
-``progress``, ``extra``) and returns ``(layers, rows, n)`` scores, "clean minus edited" readout of
+``progress`` and the readout fields) and returns ``(layers, rows, n)`` scores, "clean minus edited" readout of
 the token each row predicts (positive: the source supports the prediction):
 
 - ``ablated_flow``: one row per target with no layers axis ``(1, rows, n)``: the source's values
@@ -11,7 +11,7 @@ the token each row predicts (positive: the source supports the prediction):
 - ``occlusion`` / ``occlusion_mean``: ``(1, rows, n)``, the source deleted / its input embedding
   replaced by the mean embedding.
 
-``context.extra`` may hold ``tokens`` (the explained token per row, e.g. the generated ones;
+The context may give ``tokens`` (the explained token per row, e.g. the generated ones;
 default the model's argmax), ``readout`` ("logit", "logprob", "contrastive" with ``foils``),
 ``cache`` and ``clean_logits`` (a generation's own key/value cache and logits, reused),
 ``batch_size`` and ``spans`` (groups of positions ablated at once; :mod:`attnflow.api.spans`).
@@ -36,10 +36,9 @@ def _needs_decoder(context: Any, name: str) -> None:
 
 
 def _options(context: Any) -> dict[str, Any]:
-    extra = getattr(context, "extra", None) or {}
-    return dict(readout=extra.get("readout", "logit"), tokens=extra.get("tokens"), foils=extra.get("foils"),
-                batch_size=int(extra.get("batch_size", BATCH)), progress=getattr(context, "progress", None),
-                cache=extra.get("cache"), clean_logits=extra.get("clean_logits"))
+    return dict(readout=context.readout, tokens=context.tokens, foils=context.foils,
+                batch_size=int(context.batch_size or BATCH), progress=context.progress,
+                cache=context.cache, clean_logits=context.clean_logits)
 
 
 def _place(found: Ablation, rows: list[int], layers: Any) -> np.ndarray:
@@ -59,7 +58,7 @@ def _rows(context: Any) -> list[int]:
 def _ablate(context: Any, layers: str) -> np.ndarray:
     _needs_decoder(context, "ablated flow")
     rows = _rows(context)
-    groups = (getattr(context, "extra", None) or {}).get("spans")
+    groups = context.spans
     if groups is not None:  # every token of a span zeroed at once; each token carries its span's score
         from attnflow.api.spans import spread
         from attnflow.capture.span_ablation import ablate_spans

@@ -32,7 +32,7 @@ def raw(context: Context) -> np.ndarray:
     if context.kind == "seq2seq":
         from attnflow.core.joint import joint_raw
 
-        t = context.extra["target_tokens"]
+        t = context.target_tokens
         return _joint_rows(context, joint_raw(context.attentions[2], t, head_fusion=context.settings.head_fusion))
     return _rows(context, "raw")
 

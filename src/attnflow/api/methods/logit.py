@@ -1,14 +1,14 @@
 """ALTI-Logit and direct logit attribution as registry functions (the one pass:
 :mod:`attnflow.capture.logit_paths`; the decompositions: :mod:`attnflow.core.logit_attribution`).
 
-Each takes a context (``model``, ``input_ids``, ``rows``, ``layers``, ``extra``) and returns
+Each takes a context (``model``, ``input_ids``, ``rows``, ``layers``, ``tokens``, ``foils``) and returns
 ``(layers, rows, n)``: the source's share of the explained logit brought by the attention of layers
 ``1 .. l+1`` (cumulative over layers, like rollout's ``R_{l+1}``: the top layer holds the whole
 attention part of the logit, and ``np.diff`` over the layers axis gives each layer's own share,
 which sums over sources to that layer's attention part of the logit exactly).
 
-A decoder's row ``t`` explains the token predicted at ``t`` (``extra["tokens"]``: given tokens, e.g.
-the generated ones; ``extra["foils"]``: explain ``z_c - z_f``). A classifier's logit (the predicted
+A decoder's row ``t`` explains the token predicted at ``t`` (``context.tokens``: given tokens, e.g.
+the generated ones; ``context.foils``: explain ``z_c - z_f``). A classifier's logit (the predicted
 class) is read from the whole sequence, not one position: every requested row holds its attribution.
 """
 
@@ -30,8 +30,7 @@ def _paths(context: Any) -> tuple[LogitPaths, list[int]]:
         raise AttnflowError("logit attribution runs the model; use attnflow.explain or attnflow.generate with a model")
     ids = torch.as_tensor(np.asarray(context.input_ids)).reshape(-1)
     rows = list(range(ids.numel())) if context.rows is None else [int(r) for r in context.rows]
-    extra = getattr(context, "extra", None) or {}
-    paths = logit_paths(context.model, ids, targets=rows, tokens=extra.get("tokens"), foils=extra.get("foils"))
+    paths = logit_paths(context.model, ids, targets=rows, tokens=context.tokens, foils=context.foils)
     return paths, rows
 
 

@@ -2,18 +2,18 @@
 :mod:`attnflow.capture.attribution_patching` and :mod:`attnflow.capture.budgeted`).
 
 Each takes the registry's ``Context`` (``model``, ``input_ids``, ``rows``, ``layers``, ``progress``,
-``extra``) and returns ``(layers, rows, n)`` scores in ablated flow's sign (positive: zeroing the
-source's values lowers the explained token's logit):
+``spans``, ``notes``) and returns ``(layers, rows, n)`` scores in ablated flow's sign (positive:
+zeroing the source's values lowers the explained token's logit):
 
 - ``ablated_flow_estimate``: ``(1, rows, n)``, first order of zeroing in every layer at once;
 - ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
 - ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
-  passes (default 5; ``extra["budget"]`` overrides), else the estimate with its top sources re-scored exactly. Which sources were
-  re-scored is reported through ``extra["report"]`` when the caller passes a dict there (key
+  passes (default 5), else the estimate with its top sources re-scored exactly. Which sources were
+  re-scored goes into ``context.notes`` when the caller gives a dict there (key
   ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in passes, ``plan``).
 
-``extra`` may hold ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow, and
-``spans`` (groups of positions; :mod:`attnflow.api.spans`): each token then carries its span's score.
+The context may give ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow,
+and ``spans`` (groups of positions; :mod:`attnflow.api.spans`): each token then carries its span's score.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _estimate(context: Any, layers: str) -> np.ndarray:
 
 
 def _groups(context: Any) -> list[list[int]] | None:
-    return (getattr(context, "extra", None) or {}).get("spans")
+    return None if context.spans is None else [list(g) for g in context.spans]
 
 
 def ablated_flow_estimate(context: Any) -> np.ndarray:
@@ -57,19 +57,16 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     _needs_decoder(context, "budgeted ablated flow")
     rows = _rows(context)
     options = _sorted_tokens(rows, _options(context))
-    extra = getattr(context, "extra", None) or {}
     # several rows (a generation): the estimate alone takes one forward and one backward pass per row
-    settings = getattr(context, "settings", None)
-    budget = max(float(extra.get("budget", getattr(settings, "budget", BUDGET))), 1.0 + len(rows))
+    budget = max(float(getattr(context.settings, "budget", BUDGET)), 1.0 + len(rows))
     n = len(np.asarray(context.input_ids).reshape(-1))
     groups = _groups(context)
     found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget,
                                   spans=[[j] for j in range(n)] if groups is None else groups,
                                   readout=options["readout"], tokens=options["tokens"], foils=options["foils"],
                                   batch_size=options["batch_size"], progress=options["progress"])
-    report = extra.get("report")
-    if isinstance(report, dict):  # per source (per span with spans): whether its score is exact
-        report["ablated-flow-budgeted"] = {"exact": [bool(e) for e in found.exact], "cost": float(found.cost),
+    if context.notes is not None:  # per source (per span with spans): whether its score is exact
+        context.notes["ablated-flow-budgeted"] = {"exact": [bool(e) for e in found.exact], "cost": float(found.cost),
                                            "budget": budget, "plan": found.plan}
     found.scores = spread(found.scores, found.spans, n)
     return _place(found, rows, None)

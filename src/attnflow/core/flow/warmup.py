@@ -64,6 +64,11 @@ def compile_all() -> None:
         engine.SERIAL_WORK = serial
     certified.solve_sinks(a, 3, 0, np.arange(4))
     engine.solve_sinks(a, 3, 0, np.arange(4))
+    # With NUMBA_NUM_THREADS=1 (a one-core container, a CI job) the solvers above never take their
+    # thread-pool path, so its kernel is compiled here directly: the cache then holds every kernel
+    # :func:`compiled` checks, whatever thread count a later process runs with.
+    tops, qs = np.array([3]), np.array([0])
+    engine._rows(np.ascontiguousarray(a), tops, qs, 1, np.zeros((1, 20)), engine.never())
 
 
 def main() -> None:

@@ -88,8 +88,8 @@ def _note(result: Attribution, name: str) -> str:
     shown = ", ".join(str(result.target_positions[t] if result.kind == "text" else t) for t in block.targets[:12])
     more = ", ..." if len(block.targets) > 12 else ""
     note = f"{name} was computed for {what}{'s' if len(block.targets) > 1 else ''} {shown}{more} only"
-    if name == "flow" and result.kind == "text":
-        note += (": flow for every position costs one max-flow per token pair and layer "
+    if registry.fact(name, "rows") == registry.WHILE_CHEAP and result.kind == "text":
+        note += (f": {name} for every position costs one max-flow per token pair and layer "
                  "(attnflow.explain_maps(..., flow_targets='all') computes it anyway)")
     return note
 
@@ -145,7 +145,9 @@ def _methods(result: Attribution) -> tuple[list[dict[str, Any]], dict[str, str]]
         found = [sink_of(result, name, t) for t in block.targets]
         sinks = [None if f is None else f[0] for f in found]
         shares = [None if f is None else round(f[1], 4) for f in found]
+        record = registry.REGISTRY.get(name)
         entry = {"name": name, "targets": list(block.targets), "layers": list(block.layers),
+                 "axis": record is None or record.layers,  # False: one row for the whole model (ablated flow)
                  "note": _note(result, name), "lazy": None, "sinks": sinks, "sink_shares": shares}
         if total <= LAZY_ABOVE or len(block.targets) == 1:
             entry.update(embedded=list(block.targets), rows=_rounded(block.values))

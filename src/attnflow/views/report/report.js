@@ -177,7 +177,11 @@
     }
     return parts.length ? `${base} outside ${parts.join(", ")}: those are drawn saturated` : base;
   }
-  const colour = (v, max) => (max > 0 ? Math.max(0, v) / max : 0);
+  // Scores below zero (an ablation that raises the logit: evidence against the prediction) are drawn
+  // in red on the same scale of |score|, so they never look like no effect.
+  const RGB_AGAINST = "185, 28, 28";
+  const colour = (v, max) => (max > 0 ? Math.abs(v) / max : 0);
+  const fill = (v, max) => `rgba(${v < 0 ? RGB_AGAINST : RGB}, ${Math.min(1, colour(v, max)).toFixed(3)})`;
 
   function paint(el, value, max, label) {
     if (value === undefined || value === null) {
@@ -187,7 +191,7 @@
       return;
     }
     const a = Math.min(1, colour(value, max));
-    el.style.background = `rgba(${RGB}, ${a.toFixed(3)})`;
+    el.style.background = fill(value, max);
     el.style.color = a > 0.55 ? "#fff" : "";
     el.dataset.score = String(value);
     el.title = `${label}: ${value.toPrecision(4)}`;
@@ -198,62 +202,75 @@
     const ctx = canvas.getContext("2d");
     const n = shown.length;
     const labelW = 64;
+    // Only the layers the method computed: a method without a layers axis (ablated flow) is one row.
+    const entry = entryOf(state.method);
+    const drawn = rows ? rows.map((r, l) => (r ? l : -1)).filter((l) => l >= 0) : [];
+    const D = Math.max(1, drawn.length);
     const avail = Math.max(200, $("heatmap-wrap").clientWidth - 16 - labelW);
     const cw = Math.max(2, Math.min(28, Math.floor(avail / n))); // scrolls sideways past 2px cells
-    const ch = L > 24 ? 10 : 16;
+    const ch = D > 24 ? 10 : 16;
     const labels = cw >= 12; // token names under the columns only where they fit
     const labelH = labels ? 8 + 7 * Math.min(14, Math.max(...shown.map((t) => display(t).length))) : 0;
     canvas.width = labelW + cw * n;
-    canvas.height = ch * L + 4 + labelH;
+    canvas.height = ch * D + 4 + labelH;
     canvas.dataset.cellWidth = String(cw);
     canvas.dataset.cellHeight = String(ch);
+    canvas.dataset.rows = String(drawn.length);
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, canvas.width, canvas.height);
     if (!rows) return;
     let max = 0;
-    rows.forEach((r) => { if (r) { for (let j = 0; j < n; j++) if (r[j] > max && !skipped(j)) max = r[j]; } });
+    drawn.forEach((l) => { for (let j = 0; j < n; j++) if (Math.abs(rows[l][j]) > max && !skipped(j)) max = Math.abs(rows[l][j]); });
     ctx.font = `${Math.min(12, ch - 2)}px system-ui, sans-serif`;
     ctx.textBaseline = "middle";
-    for (let l = 0; l < L; l++) {
-      const y = 2 + (L - 1 - l) * ch; // top layer at the top, as in the figures
+    const label = (l) => (entry.axis === false ? "all layers" : `layer ${l + 1}`);
+    drawn.forEach((l, k) => {
+      const y = 2 + (D - 1 - k) * ch; // top layer at the top, as in the figures
       ctx.fillStyle = l === state.layer ? "#b45309" : "#656d76";
-      ctx.fillText(`layer ${l + 1}`, 4, y + ch / 2);
+      ctx.fillText(label(l), 4, y + ch / 2);
       for (let j = 0; j < n; j++) {
-        ctx.fillStyle = rows[l] ? `rgba(${RGB}, ${Math.min(1, colour(rows[l][j], max)).toFixed(3)})` : "#eaeef2";
+        ctx.fillStyle = fill(rows[l][j], max);
         ctx.fillRect(labelW + j * cw, y, cw, ch);
       }
-    }
+    });
     if (labels) {
       ctx.fillStyle = "#1f2328";
       ctx.textBaseline = "middle";
       for (let j = 0; j < n; j++) {
         ctx.save();
-        ctx.translate(labelW + j * cw + cw / 2, ch * L + 8);
+        ctx.translate(labelW + j * cw + cw / 2, ch * D + 8);
         ctx.rotate(Math.PI / 2);
         const t = display(shown[j]);
         ctx.fillText(t.length > 14 ? `${t.slice(0, 13)}…` : t, 0, 0);
         ctx.restore();
       }
     }
-    ctx.strokeStyle = "#b45309";
-    ctx.lineWidth = 2;
-    ctx.strokeRect(labelW, 2 + (L - 1 - state.layer) * ch, cw * n, ch);
+    const current = drawn.indexOf(state.layer);
+    if (current >= 0) {
+      ctx.strokeStyle = "#b45309";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(labelW, 2 + (D - 1 - current) * ch, cw * n, ch);
+    }
+    const layerAt = (ev) => {
+      const rect = canvas.getBoundingClientRect();
+      const k = D - 1 - Math.floor((ev.clientY - rect.top - 2) / ch);
+      return k >= 0 && k < drawn.length ? drawn[k] : -1;
+    };
     canvas.onmousemove = (ev) => {
       const rect = canvas.getBoundingClientRect();
       const j = Math.floor((ev.clientX - rect.left - labelW) / cw);
-      const l = L - 1 - Math.floor((ev.clientY - rect.top - 2) / ch);
+      const l = layerAt(ev);
       const tip = $("tip");
-      if (j < 0 || j >= n || l < 0 || l >= L || !rows[l]) { tip.hidden = true; return; }
+      if (j < 0 || j >= n || l < 0) { tip.hidden = true; return; }
       tip.hidden = false;
-      tip.textContent = `layer ${l + 1} · ${display(shown[j])} (${j}): ${rows[l][j].toPrecision(4)}`;
+      tip.textContent = `${label(l)} · ${display(shown[j])} (${j}): ${rows[l][j].toPrecision(4)}`;
       tip.style.left = `${ev.clientX + 12}px`;
       tip.style.top = `${ev.clientY + 12}px`;
     };
     canvas.onmouseleave = () => { $("tip").hidden = true; };
     canvas.onclick = (ev) => {
-      const rect = canvas.getBoundingClientRect();
-      const l = L - 1 - Math.floor((ev.clientY - rect.top - 2) / ch);
-      if (l >= 0 && l < L) { state.layer = l; render(); }
+      const l = layerAt(ev);
+      if (l >= 0) { state.layer = l; render(); }
     };
   }
 
@@ -261,11 +278,13 @@
     const fetched = currentRows();
     const pending = fetched === "loading";
     const rows = pending ? null : fetched;
-    const row = rows ? rows[state.layer] : null;
+    // a method without a layers axis has one row, whatever layer the slider is on
+    const single = entryOf(state.method).axis === false && rows ? rows.find((r) => r) : null;
+    const row = rows ? rows[state.layer] || single || null : null;
     const earlier = generatedScores(row);
     let max = 0;
     Array.from(row ? row.slice(0, m) : []).concat(earlier).forEach((v, j) => {
-      if (v > max && !skipped(j)) max = v;
+      if (Math.abs(v) > max && !skipped(j)) max = Math.abs(v);
     });
     sourceEls.forEach((el, i) => {
       paint(el, row ? row[i] : undefined, max, isImage ? data.sources[i] : `position ${i}`);

@@ -21,16 +21,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnflow.api.batching.shard import Settings, ShardOutput, ShardTask, loaded, run_shard
+from attnflow.batch.shard import BatchJob, ShardOutput, ShardTask, loaded, run_shard
 from attnflow.errors import AttnflowError
 
 OnDone = Callable[[ShardOutput], None]
 
 
-def run_local(tasks: Sequence[ShardTask], settings: Settings, on_done: OnDone, model: Any = None,
+def run_local(tasks: Sequence[ShardTask], job: BatchJob, on_done: OnDone, model: Any = None,
               tokenizer: Any = None) -> str:
     for task in tasks:
-        on_done(run_shard(task, settings, model, tokenizer))
+        on_done(run_shard(task, job, model, tokenizer))
     return "local (this process)"
 
 
@@ -90,7 +90,7 @@ def connect(scheduler: Any, workers: int | None = None) -> tuple[Any, Any, str]:
 WORKER_START_S = 10.0
 
 
-def run_auto(tasks: Sequence[ShardTask], settings: Settings, on_done: OnDone, *, workers: int | None = None) -> str:
+def run_auto(tasks: Sequence[ShardTask], job: BatchJob, on_done: OnDone, *, workers: int | None = None) -> str:
     """The default on one machine: shards run in this process (shortest first) for as long as finishing
     here looks quicker than starting a LocalCluster, judged from the rate so far. With ``n`` workers the
     cluster wins when the work left here would take longer than ``WORKER_START_S * n / (n - 1)``; then
@@ -98,7 +98,7 @@ def run_auto(tasks: Sequence[ShardTask], settings: Settings, on_done: OnDone, *,
     So a job of a few seconds never waits for worker processes, and a long one uses every core."""
     n = workers or default_workers()
     order = list(tasks)
-    loaded(settings)  # before timing: the rate below should be the work, not this process's model load
+    loaded(job)  # before timing: the rate below should be the work, not this process's model load
     rows = seconds = 0.0
     here = 0
     while order:
@@ -107,18 +107,18 @@ def run_auto(tasks: Sequence[ShardTask], settings: Settings, on_done: OnDone, *,
             break
         task = order.pop(0)
         start = time.perf_counter()
-        output = run_shard(task, settings)
+        output = run_shard(task, job)
         seconds += time.perf_counter() - start
         rows += len(task.rows)
         here += 1
         on_done(output)
     if not order:
         return "local (this process; quicker than starting a cluster)"
-    return run_dask(order, settings, on_done, workers=n, help_here=True) + \
+    return run_dask(order, job, on_done, workers=n, help_here=True) + \
         f" (+ {here} shard{'s' * (here != 1)} in this process before it started)"
 
 
-def run_dask(tasks: Sequence[ShardTask], settings: Settings, on_done: OnDone, *, scheduler: Any = None,
+def run_dask(tasks: Sequence[ShardTask], job: BatchJob, on_done: OnDone, *, scheduler: Any = None,
              workers: int | None = None, help_here: bool = False) -> str:
     """Submit one task per shard (longest texts first, so that the slowest shards do not end the run
     alone) and hand each finished shard to ``on_done``. Ctrl-C cancels what has not finished.
@@ -137,7 +137,7 @@ def run_dask(tasks: Sequence[ShardTask], settings: Settings, on_done: OnDone, *,
     helped = 0
     try:
         for task in reversed(order):
-            futures[task.name] = client.submit(run_shard, task, settings, key=f"attnflow-batch-{token}-{task.name}",
+            futures[task.name] = client.submit(run_shard, task, job, key=f"attnflow-batch-{token}-{task.name}",
                                                pure=False)
         names = {future.key: name for name, future in futures.items()}
         pending = distributed.as_completed(list(futures.values()))
@@ -150,7 +150,7 @@ def run_dask(tasks: Sequence[ShardTask], settings: Settings, on_done: OnDone, *,
                 task = spare.pop(0)
                 if task.name not in done:
                     futures[task.name].cancel()
-                    output = run_shard(task, settings)
+                    output = run_shard(task, job)
                     done.add(task.name)
                     helped += 1
                     on_done(output)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attnflow.api.batching.shard import ShardOutput
+from attnflow.batch.shard import ShardOutput
 from attnflow.capture.load import read_config
 from attnflow.errors import AttnflowError
 from attnflow.results.files import write_text, write_with

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from attnflow.api.batching.inputs import Inputs
+from attnflow.batch.inputs import Inputs
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@
 
 Each row is an :class:`~attnflow.results.Attribution` flattened (schema: :mod:`attnflow.results.rows`,
 docs/batch.md) and equals :func:`attnflow.explain` on that text alone. The run is cut into shards
-(:mod:`attnflow.api.batching.plan`), computed where the engine says
-(:mod:`attnflow.api.batching.engine`), and written one file per shard
-(:mod:`attnflow.api.batching.store`): a rerun with the same ``out`` finishes an interrupted run and
+(:mod:`attnflow.batch.plan`), computed where the engine says
+(:mod:`attnflow.batch.engine`), and written one file per shard
+(:mod:`attnflow.batch.store`): a rerun with the same ``out`` finishes an interrupted run and
 never writes a row twice.
 """
 
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnflow.api.batching.engine import run_auto, run_dask, run_local
-from attnflow.api.batching.inputs import Inputs, read_inputs
-from attnflow.api.batching.plan import fingerprint, plan, token_lengths
-from attnflow.api.batching.shard import Settings, ShardOutput, ShardTask
-from attnflow.api.batching.store import SHARD_KEY, Store
+from attnflow.batch.engine import run_auto, run_dask, run_local
+from attnflow.batch.inputs import Inputs, read_inputs
+from attnflow.batch.plan import fingerprint, plan, token_lengths
+from attnflow.batch.shard import BatchJob, ShardOutput, ShardTask
+from attnflow.batch.store import SHARD_KEY, Store
 from attnflow.api.checks import check_device, check_scheduler, check_text_model
 from attnflow.config.settings import UNSET
 from attnflow.config.settings import Settings as Explanation
@@ -161,7 +161,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
         ``settings.as_dict()`` as ``params``.
     maps: also keep every target's scores (``out/maps/``; flow then costs one max-flow per target).
     engine: "auto" (with ``scheduler``: that Dask cluster; else this process while that is quicker than
-        starting a LocalCluster, which then takes over, see :func:`attnflow.api.batching.engine.run_auto`),
+        starting a LocalCluster, which then takes over, see :func:`attnflow.batch.engine.run_auto`),
         "dask" (a LocalCluster of ``workers`` processes, default one per core, or ``scheduler``) or
         "local" (this process, no Dask). scheduler: ``tcp://HOST:PORT``, a scheduler file, or a
         ``distributed.Client``.
@@ -182,7 +182,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
                    residual=residual, weighting=weighting, causal_norm=causal_norm, model=model)
     check(options, images)  # nothing is created under ``out`` before every check has passed
     names = _methods(methods, images)
-    if weighting == "norm" and "grad-rollout" in names:
+    if weighting == "norm":
         from attnflow.api.text import refuse_norm_with_gradients
 
         refuse_norm_with_gradients(names, explained)
@@ -213,14 +213,13 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     shown_model = recorded["model"] if loaded_model else _model_label(model_name, images)
     header = {"schema": SCHEMA, "version": VERSION, "model": shown_model, "methods": names,
               "params": explained.as_dict()}
-    settings = Settings(model=model_name, methods=tuple(names), target=target_value, images=images, maps=maps,
-                        residual=residual, head_fusion=head_fusion, solver=solver, causal_norm=causal_norm,
-                        truncate=truncate, weighting=weighting, batch_size=batch_size, device=device, id_type=inputs.id_type,
-                        label_type=inputs.label_type, header=header)
+    job = BatchJob(model=model_name, methods=tuple(names), settings=explained, images=images, maps=maps,
+                   batch_size=batch_size, device=device, id_type=inputs.id_type, label_type=inputs.label_type,
+                   header=header)
     plan_record = [{"name": s.name, "rows": len(s.rows), "hash": fingerprint(inputs, s)} for s in shards]
     store = Store.open(out, recorded, inputs.source, len(inputs), plan_record)
     try:
-        return _run(store, inputs, shards, settings, started, progress=progress, engine=engine, scheduler=scheduler,
+        return _run(store, inputs, shards, job, started, progress=progress, engine=engine, scheduler=scheduler,
                     workers=workers, model=model if loaded_model else None, tokenizer=tokenizer)
     except BaseException:
         store.discard_if_empty()  # a run that failed before its first shard leaves no trace
@@ -245,7 +244,7 @@ def _tokenizer(name: str | None) -> Any:
     return load_tokenizer(name)  # None: the default model
 
 
-def _run(store: Store, inputs: Inputs, shards: list, settings: Settings, started: float, *, progress: Progress | None,
+def _run(store: Store, inputs: Inputs, shards: list, job: BatchJob, started: float, *, progress: Progress | None,
          engine: str, scheduler: Any, workers: int | None, model: Any, tokenizer: Any) -> BatchRun:
     finished = store.finished()
     todo = [s for s in shards if s.name not in finished]
@@ -259,7 +258,7 @@ def _run(store: Store, inputs: Inputs, shards: list, settings: Settings, started
 
     def on_done(output: ShardOutput) -> None:
         store.write(output)
-        count["rows"] += output.rows.num_rows // len(settings.methods) + len(output.errors)
+        count["rows"] += output.rows.num_rows // len(job.methods) + len(output.errors)
         count["written"] += 1
         if progress is not None:
             progress(count["rows"], total)
@@ -278,13 +277,13 @@ def _run(store: Store, inputs: Inputs, shards: list, settings: Settings, started
         if not tasks:
             pass
         elif scheduler is not None:
-            description = run_dask(tasks, settings, on_done, scheduler=scheduler)
+            description = run_dask(tasks, job, on_done, scheduler=scheduler)
         elif engine == "local" or model is not None or len(tasks) == 1:
-            description = run_local(tasks, settings, on_done, model, tokenizer)
+            description = run_local(tasks, job, on_done, model, tokenizer)
         elif engine == "dask":
-            description = run_dask(tasks, settings, on_done, workers=workers)
+            description = run_dask(tasks, job, on_done, workers=workers)
         else:
-            description = run_auto(tasks, settings, on_done, workers=workers)
+            description = run_auto(tasks, job, on_done, workers=workers)
     except KeyboardInterrupt as exc:
         raise BatchInterrupted(result(interrupted=True)) from exc
     return result(interrupted=False)

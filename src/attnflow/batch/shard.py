@@ -22,37 +22,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnflow.config.settings import Settings
 from attnflow.errors import AttnflowError
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Everything that decides a batch's values (and, for ``batch_size``/``device``, how it runs)."""
+class BatchJob:
+    """What every shard of a batch is computed with: the model, the methods, the real
+    :class:`attnflow.Settings` each row is explained with (``settings``: one record of every
+    setting and its default, not a copy), and how the shards run and are written."""
 
     model: str | None  # a path or hub id; None = the default model of the worker's attnflow
     methods: tuple[str, ...]
-    target: Any = None
+    settings: Settings
     images: bool = False
     maps: bool = False
-    residual: float = 0.5
-    head_fusion: str = "mean"
-    solver: str = "auto"
-    causal_norm: str | None = None
-    truncate: bool = False
-    weighting: str = "attention"
     batch_size: int = 32
     device: str = "auto"
     id_type: str = "int64"
     label_type: str = "null"
     header: dict = field(default_factory=dict, hash=False, compare=False)
-
-    def explanation(self) -> Any:
-        """The :class:`attnflow.config.settings.Settings` each row is explained with."""
-        from attnflow.config.settings import Settings as Explanation
-
-        return Explanation(residual=self.residual, head_fusion=self.head_fusion, weighting=self.weighting,
-                           causal_norm=self.causal_norm, solver=self.solver, target=self.target,
-                           truncate=self.truncate)
 
 
 @dataclass
@@ -113,47 +102,47 @@ def _threads_for_worker() -> None:
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
-def loaded(settings: Settings) -> tuple[Any, Any]:
+def loaded(job: BatchJob) -> tuple[Any, Any]:
     """``(model, tokenizer)`` (tokenizer None for images), loaded on first use in this process."""
-    key = (settings.model, settings.images, settings.device)
+    key = (job.model, job.images, job.device)
     if key not in _MODELS:
         from attnflow.capture.load import load_model, quiet_transformers
 
         quiet_transformers()
         _threads_for_worker()
-        if settings.images:
+        if job.images:
             from attnflow.capture.vision import load_vision_model
 
-            model, tokenizer = load_vision_model(settings.model), None
+            model, tokenizer = load_vision_model(job.model), None
         else:
-            model, tokenizer = load_model(settings.model)
-        _MODELS[key] = (model.to(_device(settings.device)), tokenizer)
+            model, tokenizer = load_model(job.model)
+        _MODELS[key] = (model.to(_device(job.device)), tokenizer)
     return _MODELS[key]
 
 
 # ---------------------------------------------------------------------------------- one shard
 
-def run_shard(task: ShardTask, settings: Settings, model: Any = None, tokenizer: Any = None) -> ShardOutput:
+def run_shard(task: ShardTask, job: BatchJob, model: Any = None, tokenizer: Any = None) -> ShardOutput:
     """Explain every row of ``task``; ``model``/``tokenizer`` default to this process's cached copy.
     Shards of one process run one at a time (torch and numba already use the process's threads)."""
     start = time.perf_counter()
     with _LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # truncation notices: the row's tokens show what was kept
         if model is None:
-            model, tokenizer = loaded(settings)
-        rows, maps, errors = (_image_rows if settings.images else _text_rows)(task, settings, model, tokenizer)
-    return ShardOutput(task.name, _table(rows, settings, maps=False),
-                       _table(maps, settings, maps=True) if settings.maps else None, errors,
+            model, tokenizer = loaded(job)
+        rows, maps, errors = (_image_rows if job.images else _text_rows)(task, job, model, tokenizer)
+    return ShardOutput(task.name, _table(rows, job, maps=False),
+                       _table(maps, job, maps=True) if job.maps else None, errors,
                        time.perf_counter() - start, f"{socket.gethostname()}:{os.getpid()}")
 
 
-def _table(records: list[dict], settings: Settings, maps: bool) -> Any:
+def _table(records: list[dict], job: BatchJob, maps: bool) -> Any:
     import pyarrow as pa
 
     from attnflow.results.rows import map_schema, row_schema
 
-    schema = (map_schema(settings.id_type, settings.header) if maps
-              else row_schema(settings.id_type, settings.label_type, settings.header))
+    schema = (map_schema(job.id_type, job.header) if maps
+              else row_schema(job.id_type, job.label_type, job.header))
     return pa.Table.from_pylist(records, schema=schema)
 
 
@@ -181,15 +170,15 @@ def _reason(exc: BaseException) -> str:
     return text if isinstance(exc, AttnflowError) else f"{type(exc).__name__}: {text}"
 
 
-def _collect(task: ShardTask, settings: Settings, k: int, result: Any, rows: list, maps: list) -> None:
+def _collect(task: ShardTask, job: BatchJob, k: int, result: Any, rows: list, maps: list) -> None:
     from attnflow.results.rows import to_map_rows, to_rows
 
     rows.extend(to_rows(result, row=task.rows[k], id=task.ids[k], label=task.labels[k]))
-    if settings.maps:
+    if job.maps:
         maps.extend(to_map_rows(result, row=task.rows[k], id=task.ids[k]))
 
 
-def _text_rows(task: ShardTask, settings: Settings, model: Any, tokenizer: Any) -> tuple[list, list, list]:
+def _text_rows(task: ShardTask, job: BatchJob, model: Any, tokenizer: Any) -> tuple[list, list, list]:
     from attnflow.capture.text import max_length
 
     rows: list[dict] = []
@@ -207,42 +196,42 @@ def _text_rows(task: ShardTask, settings: Settings, model: Any, tokenizer: Any) 
         ids = tokenizer([task.values[k] for k in good], add_special_tokens=True)["input_ids"]
         lengths = {k: len(seq) for k, seq in zip(good, ids)}
     limit = max_length(model, tokenizer)
-    if limit is not None and not settings.truncate:
+    if limit is not None and not job.settings.truncate:
         for k in [k for k in good if lengths[k] > limit]:
             errors.append(_error(task, k, f"the text is {lengths[k]} tokens long but the model takes at most "
                                           f"{limit}; shorten it or pass --truncate (truncate=True)"))
         good = [k for k in good if lengths[k] <= limit]
     good.sort(key=lambda k: (lengths[k], k))
-    for start in range(0, len(good), settings.batch_size):
-        chunk = good[start:start + settings.batch_size]
-        for k, outcome in zip(chunk, explain_texts([task.values[k] for k in chunk], settings, model, tokenizer)):
+    for start in range(0, len(good), job.batch_size):
+        chunk = good[start:start + job.batch_size]
+        for k, outcome in zip(chunk, explain_texts([task.values[k] for k in chunk], job, model, tokenizer)):
             if isinstance(outcome, BaseException):
                 errors.append(_error(task, k, _reason(outcome)))
             else:
-                _collect(task, settings, k, outcome, rows, maps)
+                _collect(task, job, k, outcome, rows, maps)
     return rows, maps, errors
 
 
-def explain_texts(texts: list[str], settings: Settings, model: Any, tokenizer: Any) -> list[Any]:
+def explain_texts(texts: list[str], job: BatchJob, model: Any, tokenizer: Any) -> list[Any]:
     """One forward pass over ``texts``, then each text's slice through ``explain``'s methods. Returns,
     per text, its Attribution or the exception it raised (the others are unaffected)."""
     from attnflow.api.text import attribute, prepared
     from attnflow.capture.text import capture
 
     try:
-        batch = capture(model, tokenizer, texts, truncate=settings.truncate, weighting=settings.weighting,
-                        head_fusion=None if settings.weighting == "attention" else settings.head_fusion)
+        batch = capture(model, tokenizer, texts, truncate=job.settings.truncate, weighting=job.settings.weighting,
+                        head_fusion=None if job.settings.weighting == "attention" else job.settings.head_fusion)
     except Exception as exc:  # noqa: BLE001  one bad text must not fail its neighbours: capture each alone
         if len(texts) == 1:
             return [exc]
-        return [outcome for text in texts for outcome in explain_texts([text], settings, model, tokenizer)]
+        return [outcome for text in texts for outcome in explain_texts([text], job, model, tokenizer)]
     out: list[Any] = []
     for b, text in enumerate(texts):
         try:
-            run = prepared(one_of(batch, b), text, model, tokenizer, target=settings.target)
-            out.append(attribute(run, settings.explanation(), methods=list(settings.methods),
-                                 shown=settings.methods[0], targets="all" if settings.maps else "target",
-                                 flow_targets="all" if settings.maps else "target", progress=None))
+            run = prepared(one_of(batch, b), text, model, tokenizer, target=job.settings.target)
+            out.append(attribute(run, job.settings, methods=list(job.methods),
+                                 shown=job.methods[0], targets="all" if job.maps else "target",
+                                 flow_targets="all" if job.maps else "target", progress=None))
         except Exception as exc:  # noqa: BLE001  recorded as this row's error
             out.append(exc)
     return out
@@ -263,7 +252,7 @@ def one_of(batch: Any, b: int) -> Any:
                          head_fusion=batch.head_fusion, weighting=batch.weighting)
 
 
-def _image_rows(task: ShardTask, settings: Settings, model: Any, _tokenizer: Any) -> tuple[list, list, list]:
+def _image_rows(task: ShardTask, job: BatchJob, model: Any, _tokenizer: Any) -> tuple[list, list, list]:
     from dataclasses import replace
 
     from attnflow.api.images import explain_image
@@ -284,22 +273,22 @@ def _image_rows(task: ShardTask, settings: Settings, model: Any, _tokenizer: Any
             opened.append((k, str(path), open_image(path)))
         except AttnflowError as exc:
             errors.append(_error(task, k, str(exc)))
-    for start in range(0, len(opened), settings.batch_size):
-        chunk = opened[start:start + settings.batch_size]
+    for start in range(0, len(opened), job.batch_size):
+        chunk = opened[start:start + job.batch_size]
         try:
-            results = explain_image([image for _, _, image in chunk], model, method=list(settings.methods),
-                                    settings=settings.explanation())
+            results = explain_image([image for _, _, image in chunk], model, method=list(job.methods),
+                                    settings=job.settings)
         except Exception:  # noqa: BLE001  find the image that fails, keep the others
             results = []
             for _, _, image in chunk:
                 try:
-                    results.append(explain_image([image], model, method=list(settings.methods),
-                                                 settings=settings.explanation())[0])
+                    results.append(explain_image([image], model, method=list(job.methods),
+                                                 settings=job.settings)[0])
                 except Exception as exc:  # noqa: BLE001
                     results.append(exc)
         for (k, path, _), result in zip(chunk, results):
             if isinstance(result, BaseException):
                 errors.append(_error(task, k, _reason(result)))
             else:
-                _collect(task, settings, k, replace(result, input=path), rows, [])
+                _collect(task, job, k, replace(result, input=path), rows, [])
     return rows, [], errors

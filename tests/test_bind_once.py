@@ -1,0 +1,129 @@
+"""Bind once: one ``explain`` / ``generate`` of a tiny decoder given by path reads its ``config.json``
+once from attnflow's own code, resolves the model once, and ablated flow runs no clean forward pass of
+its own (the capture pass's logits are reused)."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from factory import tiny_decoder
+
+import attnflow
+from attnflow.capture import load
+
+torch.set_num_threads(1)
+SRC = str(Path(attnflow.__file__).parent)
+
+
+def _caller_is_attnflow() -> bool:
+    """Whether the nearest frame outside the standard library (pathlib, io, json) is attnflow's."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if "pathlib" not in file and not file.startswith(os.path.dirname(os.__file__)) or "site-packages" in file:
+            return file.startswith(SRC)
+        frame = frame.f_back
+    return False
+
+
+@contextmanager
+def counting(model_class):
+    """Counts: config.json opened by attnflow's code, resolve_model calls, forward passes of the
+    whole model (``model_class`` instances), and how many of them had a key/value cache."""
+    counts = {"config": 0, "resolve": 0, "forward": 0}
+    real_open = builtins.open
+    io_open = io.open
+
+    def spy_open(file, *args, **kwargs):
+        if os.fspath(file).endswith("config.json") if isinstance(file, (str, os.PathLike)) else False:
+            if _caller_is_attnflow():
+                counts["config"] += 1
+        return real_open(file, *args, **kwargs)
+
+    resolve_code = load.resolve_model.__code__
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is resolve_code:
+            counts["resolve"] += 1
+
+    def pre_hook(module, args, kwargs):
+        if isinstance(module, model_class):
+            counts["forward"] += 1
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: pre_hook(module, args, None))
+    builtins.open = spy_open
+    io.open = spy_open
+    old = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield counts
+    finally:
+        sys.setprofile(old)
+        builtins.open, io.open = real_open, io_open
+        handle.remove()
+
+
+@pytest.fixture(scope="module")
+def decoder_dir(minilm_path, tmp_path_factory):
+    model, tokenizer = tiny_decoder(minilm_path)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+TEXT = "the keys to the old cabinet"
+
+
+def test_explain_by_path_reads_the_config_once_and_runs_no_extra_clean_pass(decoder_dir):
+    from transformers import LlamaForCausalLM
+
+    load.clear_cache()
+    attnflow.explain(TEXT, decoder_dir, paper_only=True)  # loads it: the counts below exclude loading
+    with counting(LlamaForCausalLM) as paper:
+        attnflow.explain(TEXT, decoder_dir, paper_only=True)
+    with counting(LlamaForCausalLM) as counts:
+        result = attnflow.explain(TEXT, decoder_dir)  # a decoder's default: rollout beside ablated flow
+    assert list(result.methods) == ["rollout", "ablated-flow"]
+    n = result.n_sources
+    print("paper-only", paper, "default", counts)
+    assert paper["config"] == 1 and paper["resolve"] == 1
+    assert counts["config"] == 1 and counts["resolve"] == 1
+    # one capture pass, then ablated flow: one edited run per chunk of <=16 sources (all n here), and
+    # the clean prefix cache of [0, j0) grown once per chunk that starts after 0: none for one chunk
+    assert paper["forward"] == 1
+    assert n <= 16 and counts["forward"] == 1 + 1
+    # the reused logits change nothing: the engine with a clean pass of its own gives the same scores
+    from attnflow.api.models import resolve
+    from attnflow.capture.ablation import ablated_flow
+
+    loaded = resolve(decoder_dir)
+    ids = loaded.tokenizer(TEXT)["input_ids"]
+    own = ablated_flow(loaded.model, ids, [len(ids) - 1]).scores[0, 0]
+    np.testing.assert_allclose(result.row("ablated-flow")[-1], own, rtol=0, atol=1e-12)
+
+
+def test_generate_by_path_reads_the_config_once_and_reuses_the_generations_logits(decoder_dir):
+    from transformers import LlamaForCausalLM
+
+    load.clear_cache()
+    attnflow.generate(decoder_dir, prompt=TEXT, max_new_tokens=2)  # loads it
+    with counting(LlamaForCausalLM) as base:
+        attnflow.generate(decoder_dir, prompt=TEXT, max_new_tokens=2)
+    with counting(LlamaForCausalLM) as counts:
+        attnflow.generate(decoder_dir, prompt=TEXT, max_new_tokens=2, method=["rollout", "ablated-flow"])
+    print("generate", base, "ablated", counts)
+    assert base["config"] == counts["config"] == 1
+    assert base["resolve"] == counts["resolve"] == 1
+    # ablated flow over the prompt and the generated tokens (< 16 sources: one chunk, one edited run)
+    # from the generation's own cache and logits: exactly one forward pass more than rollout alone
+    assert counts["forward"] == base["forward"] + 1
