@@ -59,6 +59,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("truncate", False, "Cut texts longer than the model's maximum instead of refusing them.", cli=False),
     Option("device", "auto", "Where a model given by name runs: auto (a GPU when torch sees one), cpu, cuda, cuda:N "
            "or mps. A loaded model stays where it is.", cli=False),
+    Option("budget", 5.0, "ablated-flow-budgeted: the most forward passes to spend (exact ablated flow when it fits, "
+           "else the one-pass estimate with its top sources re-scored exactly).", bounds=(2.0, 100000.0)),
 )}
 
 TARGET_NAMES = ("cls", "last")
@@ -135,6 +137,7 @@ class Settings:
     truncate: cut inputs longer than the model's maximum instead of refusing them.
     device: where a model given by name is loaded ("auto": a CUDA GPU, else Apple's mps, when torch
         sees one; "cpu", "cuda", "cuda:N", "mps"); a loaded model is used where it is.
+    budget: what ``ablated-flow-budgeted`` may spend, in forward passes (:mod:`attnflow.capture.budgeted`).
     """
 
     residual: float = OPTIONS["residual"].default
@@ -145,6 +148,7 @@ class Settings:
     target: Any = field(default=OPTIONS["target"].default)
     truncate: bool = OPTIONS["truncate"].default
     device: str = OPTIONS["device"].default
+    budget: float = OPTIONS["budget"].default
 
     def __post_init__(self) -> None:
         self.check()
@@ -153,6 +157,7 @@ class Settings:
         """Refuse a value outside a setting's allowed values (one line: expected, given); a digit-string
         target becomes an int and a residual a float."""
         object.__setattr__(self, "residual", check_number("residual", self.residual))
+        object.__setattr__(self, "budget", check_number("budget", self.budget))
         for name in ("head_fusion", "weighting", "causal_norm", "solver"):
             check_choice(name, getattr(self, name))
         object.__setattr__(self, "target", check_target(self.target))
