@@ -246,7 +246,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
     refuse_norm_with_gradients(methods, settings)
     run = prepare(text, model, tokenizer, settings)
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
-                                  paper_only=paper_only)
+                                  paper_only=paper_only, n_tokens=len(run.maps.tokens))
     return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
                      progress=progress, explained_only=added, measured=measured, spans=spans)
 

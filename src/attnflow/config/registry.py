@@ -100,6 +100,7 @@ class Method:
     shown_first: bool = False       # what a result of several methods opens on, when computed
     rows: str = EVERY_TARGET        # which targets a report's maps compute (see EVERY_TARGET, WHILE_CHEAP)
     spans: bool = False             # ablates by span when given spans= (every token of a span at once; api.spans)
+    long_default: str | None = None  # a decoder default's stand-in above honest.EXACT_DEFAULT_MAX tokens
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
@@ -166,7 +167,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
            "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",
-           decoder_default=True, spans=True),
+           decoder_default=True, spans=True, long_default="ablated-flow-budgeted"),
     Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
