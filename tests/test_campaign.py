@@ -88,7 +88,7 @@ def test_batch_refuses_up_front_leaves_nothing_and_the_corrected_rerun_works(wor
         (["--shard-size", "0"], "shard_size (--shard-size) must be a positive integer; got 0"),
         (["--target", "middle"], "target must be 'cls', 'last' or a token position"),
         (["--head-fusion", "median"], "'--head-fusion'"),
-        (["--device", "tpu"], "device (--device) must be auto, cpu, cuda or cuda:N"),
+        (["--device", "tpu"], "device (--device) must be auto, cpu, cuda, cuda:N or mps"),
         (["--engine", "ray"], "engine (--engine) must be one of auto, dask, local"),
     ]
     if not torch.cuda.is_available():  # this machine: a CPU-only torch
