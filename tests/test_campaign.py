@@ -88,7 +88,7 @@ def test_batch_refuses_up_front_leaves_nothing_and_the_corrected_rerun_works(wor
         (["--shard-size", "0"], "shard_size (--shard-size) must be a positive integer; got 0"),
         (["--target", "middle"], "target must be 'cls', 'last' or a token position"),
         (["--head-fusion", "median"], "'--head-fusion'"),
-        (["--device", "tpu"], "device (--device) must be auto, cpu, cuda or cuda:N"),
+        (["--device", "tpu"], "device (--device) must be auto, cpu, cuda, cuda:N or mps"),
         (["--engine", "ray"], "engine (--engine) must be one of auto, dask, local"),
     ]
     if not torch.cuda.is_available():  # this machine: a CPU-only torch
@@ -502,3 +502,39 @@ def test_methods_lists_the_registry_and_what_a_model_can_run(work, monkeypatch, 
             if "no:" in line:
                 assert "runs on" in line and "this model is" in line, line  # says why
     assert sorted(p.name for p in folder.iterdir()) == []
+
+
+# ------------------------------------------------------------------ --device on every command that runs a model
+
+def test_every_command_that_runs_a_model_takes_device_and_refuses_a_gpu_it_lacks(work, monkeypatch, capsys):
+    """On a CPU-only torch (this machine, CI) --device cuda is refused in one line before anything loads
+    or binds; --device cpu runs. The project never needs a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible: the refusal is for machines without one")
+    folder, inputs = work
+    image = inputs / "digit.png"
+    from PIL import Image
+
+    Image.new("L", (8, 8), 128).save(image)
+    for args in (["explain", "the keys"], ["generate", "the keys", "--max-new-tokens", "1"],
+                 ["faithfulness", "the keys to the cabinet"], ["explain-image", str(image), "--png", "x.png"],
+                 ["app", "--port", "0"]):
+        _refused(monkeypatch, capsys, folder, [*args, "--device", "cuda"], "asks for a CUDA GPU")
+    _refused(monkeypatch, capsys, folder, ["explain", "the keys", "--device", "tpu"], "cuda:N or mps; got 'tpu'")
+    code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the cabinet", "--device", "cpu")
+    assert code == 0, err
+
+
+def test_python_device_loads_by_name_there_and_leaves_a_loaded_model_where_it_is(minilm_path):
+    import attnflow
+    from attnflow.errors import AttnflowError
+
+    on_cpu = attnflow.explain("the keys to the cabinet", device="cpu")
+    assert on_cpu.params["device"] == "cpu"
+    with pytest.raises(AttnflowError, match="must be auto, cpu, cuda, cuda:N or mps; got 'gpu'"):
+        attnflow.explain("the keys", device="gpu")
+    model, tokenizer = attnflow.load_model(minilm_path)
+    with pytest.raises(AttnflowError, match="the model passed is on cpu, and device 'cuda' was asked for"):
+        attnflow.explain("the keys", model, tokenizer=tokenizer, device="cuda")

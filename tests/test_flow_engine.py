@@ -113,7 +113,8 @@ def attention_inputs(draw):
     options = dict(residual=draw(st.sampled_from([0.0, 0.5, 0.9])),
                    head_fusion=draw(st.sampled_from(["mean", "max", "min", None])),
                    layers=layer_sel, positions=pos_sel, mask=mask)
-    return w, options
+    # batch-first said out loud: a (2, 1, ...) stack is otherwise refused as TransformerLens's layers-first
+    return attnflow.as_stack(w, layout="batch-first"), options
 
 
 @settings(deadline=None, max_examples=150)

@@ -172,3 +172,19 @@ def test_python_the_cli_and_the_app_give_a_decoder_the_same_methods_and_scores(m
     direct = ablated_flow(same.model, ids, [len(ids) - 1], batch_size=1).scores[0, 0]
     # (batched edited runs against one source at a time: the engine's own 1e-5, see tests/test_ablation.py)
     np.testing.assert_allclose(attnflow.explain(text, str(folder)).row("ablated-flow")[-1], direct, atol=1e-5)
+
+
+def test_a_long_decoder_input_gets_the_budgeted_method_in_place_of_exact_ablated_flow(tiny_llama, monkeypatch):
+    """Above EXACT_DEFAULT_MAX tokens the decoder default is ablated flow within a budget (the record's
+    long_default), so a long prompt costs a few passes, not one per source; below it, exact ablated flow.
+    (The tiny model takes 64 tokens, so the threshold is lowered to 16 here.)"""
+    from attnflow.api import honest
+
+    monkeypatch.setattr(honest, "EXACT_DEFAULT_MAX", 16)
+    model, tokenizer = tiny_llama
+    words = "the old keys to the big cabinet near the door".split()
+    long_text = " ".join(words[i % len(words)] for i in range(30))
+    long = attnflow.explain(long_text, model, tokenizer=tokenizer)
+    assert long.n_sources > 16 and list(long.methods) == ["rollout", "ablated-flow-budgeted"]
+    short = attnflow.explain("the keys to the old cabinet", model, tokenizer=tokenizer)
+    assert list(short.methods) == ["rollout", "ablated-flow"]

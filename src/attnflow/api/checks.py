@@ -104,9 +104,16 @@ def check_device(device: Any) -> None:
     text = str(device)
     if text in ("auto", "cpu"):
         return
+    if text == "mps":
+        import torch
+
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise AttnflowError("device 'mps' asks for Apple's Metal GPU, and torch sees none here; "
+                                "use --device cpu (or auto)")
+        return
     found = re.fullmatch(r"cuda(?::(\d+))?", text)
     if found is None:
-        raise AttnflowError(f"device (--device) must be auto, cpu, cuda or cuda:N; got {device!r}")
+        raise AttnflowError(f"device (--device) must be auto, cpu, cuda, cuda:N or mps; got {device!r}")
     build = _torch_cuda_build()
     if build is None:
         raise AttnflowError(f"device {text!r} asks for a CUDA GPU, and the torch installed here is a CPU-only build; "
@@ -119,6 +126,38 @@ def check_device(device: Any) -> None:
         have = f"{count} CUDA GPU{'s' * (count != 1)}" if count else "no CUDA GPU"
         raise AttnflowError(f"device {text!r} asks for CUDA GPU {index}, and torch sees {have} here; "
                             "use --device cpu (or auto)" + (f", or cuda:0 to cuda:{count - 1}" if count else ""))
+
+
+def pick_device(device: Any) -> str:
+    """The torch device a model given by name is loaded on: ``device`` checked (:func:`check_device`),
+    "auto" -> the first CUDA GPU, else Apple's mps, else the CPU."""
+    check_device(device)
+    if str(device) != "auto":
+        return str(device)
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    return "mps" if mps is not None and mps.is_available() else "cpu"
+
+
+def check_model_device(model: Any, device: Any) -> None:
+    """A loaded model is used where it is: a device other than "auto" that it is not on is refused
+    (attnflow moves only the models it loads itself)."""
+    if device is None or str(device) == "auto":
+        return
+    params = getattr(model, "parameters", None)
+    first = next(params(), None) if callable(params) else None
+    if first is None:
+        return
+    import torch
+
+    here, wanted = first.device, torch.device(str(device))
+    if here.type != wanted.type or (wanted.index is not None and here.index != wanted.index):
+        raise AttnflowError(f"the model passed is on {here}, and device {str(device)!r} was asked for; attnflow "
+                            f"moves only models it loads by name: call model.to({str(device)!r}) first, or leave "
+                            "device as auto")
 
 
 def scheduler_address(scheduler: str) -> str:

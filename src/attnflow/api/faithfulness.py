@@ -60,7 +60,8 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         model = resolve_model(model)
         check_model_path(model)
         _refuse_without_head(model)
-    loaded = resolve(model, tokenizer)
+    device = options.get("device", options["settings"].device if options.get("settings") is not None else "auto")
+    loaded = resolve(model, tokenizer, device=device)
     model, tokenizer = loaded.model, loaded.tokenizer
     decoder = _head(loaded) == "decoder"
     # it measures the methods asked for, no more (`attnflow faithfulness --method all` adds the decoder defaults)

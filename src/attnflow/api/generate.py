@@ -23,7 +23,7 @@ from attnflow.results import Attribution, Block
 def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
              residual: float = UNSET, head_fusion: str = UNSET, causal_norm: str | None = UNSET,
              weighting: str = UNSET, settings: Settings | None = None, method: Any = "rollout",
-             progress: Any = None, **generate_kwargs: Any) -> Attribution:
+             progress: Any = None, device: str = UNSET, **generate_kwargs: Any) -> Attribution:
     """Generate a completion of ``prompt`` and roll out attention for every generated token.
 
     model: a loaded causal LM with its ``tokenizer``, or what :func:`attnflow.load_model` takes (a
@@ -50,12 +50,12 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     that predicted it (``m - 1 + i``). ``meta`` holds the completion and the generated token ids.
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
-                              weighting=weighting)
+                              weighting=weighting, device=device)
     names = [method] if isinstance(method, str) else list(method)
     check(names)
     named = inspect(model, task="generation") if is_name(model) else model
     check_methods(names, settings, named, what="generate")  # from a named model's config, before it loads
-    loaded = resolve(named, tokenizer, task="generation")
+    loaded = resolve(named, tokenizer, task="generation", device=settings.device)
     check_methods(names, settings, loaded, what="generate")
     model, tokenizer, name = loaded.model, loaded.tokenizer, loaded.name
     if loaded.family == "encoder-decoder":

@@ -29,15 +29,22 @@ PAPER_ONLY = False  # the default of the one flag: Python, the CLI and the app
 DECODER_METHODS = registry.decoder_default()  # ("rollout", "ablated-flow")
 
 REPORT_FAITHFULNESS_MAX = 32  # tokens; above it a report is made without the on-the-fly numbers
+# Up to this many tokens a decoder's explanation carries exact ablated flow (one run per source: on SmolLM2
+# about 11 forward passes at 20 tokens, a second or two); above it the record's ``long_default`` stands in
+# (ablated-flow-budgeted: exact while it fits its budget, else the one-pass estimate with its top sources
+# re-scored exactly, each source marked; docs/one-pass.md), so a long prompt gets an answer at a price.
+EXACT_DEFAULT_MAX = 64
 
 
-def text_methods(methods: list[str], *, decoder: bool, explains_last: bool,
-                 paper_only: bool = PAPER_ONLY) -> tuple[list[str], list[str]]:
+def text_methods(methods: list[str], *, decoder: bool, explains_last: bool, paper_only: bool = PAPER_ONLY,
+                 n_tokens: int = 0) -> tuple[list[str], list[str]]:
     """``(methods to compute, those added)``: the requested ``methods`` and, for a decoder (a causal
-    LM) explaining its last position, unless ``paper_only``, the decoder defaults not among them."""
+    LM) explaining its last position, unless ``paper_only``, the decoder defaults not among them (above
+    ``EXACT_DEFAULT_MAX`` tokens, each default's ``long_default`` in its place)."""
     if paper_only or not decoder or not explains_last:
         return list(methods), []
-    added = [m for m in DECODER_METHODS if m not in methods]
+    wanted = [registry.get(m).long_default or m if n_tokens > EXACT_DEFAULT_MAX else m for m in DECODER_METHODS]
+    added = [m for m in wanted if m not in methods]
     return [*methods, *added], added
 
 

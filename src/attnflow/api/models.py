@@ -87,21 +87,26 @@ def loaded_name(model: Any) -> str:
     return str(getattr(model, "name_or_path", "") or type(model).__name__)
 
 
-def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto") -> Loaded:
+def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", device: str = "auto") -> Loaded:
     """Whatever the user passed -> :class:`Loaded`. Names are loaded once and reused (see
     :func:`attnflow.capture.load.cached_model`; ``task`` as in :func:`attnflow.load_model`, "vision"
-    for image classifiers); a loaded text model needs its ``tokenizer``."""
+    for image classifiers) on ``device`` ("auto": a GPU when torch sees one); a loaded text model
+    needs its ``tokenizer`` and stays where it is (a ``device`` it is not on is refused)."""
+    from attnflow.api.checks import check_model_device, pick_device
+
     info = None
     if is_name(model):
         if task == "vision":
             from attnflow.capture.vision import cached_vision_model
 
-            model, tokenizer = cached_vision_model(model.path if isinstance(model, ModelInfo) else model), None
+            path = model.path if isinstance(model, ModelInfo) else model
+            model, tokenizer = cached_vision_model(path, device=pick_device(device)), None
         else:
             info = inspect_model(model, task=task)
-            model, tokenizer = cached_model(info)
+            model, tokenizer = cached_model(info, device=pick_device(device))
     else:
         check_loaded(model)
+        check_model_device(model, device)
         if tokenizer is None and task != "vision":
             raise AttnflowError("pass the tokenizer together with a loaded model")
     return Loaded(model=model, tokenizer=tokenizer, name=loaded_name(model), family=model_family(model),

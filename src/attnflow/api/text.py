@@ -138,9 +138,9 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings) -> Prepar
     if is_name(model):
         info = inspect(model)
         warn_unknown_words(text, _before_loading(text, info, settings), info.path)
-        loaded = resolve(info)
+        loaded = resolve(info, device=settings.device)
     else:
-        loaded = resolve(model, tokenizer)
+        loaded = resolve(model, tokenizer, device=settings.device)
         warn_unknown_words(text, tokenizer, str(getattr(model, "name_or_path", "") or ""))
     model, tokenizer = loaded.model, loaded.tokenizer
     lm = loaded.family == "decoder" and loaded.head == "causal-lm"
@@ -161,9 +161,11 @@ def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, targ
 
 
 def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[str], list[int]],
-            settings: Settings, progress: Progress | None, run: Prepared | None = None) -> dict[str, Block]:
+            settings: Settings, progress: Progress | None, run: Prepared | None = None,
+            spans: list[list[int]] | None = None, notes: dict | None = None) -> dict[str, Block]:
     """method -> :class:`Block` of the rows ``rows_for(method)`` at every layer, each computed by its
-    registry function (:mod:`attnflow.config.registry`); ``run`` gives model-based methods the model."""
+    registry function (:mod:`attnflow.config.registry`); ``run`` gives model-based methods the model;
+    ``spans`` (token groups) go to the methods whose record ablates by span, which report into ``notes``."""
     n = len(attentions.tokens)
     blocks = {}
     for method in methods:
@@ -175,7 +177,8 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
                           n_layers=attentions.attentions.shape[-4], clean_logits=clean,
                           model=run.model if run is not None else None,
                           tokenizer=run.tokenizer if run is not None else None,
-                          input_ids=attentions.input_ids if run is not None else None)
+                          input_ids=attentions.input_ids if run is not None else None,
+                          spans=spans if registry.get(method).spans else None, notes=notes)
         blocks[method] = run_method(registry.get(method), context)
     return blocks
 
@@ -214,10 +217,10 @@ def _rows_for(targets: Any, flow_targets: str, target: int, n: int,
 
 def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, method: str, text: Any,
                  prediction: str | None, model: str | None, params: dict[str, Any],
-                 faithfulness: dict | None = None) -> Attribution:
+                 faithfulness: dict | None = None, notes: dict | None = None) -> Attribution:
     tokens = [str(t) for t in maps.tokens]
     n_layers = maps.attentions.shape[-4]
-    meta = {"special": [int(i) for i in maps.special], "causal": bool(maps.causal)}
+    meta = {"special": [int(i) for i in maps.special], "causal": bool(maps.causal), **(notes or {})}
     if faithfulness is not None:
         meta["faithfulness"] = faithfulness
     return Attribution(kind="text", sources=tokens, targets=tokens, target_positions=list(range(len(tokens))),
@@ -232,7 +235,7 @@ def refuse_norm_with_gradients(methods: Sequence[str], settings: Settings) -> No
 
 def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, methods: list[str], shown: str,
              targets: Any, flow_targets: str, progress: Progress | None, paper_only: bool,
-             measured: bool) -> Attribution:
+             measured: bool, spans: Any = None) -> Attribution:
     """Capture, then the honest policy (:mod:`attnflow.api.honest`), decided before the result is
     built: the decoder defaults beside ``methods`` unless ``paper_only``, and, when ``measured``
     (a report's maps), the on-the-fly faithfulness numbers of a short input."""
@@ -242,24 +245,33 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
     run = prepare(text, model, tokenizer, settings)
     check_methods(methods, settings, run.model)  # a hub id's kind, known once loaded
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
-                                  paper_only=paper_only)
+                                  paper_only=paper_only, n_tokens=len(run.maps.tokens))
     return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
-                     progress=progress, explained_only=added, measured=measured)
+                     progress=progress, explained_only=added, measured=measured, spans=spans)
 
 
 def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: str, targets: Any, flow_targets: str,
-              progress: Progress | None, explained_only: Sequence[str] = (), measured: bool = False) -> Attribution:
+              progress: Progress | None, explained_only: Sequence[str] = (), measured: bool = False,
+              spans: Any = None) -> Attribution:
     """The methods on one prepared input (the part of :func:`explain` / :func:`explain_maps` after
     capture; ``attnflow batch`` calls it on each text of a batched forward pass); ``explained_only``
     methods for the explained target alone; ``measured``: with the on-the-fly faithfulness numbers
-    (:func:`attnflow.api.honest.faithfulness_record`) when they apply."""
+    (:func:`attnflow.api.honest.faithfulness_record`) when they apply. ``spans``: see
+    :mod:`attnflow.api.spans` (``result.meta["spans"]`` then lists the token groups, ``"span_labels"``
+    their text, ``"span_methods"`` the methods that scored them)."""
+    from attnflow.api.spans import groups_for
+
     rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens), explained_only)
-    blocks = _blocks(run.maps, methods, rows_for, settings, progress, run=run)
+    found = groups_for(spans, run.text, run.tokenizer, len(run.maps.tokens))
+    notes: dict[str, Any] = {} if found is None else {
+        "spans": found[0], "span_labels": found[1], "span_methods": [m for m in methods if registry.get(m).spans]}
+    blocks = _blocks(run.maps, methods, rows_for, settings, progress, run=run,
+                     spans=None if found is None else found[0], notes=notes)
 
     def built(faithfulness: dict | None = None) -> Attribution:
         return _text_result(run.maps, blocks, target=run.target, method=shown, text=run.text,
                             prediction=run.prediction, model=run.name, params=settings.as_dict(),
-                            faithfulness=faithfulness)
+                            faithfulness=faithfulness, notes=notes)
 
     if not measured:
         return built()
@@ -272,7 +284,7 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
             residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
             progress: Progress | None = None, causal_norm: str | None = UNSET,
             target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
-            paper_only: bool = PAPER_ONLY) -> Attribution:
+            paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
@@ -292,12 +304,17 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
         forced; ``text`` is then the source and the result is of kind "seq2seq" (see
         :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
+    device: where a model given by name runs ("auto": a GPU when torch sees one; "cpu", "cuda",
+        "cuda:N", "mps"); a loaded model stays where it is (a device it is not on is refused).
     settings: an :class:`attnflow.Settings` holding every setting; the keywords above (residual,
-        head_fusion, weighting, causal_norm, solver, target, truncate) override it.
+        head_fusion, weighting, causal_norm, solver, target, truncate, device) override it.
 
     paper_only: a decoder explaining its last position also computes ablated flow (value zeroing,
         the method the decoder study found faithful; :mod:`attnflow.api.honest`) beside ``method``,
         unless True: then the requested methods alone (CLI ``--paper-only``).
+    spans: decoders: "word", "sentence", a list of passages of the text (or character ranges), or a
+        file of passages: ablated flow, its estimate and the budgeted method remove each span at once
+        and every token carries its span's score (:mod:`attnflow.api.spans`); default each token.
 
     Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only;
     ``result.params`` is ``settings.as_dict()``.
@@ -327,18 +344,20 @@ def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: A
         from attnflow.api.seq2seq import explain_seq2seq
 
         # a seq2seq target picks a target token by index or by its text: not a Settings target
-        settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver,
+        settings = Settings.build(settings, device=device, residual=residual, head_fusion=head_fusion, solver=solver,
                                   truncate=truncate, causal_norm=causal_norm, weighting=weighting)
         refuse_seq2seq_settings(settings)
         return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, settings=settings,
                                target=None if target is UNSET else target, progress=progress)
-    settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
+    settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
+                              solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     methods, shown = resolve_methods(method)
     if paper_only and refuse_contradiction:
         check_paper_only(methods)
     return _explain(text, model if info is None else info, tokenizer, settings, methods=methods, shown=shown,
-                    targets="target", flow_targets="target", progress=progress, paper_only=paper_only, measured=False)
+                    targets="target", flow_targets="target", progress=progress, paper_only=paper_only, measured=False,
+                    spans=spans)
 
 
 def refuse_seq2seq_settings(settings: Settings) -> None:
@@ -379,19 +398,21 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  flow_targets: str = "auto", residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                  truncate: bool = UNSET, progress: Progress | None = None,
                  causal_norm: str | None = UNSET, targets: str = "auto", weighting: str = UNSET,
-                 settings: Settings | None = None, paper_only: bool = PAPER_ONLY) -> Attribution:
+                 settings: Settings | None = None, paper_only: bool = PAPER_ONLY, device: str = UNSET,
+                 spans: Any = None) -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
     ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
     names the one a report opens on (default: rollout when computed, else the first of ``methods``).
     ``targets="auto"`` computes every target up to ``MAPS_ALL_MAX`` tokens and the explained one
     above (``"all"`` always). One forward pass, plus one differentiable pass when ``methods``
-    includes "grad-rollout" (sequence classifiers only). ``weighting``, ``settings`` and
+    includes "grad-rollout" (sequence classifiers only). ``weighting``, ``settings``, ``spans`` and
     ``paper_only`` as in :func:`explain` (the decoder defaults for the explained target alone). A
     short input (at most ``attnflow.api.honest.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
     prediction head carries the on-the-fly faithfulness numbers in ``meta["faithfulness"]``, which
     the report shows."""
-    settings = Settings.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,
+    settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
+                              solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     names, shown = _shown(methods, method)
     if paper_only:
@@ -402,7 +423,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     info = _inspected(model)
     return _explain(text, model if info is None else info, tokenizer, settings, methods=names, shown=shown,
                     targets=targets, flow_targets=flow_targets, progress=progress, paper_only=paper_only,
-                    measured=True)
+                    measured=True, spans=spans)
 
 
 def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int | None = None,

@@ -134,8 +134,10 @@ def folder_entry(path: str) -> Entry:
 class Catalog:
     """The listed models, loaded on first use (once, whichever page asks first) and kept."""
 
-    def __init__(self, models: list[str] = (), allow_paths: bool = True, log: Callable[[str], None] | None = None):
+    def __init__(self, models: list[str] = (), allow_paths: bool = True, log: Callable[[str], None] | None = None,
+                 device: str = "cpu"):
         self.allow_paths = allow_paths
+        self.device = device  # a torch device every model is loaded on (the command checked it)
         self._log = log or (lambda text: print(text, file=sys.stderr, flush=True))
         known = {e.key: e for e in known_entries()}
         first = [known.pop(m) if m in known else folder_entry(m) for m in dict.fromkeys(models)]
@@ -178,7 +180,7 @@ class Catalog:
                     return entry, self._loaded[key]
             status(f"loading {entry.label} (once; every page shares it)")
             started = time.perf_counter()
-            loaded = _load(entry)
+            loaded = _load(entry, self.device)
             with self._guard:
                 self._loaded[key] = loaded
                 self.loads[key] = self.loads.get(key, 0) + 1
@@ -186,13 +188,14 @@ class Catalog:
             return entry, loaded
 
 
-def _load(entry: Entry) -> Loaded:
+def _load(entry: Entry, device: str = "cpu") -> Loaded:
     folder = entry.locate()
     if entry.kind == "image":
         from attnflow.api.models import load_vision_model
 
-        return Loaded(load_vision_model(folder), None)
+        model = load_vision_model(folder)
+        return Loaded(model if device == "cpu" else model.to(device), None)
     from attnflow.api.models import load_model
 
     model, tokenizer = load_model(folder, task="causal-lm" if entry.kind == "decoder" else "auto")
-    return Loaded(model, tokenizer)
+    return Loaded(model if device == "cpu" else model.to(device), tokenizer)

@@ -346,13 +346,20 @@ def cached_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
     return cached("tokenizer", name, "", lambda: load_tokenizer(name))
 
 
-def cached_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]:
+def cached_model(path_or_id: Any = None, *, task: str = "auto", device: str = "cpu") -> tuple[Any, Any]:
     """:func:`load_model`, kept for reuse: the model and tokenizer are shared between calls, so they
     must not be changed by the caller (the API never does: eval mode and eager attention stay).
-    ``path_or_id`` may be a :class:`ModelInfo` already inspected (nothing is resolved or read again)."""
+    ``path_or_id`` may be a :class:`ModelInfo` already inspected (nothing is resolved or read again).
+    ``device``: a torch device the model is moved to once it has loaded (one cached copy per device)."""
     info = inspect_model(path_or_id, task=task)
     tokenizer = cached("tokenizer", info.path, "", lambda: _tokenizer(info.path))
-    return cached("model", info.path, info.task, lambda: _load_weights(info.path, info.task)), tokenizer
+
+    def load() -> Any:
+        model = _load_weights(info.path, info.task)
+        return model if device == "cpu" else model.to(device)
+
+    task_key = info.task if device == "cpu" else f"{info.task}@{device}"
+    return cached("model", info.path, task_key, load), tokenizer
 
 
 def clear_cache() -> None:

@@ -283,7 +283,9 @@ def load_vision_model(path: Any = None) -> Any:
     return model
 
 
-def cached_vision_model(path: Any = None) -> Any:
-    """:func:`load_vision_model`, kept for reuse between calls (see :func:`attnflow.capture.load.cached`)."""
+def cached_vision_model(path: Any = None, device: str = "cpu") -> Any:
+    """:func:`load_vision_model`, kept for reuse between calls (see :func:`attnflow.capture.load.cached`),
+    one copy per torch ``device``."""
     name = _vision_name(path)
-    return cached("vision", name, "", lambda: load_vision_model(name))
+    return cached("vision", name, "" if device == "cpu" else device,
+                  lambda: load_vision_model(name) if device == "cpu" else load_vision_model(name).to(device))

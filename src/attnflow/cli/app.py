@@ -17,9 +17,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from attnflow import __version__
+        from importlib.metadata import version  # the installed distribution's (the package root is above cli)
 
-        typer.echo(f"attnflow {__version__}")
+        typer.echo(f"attnflow {version('attnflow')}")
         raise typer.Exit()
 
 

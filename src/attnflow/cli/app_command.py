@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from attnflow.cli.app import app
+from attnflow.cli.options import device_option
 from attnflow.errors import AttnflowError
 
 
@@ -23,6 +24,7 @@ def serve_app(
     allow_paths: Optional[bool] = typer.Option(
         None, "--allow-paths/--no-allow-paths", help="Let pages type a local model folder to load. Default: "
                                                      "allowed on loopback, refused otherwise."),
+    device: str = device_option(),
     workers: int = typer.Option(4, min=1, max=64, help="Jobs that may run at once (more wait their turn)."),
     threads: Optional[int] = typer.Option(None, min=1, help="CPU threads for torch and the flow engine "
                                                             "(default: theirs)."),
@@ -39,12 +41,14 @@ def serve_app(
     except ImportError as exc:
         raise AttnflowError(f"the app needs starlette and uvicorn ({exc.name} is missing): "
                             "pip install 'attnflow[app]'") from exc
+    from attnflow.api.checks import pick_device
     from attnflow.api.models import quiet_transformers
     from attnflow.app.catalog import Catalog
     from attnflow.app.server import bind, is_loopback, serve, url_of
 
     local = is_loopback(host)
-    catalog = Catalog(list(model or []), allow_paths=local if allow_paths is None else allow_paths)
+    catalog = Catalog(list(model or []), allow_paths=local if allow_paths is None else allow_paths,
+                      device=pick_device(device))  # refused here, before the port is bound, on a CPU-only torch
     sock = bind(host, port)
     if threads is not None:
         import numba

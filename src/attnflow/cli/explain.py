@@ -15,6 +15,7 @@ from attnflow.cli.options import (
     HeadFusion,
     Weighting,
     chosen_methods,
+    device_option,
     method_enum,
     method_option,
     model_option,
@@ -23,8 +24,21 @@ from attnflow.cli.options import (
 from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.config import registry
+from attnflow.config.settings import Settings
 
 Method = method_enum("text")
+
+
+def _spans_option(by: str, spans_file: Optional[Path]) -> object:
+    """``--by`` / ``--spans`` as the ``spans=`` of attnflow.explain, refused in one line when they disagree."""
+    if by not in ("token", "word", "sentence", "spans"):
+        raise typer.BadParameter(f"--by must be token, word, sentence or spans; got {by!r}", param_hint="--by")
+    if (by == "spans") != (spans_file is not None):
+        raise typer.BadParameter("--by spans takes the passages from --spans FILE (and --spans needs --by spans)",
+                                 param_hint="--spans")
+    if spans_file is not None and not spans_file.is_file():
+        raise typer.BadParameter(f"no such file: {spans_file}", param_hint="--spans")
+    return str(spans_file) if spans_file is not None else (None if by == "token" else by)
 
 
 @app.command()
@@ -49,7 +63,13 @@ def explain(
                                     "beside them."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
+    device: str = device_option(),
     target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
+    by: str = typer.Option("token", "--by", help="Decoders: what ablated flow and its estimate remove at once: each "
+                           "'token', 'word' or 'sentence' (from the tokenizer's offsets), or 'spans' with --spans."),
+    spans_file: Optional[Path] = typer.Option(None, "--spans", help="With --by spans: a text file of passages of "
+                                              "TEXT, one per line, each ablated at once (the rest: runs between them)."),
+    budget: float = option("budget"),
 ) -> None:
     """Show which input tokens the TARGET position draws on, layer by layer.
 
@@ -66,6 +86,7 @@ def explain(
     if target_text is None:  # with a target text, --target may also name a target token by its text
         check_target_option(target)
     check_outputs(json=json_out, png=png_out, html=html_out)
+    spans = _spans_option(by, spans_file)
     from attnflow.api import explain as explain_text
     from attnflow.api import explain_maps
 
@@ -73,8 +94,10 @@ def explain(
     shown = registry.shown_first(registry.paper_methods()) if method.value == registry.ALL else method.value
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
-                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
-    slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE, registry.FORWARD_BACKWARD)]
+                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device,
+                   settings=Settings.build(None, budget=budget))
+    slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE, registry.FORWARD_BACKWARD,
+                                                           registry.BUDGETED)]
     flow_only = all(registry.get(m).cost == registry.MAX_FLOW for m in slow)  # flow counts rows (its estimate too)
     with progress_bar(", ".join(slow) or "attention flow", unit="rows" if flow_only else "runs") as bar:
         if target_text is not None:
@@ -85,7 +108,8 @@ def explain(
             result = report.select(methods=chosen)
             report = report if html_out is not None else None
         elif html_out is None:
-            result = explain_text(text, model, method=method.value, progress=bar, paper_only=paper_only, **options)
+            result = explain_text(text, model, method=method.value, progress=bar, paper_only=paper_only, spans=spans,
+                                  **options)
             report = None
         else:
             # The report lets the reader click any token as the target, so it needs every target's
@@ -93,13 +117,18 @@ def explain(
             wanted = tuple(m for m in registry.names("text") if m in chosen or m in cheap)
             # (a decoder's defaults and a short input's faithfulness numbers come with it: attnflow.api.honest)
             report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, paper_only=paper_only,
-                                  **options)
+                                  spans=spans, **options)
             result = report.select(methods=[m for m in report.methods if m in chosen or m not in wanted],
                                    targets=[report.target])
     console = Console()
     if result.prediction is not None:
         console.print(f"prediction: [bold]{result.prediction}[/bold]")
     result.print(top, content_only=content_only)
+    if spans is not None:
+        from attnflow.views.spans import span_lines
+
+        for line in span_lines(result, top):
+            console.print(line, markup=False)
     figure = {"content_only": content_only} if result.kind == "text" else {}  # titled with the text and settings
     write_outputs(console, [(json_out, result.to_json), (png_out, lambda path: result.plot(path, **figure)),
                             (html_out, lambda path: report.to_html(path))])

@@ -12,7 +12,16 @@ from rich.console import Console
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
 from attnflow.cli.explain import Method
-from attnflow.cli.options import CausalNorm, HeadFusion, Weighting, chosen_methods, method_option, model_option, option
+from attnflow.cli.options import (
+    CausalNorm,
+    HeadFusion,
+    Weighting,
+    chosen_methods,
+    device_option,
+    method_option,
+    model_option,
+    option,
+)
 from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.cli.progress import progress_bar
 
@@ -28,6 +37,7 @@ def faithfulness(
     head_fusion: HeadFusion = option("head_fusion"),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
+    device: str = device_option(),
     truncate: bool = option("truncate"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result with its faithfulness numbers as JSON."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML report (with the faithfulness table)."),
@@ -48,7 +58,7 @@ def faithfulness(
     from attnflow.views.faithfulness import faithfulness_summary, faithfulness_table
 
     options = dict(residual=residual, head_fusion=head_fusion.value, truncate=truncate,
-                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
+                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device)
     chosen = chosen_methods(method)
     if method.value == "all":  # a decoder: the measured-faithful method beside the paper's three
         from attnflow.api.models import describe

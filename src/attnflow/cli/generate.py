@@ -11,7 +11,7 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, model_option, option
+from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, device_option, model_option, option
 from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.config import registry
 from attnflow.config.registry import decoder_default, generation_methods
@@ -41,6 +41,7 @@ def generate(
     seed: int = typer.Option(0, help="Random seed for --sample."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
+    device: str = device_option(),
     method: Optional[list[GenerationMethod]] = typer.Option(
         None, help=f"How each generated token is explained: {TRACKED} (tracked while generating), or "
         f"{', '.join(OFFERED)} (computed beside it); repeat the option for several, the first is shown. Default: "
@@ -75,7 +76,7 @@ def generate(
         check_methods([m.value for m in method], Settings(weighting=weighting.value, causal_norm=causal_norm.value
                                                           if causal_norm else None),
                       named_info(model), what="generate")
-    loaded = resolve(model, task="generation")
+    loaded = resolve(model, task="generation", device=device)
     lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
     from attnflow.cli.progress import progress_bar

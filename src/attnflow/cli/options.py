@@ -42,6 +42,11 @@ def option(setting: str, *names: str, help: str | None = None) -> Any:
     return typer.Option(default, *names, help=help or spec.help, **bounds)
 
 
+def device_option() -> Any:
+    """``--device``: where a model given by name runs (the ``device`` setting's help)."""
+    return typer.Option(OPTIONS["device"].default, "--device", help=OPTIONS["device"].help)
+
+
 def model_option(help: str) -> Any:
     """``--model / -m``: a model folder, file, alias or hub id (None: the command's default)."""
     return typer.Option(None, "--model", "-m", help=help)

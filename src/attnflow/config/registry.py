@@ -35,7 +35,8 @@ How to add a method
    pads the never-read last target column).
 2. Add one ``Method(...)`` line to ``REGISTRY`` below: name, the result kinds it supports ("text",
    "image", "seq2seq"), its cost class (``FORWARD`` one forward pass, ``FORWARD_BACKWARD`` a forward
-   and a backward pass, ``PER_SOURCE`` one pass per source token, ``MAX_FLOW`` one max-flow per
+   and a backward pass, ``BUDGETED`` at most a stated number of passes, ``PER_SOURCE`` one pass per
+   source token, ``MAX_FLOW`` one max-flow per
    target, source and layer), whether it has a layers axis, its reference and ``"module:function"``.
    ``in_all=True`` only for the paper's methods (what ``method="all"`` computes); ``paths=True`` when
    its scores are flow along paths through the layers (``attnflow.views.graph`` draws those);
@@ -65,10 +66,11 @@ from attnflow.errors import AttnflowError
 # Cost classes, cheapest first.
 FORWARD = "one forward pass"
 FORWARD_BACKWARD = "forward + backward pass"
+BUDGETED = "a stated budget of passes (default 5)"
 PER_SOURCE = "one pass per source token"
 MAX_FLOW = "one max-flow per target, source and layer"
-COSTS = (FORWARD, FORWARD_BACKWARD, PER_SOURCE, MAX_FLOW)
-MODEL_COSTS = (FORWARD_BACKWARD, PER_SOURCE)  # methods that run the model again (not attention alone)
+COSTS = (FORWARD, FORWARD_BACKWARD, BUDGETED, PER_SOURCE, MAX_FLOW)
+MODEL_COSTS = (FORWARD_BACKWARD, BUDGETED, PER_SOURCE)  # methods that run the model again (not attention alone)
 
 RESULT_KINDS = ("text", "image", "seq2seq")
 
@@ -107,6 +109,8 @@ class Method:
     rows: str = EVERY_TARGET        # which targets a report's maps compute (see EVERY_TARGET, WHILE_CHEAP)
     models: tuple[str, ...] = MODEL_KINDS  # the kinds of model it runs on (see MODEL_KINDS)
     reads: tuple[str, ...] = OPTIONAL_SETTINGS  # which of OPTIONAL_SETTINGS change its scores
+    spans: bool = False             # ablates by span when given spans= (every token of a span at once; api.spans)
+    long_default: str | None = None  # a decoder default's stand-in above honest.EXACT_DEFAULT_MAX tokens
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
@@ -157,6 +161,8 @@ class Context:
     cache: Any = None                    # a key/value cache of input_ids already computed (a generation's)
     clean_logits: Any = None             # (len(rows), vocab): the rows' logits from a pass already run
     target_tokens: int | None = None     # seq2seq: how many target tokens follow the source
+    spans: Sequence[Sequence[int]] | None = None  # groups of positions ablated at once (spans methods; api.spans)
+    notes: dict[str, Any] | None = None  # where a method reports what it did (kept in the result's meta)
 
 
 _ATTENTION = "attnflow.api.methods.attention"
@@ -175,11 +181,27 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
            "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",
-           decoder_default=True, models=("decoder",), reads=()),
+           decoder_default=True, spans=True, long_default="ablated-flow-budgeted", models=("decoder",), reads=()),
     Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
-           "the same drop with the values zeroed in one layer at a time (decoders; layers x the cost)", models=("decoder",), reads=()),
+           "the same drop with the values zeroed in one layer at a time (decoders; layers x the cost)", models=("decoder",),
+           reads=()),
+    Method("ablated-flow-estimate", ("text",), FORWARD_BACKWARD, False,
+           "Kramár et al. 2024 (attribution patching) of value zeroing, every layer at once",
+           "attnflow.api.methods.one_pass:ablated_flow_estimate",
+           "first-order estimate of ablated flow from one forward and one backward pass (decoders)", spans=True,
+           models=("decoder",), reads=()),
+    Method("ablated-flow-estimate-layers", ("text",), FORWARD_BACKWARD, True,
+           "Kramár et al. 2024 (attribution patching) of value zeroing, one layer at a time",
+           "attnflow.api.methods.one_pass:ablated_flow_estimate_layers",
+           "the same estimate per layer: the first order of zeroing a token's values in that layer (decoders)",
+           models=("decoder",), reads=()),
+    Method("ablated-flow-budgeted", ("text",), BUDGETED, False,
+           "Mohebbi et al. 2023 (value zeroing) within a budget; Kramár et al. 2024 for the rest",
+           "attnflow.api.methods.one_pass:ablated_flow_budgeted",
+           "exact ablated flow when it fits 5 forward passes, else the estimate with its top sources "
+           "re-scored exactly (decoders)", spans=True, models=("decoder",), reads=()),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
            "(decoders)", models=("decoder",), reads=()),

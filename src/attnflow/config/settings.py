@@ -57,6 +57,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("target", None, "Position to explain: 'cls', 'last', or a token index (negative counts from the end). "
            "Default: 'last' for decoders, 'cls' otherwise.", cli=False),
     Option("truncate", False, "Cut texts longer than the model's maximum instead of refusing them.", cli=False),
+    Option("device", "auto", "Where a model given by name runs: auto (a GPU when torch sees one), cpu, cuda, cuda:N "
+           "or mps. A loaded model stays where it is.", cli=False),
+    Option("budget", 5.0, "ablated-flow-budgeted: the most forward passes to spend (exact ablated flow when it fits, "
+           "else the one-pass estimate with its top sources re-scored exactly).", bounds=(2.0, 100000.0)),
 )}
 
 TARGET_NAMES = ("cls", "last")
@@ -110,6 +114,16 @@ def check_target(target: Any) -> Any:
     raise AttnflowError(f"target must be 'cls', 'last' or a token position; got {target!r}")
 
 
+def check_device_name(device: Any) -> str:
+    """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether this machine has it is checked when a model
+    loads, :func:`attnflow.api.checks.check_device`)."""
+    import re
+
+    if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+        raise AttnflowError(f"device must be auto, cpu, cuda, cuda:N or mps; got {device!r}")
+    return device
+
+
 @dataclass(frozen=True)
 class Settings:
     """The settings of one explanation, checked once when built (see ``OPTIONS`` for each one's help).
@@ -121,6 +135,9 @@ class Settings:
     solver: the max-flow solver for flow.
     target: "cls", "last", a position, or None (decoders: "last"; others: "cls").
     truncate: cut inputs longer than the model's maximum instead of refusing them.
+    device: where a model given by name is loaded ("auto": a CUDA GPU, else Apple's mps, when torch
+        sees one; "cpu", "cuda", "cuda:N", "mps"); a loaded model is used where it is.
+    budget: what ``ablated-flow-budgeted`` may spend, in forward passes (:mod:`attnflow.capture.budgeted`).
     """
 
     residual: float = OPTIONS["residual"].default
@@ -130,6 +147,8 @@ class Settings:
     solver: str = OPTIONS["solver"].default
     target: Any = field(default=OPTIONS["target"].default)
     truncate: bool = OPTIONS["truncate"].default
+    device: str = OPTIONS["device"].default
+    budget: float = OPTIONS["budget"].default
 
     def __post_init__(self) -> None:
         self.check()
@@ -138,11 +157,13 @@ class Settings:
         """Refuse a value outside a setting's allowed values (one line: expected, given); a digit-string
         target becomes an int and a residual a float."""
         object.__setattr__(self, "residual", check_number("residual", self.residual))
+        object.__setattr__(self, "budget", check_number("budget", self.budget))
         for name in ("head_fusion", "weighting", "causal_norm", "solver"):
             check_choice(name, getattr(self, name))
         object.__setattr__(self, "target", check_target(self.target))
         if not isinstance(self.truncate, bool):
             raise AttnflowError(f"truncate must be True or False; got {self.truncate!r}")
+        check_device_name(self.device)
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a result records them in ``params`` (every field)."""

@@ -16,11 +16,36 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 from attnflow.config.registry import paper_methods
 from attnflow.core.methods import method_rows
 from attnflow.errors import AttnflowError
+
+
+def rankdata(x: Any, axis: int = -1, method: str = "average") -> np.ndarray:
+    """Ranks along ``axis`` from 1, ties given their average rank (``method="average"``) or
+    consecutive ranks (``"dense"``); a slice holding NaN is all NaN. The same numbers as
+    ``scipy.stats.rankdata`` (tested against it), without importing scipy.stats: the table of every
+    ``attnflow explain`` ranks a row, and scipy.stats alone costs about a second of start-up."""
+    a = np.moveaxis(np.asarray(x, dtype=float), axis, -1)
+    flat = a.reshape(-1, a.shape[-1]) if a.ndim else a.reshape(1, 1)
+    out = np.empty(flat.shape)
+    for i, row in enumerate(flat):
+        if np.isnan(row).any():
+            out[i] = np.nan
+            continue
+        order = np.argsort(row, kind="mergesort")
+        inverse = np.empty(len(row), np.intp)
+        inverse[order] = np.arange(len(row))
+        ordered = row[order]
+        starts = np.r_[True, ordered[1:] != ordered[:-1]]
+        dense = starts.cumsum()[inverse]
+        if method == "dense":
+            out[i] = dense
+        else:
+            bounds = np.r_[np.flatnonzero(starts), len(row)]
+            out[i] = 0.5 * (bounds[dense] + bounds[dense - 1] + 1)
+    return np.moveaxis(out.reshape(a.shape), -1, axis)
 
 
 def spearman(x: Any, y: Any) -> np.ndarray:

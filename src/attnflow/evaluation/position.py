@@ -30,10 +30,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 from attnflow.errors import AttnflowError
-from attnflow.evaluation.correlation import spearman
+from attnflow.evaluation.correlation import rankdata, spearman
 
 POSITION_NOTE = 0.9  # |Spearman with position| at or above this: "this ranking mostly reflects position"
 NOTE = "this ranking mostly reflects position"

@@ -13,8 +13,8 @@ the token each row predicts (positive: the source supports the prediction):
 
 The context may give ``tokens`` (the explained token per row, e.g. the generated ones;
 default the model's argmax), ``readout`` ("logit", "logprob", "contrastive" with ``foils``),
-``cache`` and ``clean_logits`` (a generation's own key/value cache and logits, reused) and
-``batch_size``.
+``cache`` and ``clean_logits`` (a generation's own key/value cache and logits, reused),
+``batch_size`` and ``spans`` (groups of positions ablated at once; :mod:`attnflow.api.spans`).
 """
 
 from __future__ import annotations
@@ -58,6 +58,15 @@ def _rows(context: Any) -> list[int]:
 def _ablate(context: Any, layers: str) -> np.ndarray:
     _needs_decoder(context, "ablated flow")
     rows = _rows(context)
+    groups = context.spans
+    if groups is not None:  # every token of a span zeroed at once; each token carries its span's score
+        from attnflow.api.spans import spread
+        from attnflow.capture.span_ablation import ablate_spans
+
+        found = ablate_spans(context.model, context.input_ids, groups, sorted(rows), layers=layers,
+                             **_sorted_tokens(rows, _options(context)))
+        found.scores = spread(found.scores, groups, len(np.asarray(context.input_ids).reshape(-1)))
+        return _place(found, rows, context.layers)
     found = _ablated_flow(context.model, context.input_ids, sorted(rows), layers=layers,
                           **_sorted_tokens(rows, _options(context)))
     return _place(found, rows, context.layers)

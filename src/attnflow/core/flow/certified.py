@@ -13,6 +13,8 @@ source token's row, the sink token's column and "hub" columns that receive much 
 - the arcs into and out of hub columns (in-capacity at least ``HUB`` times the layer's average, at
   most ``HUBS`` per layer),
 - the sink's column at every layer (the arcs into ``(m, j)``),
+- each node's ``HEAVY`` largest arcs (peaky heads send most of a row through a few arcs at
+  scattered columns that no hub test finds), seeded before the first sink,
 - the arcs learned for earlier sinks of the same source (step 3),
 
 with highest-label push-relabel, phase one (current arcs, the gap heuristic on per-label node
@@ -37,8 +39,11 @@ from ``j`` to ``j'``, the flow on ``j``'s column arcs goes back to their tails a
 left at each head is cancelled along arcs that carry flow, layer by layer downwards (a node's
 outflow covers the inflow it lost, and the layer-1 nodes hold the old sink's returned inflow); then
 each tail sends what it got back straight into ``j'``'s column as far as the new arc takes it. What
-remains is a valid preflow of the new sub-network; labels restart at ``label = layer``, valid in
-any layered graph and free, where a breadth-first search would cost ``O(E)`` per sink. Layer-1
+remains is a valid preflow of the new sub-network; labels restart at the exact distances to ``j'``
+(a breadth-first search, ``O(E)`` of the sparse sub-network). ``label = layer`` (valid in any
+layered graph, free) was the start until issue 31: on causal and peaky attention the excess
+parked in dead ends (an attention sink's chain, which reaches no later token) then ran down to
+layer 1 and climbed back one relabel at a time for every sink, 4x the pushes of exact labels. Layer-1
 sources are the edge capacity, layer-2 sources the closed form of :mod:`.cuts`, and a sink whose
 cut bound is 0 is 0.
 
@@ -76,11 +81,12 @@ HUB = 3.0  # a column is a hub if it receives at least this many times the avera
 HUBS = 4  # at most this many hubs per layer
 GROW = 0.1  # add crossing arcs of at least this fraction of the largest one
 ROUNDS = 12  # cut-generation rounds before a sink goes to the dense engine
+HEAVY = 4  # each node's largest arcs seeded into every source's sub-network
 
 # The graph as every kernel reads it: capacities ``(L, n, n)``, their row and column sums and total
 # (:func:`.cuts.sums`), the hub columns (:func:`hubs`) and the first hub of each layer (-1: none).
 Graph = namedtuple("Graph", ["capacity", "row_sums", "col_sums", "total", "hub", "hub_list", "hub_count",
-                             "first_hub"])
+                             "first_hub", "heavy"])
 # The sub-network of one source: arc ``i`` runs ``tail[i] -> head[i]`` with ``capacity[i]``; arc id
 # ``2i`` is it forward and ``2i + 1`` its reverse, with residuals ``residual[2i]``, ``residual[2i + 1]``
 # and far ends ``to[2i]``, ``to[2i + 1]``; node ``v``'s arc ids are ``adjacency[begin[v]:end[v]]``
@@ -386,34 +392,6 @@ def _global_relabel(nv, net, labels, s, t):
 
 
 @njit(cache=True)
-def _layer_labels(nv, n, net, labels, s, t):
-    """``label = layer``: valid for any residual graph of a layered network (every arc joins adjacent
-    layers). Returns (highest active label, highest label)."""
-    beg = net.begin
-    ex, d, cur, anext, ahead, lnext, lprev, lhead, queue = labels
-    ahead[:] = -1
-    lhead[:] = -1
-    highest = -1
-    for v in range(nv):
-        dv = v // n
-        d[v] = dv
-        cur[v] = beg[v]
-        if v == s:
-            d[v] = nv
-            continue
-        lnext[v] = lhead[dv]
-        lprev[v] = -1
-        if lhead[dv] >= 0:
-            lprev[lhead[dv]] = v
-        lhead[dv] = v
-        if ex[v] > 0.0 and v != t and dv > 0:
-            anext[v] = ahead[dv]
-            ahead[dv] = v
-            highest = max(highest, dv)
-    return highest, (nv - 1) // n
-
-
-@njit(cache=True)
 def _push_relabel(nv, n, net, labels, s, t, target, arcs, stats):
     """Highest-label push-relabel (phase one) from the current preflow, until no node that can
     reach ``t`` holds excess or ``ex[t] >= target``. Every arc joins adjacent layers, so labels
@@ -422,9 +400,9 @@ def _push_relabel(nv, n, net, labels, s, t, target, arcs, stats):
     tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
     ex, d, cur, anext, ahead, lnext, lprev, lhead, queue = labels
     big = nv
-    # ``label = layer`` costs O(V) where a breadth-first search costs O(E) per sink (measured: a
-    # quarter of a row's time on random 12 x 512); exact labels follow once relabels pile up.
-    highest, top_label = _layer_labels(nv, n, net, labels, s, t)
+    # Exact labels from the start (see the module docstring, warm starts): O(E) of the sparse
+    # sub-network, against thousands of wasted pushes per sink from ``label = layer``.
+    highest, top_label = _global_relabel(nv, net, labels, s, t)
     work = 0
     budget = 2 * nv + 4 * arcs
     while highest >= 0:
@@ -575,11 +553,78 @@ def _grow(a, hub, mark_t, reach, top, q, j, n, d, nv, tlist, tcnt, net, ne):
 
 
 @njit(cache=True)
+def _seed(a, heavy, hub, mark_t, reach, top, q, n, net, ne):
+    """Add each reachable node's ``HEAVY`` largest arcs (below the top layer, above layer 1) as
+    learned arcs before the first sink. Why: peaky attention (real heads, Dirichlet rows) sends
+    most of a row through a few arcs at scattered columns that are no hub, and learning them one
+    cut check at a time cost most of a row (9,000 learned arcs on a Dirichlet(0.1) 12 x 128 row).
+    Returns the new arc count."""
+    tl, hd, cp, res = net.tail, net.head, net.capacity, net.residual
+    for m in range(top - 1, 1, -1):
+        for u in range(n):
+            if not reach[m, u]:
+                continue
+            for i in range(heavy.shape[2]):
+                v = heavy[m - 1, u, i]
+                c = a[m - 1, u, v]
+                if c <= 0.0 or ne >= len(cp) or _in_net(hub, mark_t, top, q, -1, m, u, v):
+                    continue
+                mark_t[m - 1, v, u] = True
+                tl[ne], hd[ne], cp[ne] = m * n + u, (m - 1) * n + v, c
+                res[2 * ne], res[2 * ne + 1] = c, 0.0
+                ne += 1
+    return ne
+
+
+@njit(cache=True)
+def _largest(a, k, out):
+    """``out[m, u]``: the columns of the ``k`` largest off-diagonal entries of row ``u`` of ``a[m]``
+    (largest first; ties keep the lower column), in one pass and no temporary of the graph's size."""
+    layers, n = a.shape[0], a.shape[1]
+    best = np.empty(k)
+    for m in range(layers):
+        for u in range(n):
+            best[:] = -1.0
+            for v in range(n):
+                c = a[m, u, v]
+                if v == u or c <= best[k - 1]:
+                    continue
+                i = k - 1
+                while i > 0 and best[i - 1] < c:
+                    best[i] = best[i - 1]
+                    out[m, u, i] = out[m, u, i - 1]
+                    i -= 1
+                best[i] = c
+                out[m, u, i] = v
+
+
+def heavy_arcs(a: np.ndarray, k: int = HEAVY) -> np.ndarray:
+    """``(L, n, k)``: the columns of the ``k`` largest off-diagonal entries of every row of ``a``
+    (an entry may repeat the diagonal's column when a row has fewer than ``k`` positive entries;
+    :func:`_seed` skips zero and present arcs)."""
+    n = a.shape[-1]
+    k = min(k, n - 1)
+    out = np.zeros(a.shape[:2] + (max(k, 0),), np.int64)
+    for m in range(a.shape[0]):
+        out[m, :, :] = np.arange(n)[:, None]  # the diagonal: never seeded twice (it is stable)
+    if k > 0:
+        _largest(a, k, out)
+    return out
+
+
+def graph_of(a: np.ndarray) -> Graph:
+    """Everything the kernels read about ``a`` ``(L, n, n)``, computed once per graph."""
+    row_sums, col_sums, total = sums(a)
+    hub, hubl, nhub = hubs(a)
+    return Graph(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1), heavy_arcs(a))
+
+
+@njit(cache=True)
 def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
     """Flow from ``(top, q)`` to each token in ``sinks`` (one warm chain) into ``out``; -1 marks a
     sink left to the dense engine. ``stats``: pushes, relabels, global relabels, cut checks,
     sinks left, learned arcs. Returns early, between sinks, once ``cancel[0]`` is set."""
-    a, rows, cols, total, hub, hubl, nhub, hub1 = graph
+    a, rows, cols, total, hub, hubl, nhub, hub1, heavy = graph
     n = a.shape[1]
     if top == 1:
         for j in sinks:
@@ -619,7 +664,7 @@ def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
         else:
             res[2 * i], res[2 * i + 1] = cp[i], 0.0
     learned0 = stable + (top - 1) * n
-    ne = learned0
+    ne = _seed(a, heavy, hub, mark_t, reach, top, q, n, net, learned0)
     regions = _layout(nv, net, stable, learned0, ne)
     old = -1
     for j in sinks:
@@ -710,9 +755,7 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     a = np.ascontiguousarray(a, dtype=np.float64)
     cancel = engine.never() if cancel is None else cancel
     n = a.shape[-1]
-    row_sums, col_sums, total = sums(a)
-    hub, hubl, nhub = hubs(a)
-    graph = Graph(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1))
+    graph = graph_of(a)
     tops = np.repeat(np.asarray(layers, dtype=np.int64) + 1, len(positions))
     qs = np.tile(np.asarray(positions, dtype=np.int64), len(layers))
     out = np.zeros((len(tops), n))
@@ -752,10 +795,8 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
 
 def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarray:
     """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``)."""
-    row_sums, col_sums, total = sums(a)
-    hub, hubl, nhub = hubs(a)
     out = np.zeros(a.shape[-1])
-    graph = Graph(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1))
+    graph = graph_of(np.ascontiguousarray(a, dtype=np.float64))
     _source_row(graph, top, q, np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS, engine.never())
     left = np.flatnonzero(out < 0)
     if len(left):

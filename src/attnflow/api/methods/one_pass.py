@@ -1,0 +1,72 @@
+"""Ablated flow's one-pass estimate and the budgeted chooser as registry functions (see
+:mod:`attnflow.capture.attribution_patching` and :mod:`attnflow.capture.budgeted`).
+
+Each takes the registry's ``Context`` (``model``, ``input_ids``, ``rows``, ``layers``, ``progress``,
+``spans``, ``notes``) and returns ``(layers, rows, n)`` scores in ablated flow's sign (positive:
+zeroing the source's values lowers the explained token's logit):
+
+- ``ablated_flow_estimate``: ``(1, rows, n)``, first order of zeroing in every layer at once;
+- ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
+- ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
+  passes (default 5), else the estimate with its top sources re-scored exactly. Which sources were
+  re-scored goes into ``context.notes`` when the caller gives a dict there (key
+  ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in passes, ``plan``).
+
+The context may give ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow,
+and ``spans`` (groups of positions; :mod:`attnflow.api.spans`): each token then carries its span's score.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attnflow.api.methods.ablation import _needs_decoder, _options, _place, _rows, _sorted_tokens
+from attnflow.api.spans import spread
+from attnflow.capture.attribution_patching import attribution_patching
+from attnflow.capture.budgeted import BUDGET, budgeted_ablated_flow
+
+
+def _estimate(context: Any, layers: str) -> np.ndarray:
+    _needs_decoder(context, "the ablated-flow estimate")
+    rows = _rows(context)
+    options = _sorted_tokens(rows, _options(context))
+    found = attribution_patching(context.model, context.input_ids, sorted(rows), layers=layers,
+                                 readout=options["readout"], tokens=options["tokens"], foils=options["foils"])
+    groups = _groups(context)
+    if groups is not None:  # the first order is additive: a span's estimate is the sum of its tokens'
+        n = found.scores.shape[-1]
+        found.scores = spread(np.stack([found.scores[..., g].sum(-1) for g in groups], -1), groups, n)
+    return _place(found, rows, context.layers)
+
+
+def _groups(context: Any) -> list[list[int]] | None:
+    return None if context.spans is None else [list(g) for g in context.spans]
+
+
+def ablated_flow_estimate(context: Any) -> np.ndarray:
+    return _estimate(context, "all")
+
+
+def ablated_flow_estimate_layers(context: Any) -> np.ndarray:
+    return _estimate(context, "each")
+
+
+def ablated_flow_budgeted(context: Any) -> np.ndarray:
+    _needs_decoder(context, "budgeted ablated flow")
+    rows = _rows(context)
+    options = _sorted_tokens(rows, _options(context))
+    # several rows (a generation): the estimate alone takes one forward and one backward pass per row
+    budget = max(float(getattr(context.settings, "budget", BUDGET)), 1.0 + len(rows))
+    n = len(np.asarray(context.input_ids).reshape(-1))
+    groups = _groups(context)
+    found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget,
+                                  spans=[[j] for j in range(n)] if groups is None else groups,
+                                  readout=options["readout"], tokens=options["tokens"], foils=options["foils"],
+                                  batch_size=options["batch_size"], progress=options["progress"])
+    if context.notes is not None:  # per source (per span with spans): whether its score is exact
+        context.notes["ablated-flow-budgeted"] = {"exact": [bool(e) for e in found.exact], "cost": float(found.cost),
+                                           "budget": budget, "plan": found.plan}
+    found.scores = spread(found.scores, found.spans, n)
+    return _place(found, rows, None)

@@ -1,0 +1,202 @@
+"""Ablated flow at the price of one pass: attribution patching of value zeroing.
+
+Ablated flow (:mod:`attnflow.capture.ablation`) zeroes source ``j``'s value vectors and reads how the
+explained logit ``z`` at a target ``t`` drops: one edited run per source. Its first-order Taylor
+expansion around the clean run needs one forward and one backward pass for every source at once
+(attribution patching, Nanda 2023; AtP, Kramár et al. 2024, "AtP*: An efficient and scalable method
+for localizing LLM behaviour to components")::
+
+    zeroing v[l, j] at layer l:   z(clean) - z(v[l, j] -> 0)  ~=  grad_{v[l, j]} z . v[l, j]
+    zeroing it in every layer:    z(clean) - z(v[:, j] -> 0)  ~=  sum_l grad_{v[l, j]} z . v[l, j]
+
+where ``v[l, j]`` is everything the value projection outputs for token ``j`` (every key/value head;
+a grouped-query head's gradient already sums over the query heads that share it) and the gradient is
+the *total* derivative: zeroing ``v[l, j]`` changes later layers' residual streams, hence their
+values, keys and queries, and the gradient follows all of it. Positive = the logit drops when ``j``'s
+values are zeroed, the sign of ablated flow's scores. The expansion is exact to first order: zeroing
+``eps * v[l, j]`` instead of ``v[l, j]`` drops the logit by ``eps * score + O(eps^2)``
+(``tests/test_attribution_patching.py`` checks it against plain edited passes on every decoder
+family the architecture table names value projections for).
+
+What AtP* corrects, and why most of it does not apply here. AtP* fixes two failure modes of
+first-order patching: (1) *attention saturation* when the patched node is a query or key: the
+softmax is far from linear, so AtP* recomputes the attention pattern exactly. Value zeroing edits
+neither queries nor keys, and layer ``l``'s attention output is exactly linear in ``v[l, :]`` at
+fixed weights, so the edited layer's own step needs no correction; what is not linear is what
+comes after it (norms, feed-forward blocks, later softmaxes). (2) *Cancellation* between paths, which
+GradDrop addresses by dropping the gradient through one layer's residual contribution at a time and
+ranking by the mean absolute value; that discards the sign that ablated flow keeps (support vs
+opposition), so it is not used. Where the first order is known to fail — very short prompts, where
+zeroing a token in every layer at once is far from the sum of one-layer effects — the budgeted
+chooser (:mod:`attnflow.capture.budgeted`) runs the exact ablation instead, since it is cheap there,
+and re-scores the estimate's top sources exactly on longer inputs.
+
+Cost: one forward pass with autograd recording, then one backward pass per target (several targets
+share the forward pass). Memory: the recorded activations of one pass (eager attention keeps each
+layer's ``(heads, n, n)`` weights for the backward pass) unless each layer is checkpointed (from
+:data:`CHECKPOINT_FROM` positions by default): then only each layer's input is kept and one layer's
+activations at a time are recomputed in the backward pass.
+
+API::
+
+    attribution_patching(model, input_ids, targets=None, *, layers="all", readout="logit", tokens=None,
+                         foils=None, keep_cache=False) -> Patching
+    Patching.scores  # (len(targets), 1 or layers, n): the estimate of ablated flow's scores
+    Patching.logits  # (len(targets), vocab) the clean logits; Patching.cache: the clean key/value cache
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.capture.ablation import LAYER_MODES, Ablation, _check, _projections, _readout
+from attnflow.capture.architectures import architecture_fixes
+from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
+from attnflow.errors import AttnflowError
+
+
+@dataclass
+class Patching(Ablation):
+    """An :class:`~attnflow.capture.ablation.Ablation` of estimated scores, plus what the forward pass
+    leaves for an exact re-scoring: the clean logits at the targets (sorted) and, when asked, the
+    clean key/value cache of ``input_ids[:last target + 1]``."""
+
+    logits: torch.Tensor | None = None
+    cache: Any = field(default=None, repr=False)
+
+
+CHECKPOINT_FROM = 1024  # positions from which each layer is recomputed in the backward pass (memory: one layer)
+
+
+class _Pass:
+    """The active pass: per layer, the value projection's output and the zero tensor added to it;
+    ``checkpoint``: run each decoder layer under activation checkpointing."""
+
+    def __init__(self, n_layers: int, checkpoint: bool) -> None:
+        self.outputs: list[torch.Tensor | None] = [None] * n_layers
+        self.deltas: list[torch.Tensor | None] = [None] * n_layers
+        self.checkpoint = checkpoint
+
+
+_ACTIVE: ContextVar[_Pass | None] = ContextVar("attnflow_attribution_patching", default=None)
+
+
+def _value_hook(layer: int) -> Any:
+    def hook(module: Any, args: Any, output: Any) -> Any:
+        active = _ACTIVE.get()
+        if active is None:
+            return None
+        # v + 0 with the zero a leaf of autograd: d z / d delta is the total derivative d z / d v, and the
+        # path from earlier layers through v stays open (a detached leaf in place of v would cut it).
+        # A checkpointed layer runs again in the backward pass: it must add the same leaf.
+        delta = active.deltas[layer]
+        if delta is None or delta.shape != output.shape:
+            delta = torch.zeros_like(output, requires_grad=True)
+        active.outputs[layer], active.deltas[layer] = output.detach(), delta
+        return output + delta
+    return hook
+
+
+def _checkpointed(forward: Any) -> Any:
+    """A decoder layer's ``forward`` that, while a checkpointing pass is active in this thread, keeps
+    only its inputs and recomputes the rest in the backward pass (memory: one layer's activations at a
+    time instead of every layer's; about one more forward pass of compute)."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        active = _ACTIVE.get()
+        if active is None or not active.checkpoint or not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    return run
+
+
+def _install(model: Any, found: list[Any]) -> None:
+    """Hooks on the value projections and the checkpointing switch on each decoder layer (the parent of
+    its attention module), once per model, idle unless a pass is active in this thread."""
+    with _INSTALL:
+        if getattr(model, "_attnflow_attribution_patching", False):
+            return
+        for layer, projection in enumerate(found):
+            projection.value.register_forward_hook(_value_hook(layer))
+        for module in attention_modules(model):
+            block = model.get_submodule(module.name.rpartition(".")[0])
+            block.forward = _checkpointed(block.forward)
+        model._attnflow_attribution_patching = True
+
+
+def _detached(cache: Any) -> Any:
+    """The cache with its tensors cut from the autograd graph (so it can be copied and reused)."""
+    for layer in getattr(cache, "layers", ()):
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                setattr(layer, name, tensor.detach())
+    return cache
+
+
+def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, layers: str = "all",
+                         readout: str = "logit", tokens: Any = None, foils: Any = None,
+                         keep_cache: bool = False, checkpoint: bool | None = None) -> Patching:
+    """The one-pass estimate of ablated flow (see the module docstring).
+
+    input_ids: ``(n,)`` or ``(1, n)`` token ids of a causal decoder. targets: positions explained
+        (default: the last). layers: ``"all"`` (the estimate of zeroing in every layer at once: one
+        score per source) or ``"each"`` (per layer). readout, tokens, foils: as
+        :func:`attnflow.capture.ablation.ablated_flow` (tokens default to the argmax at each target).
+    keep_cache: keep the clean key/value cache of the pass (for an exact re-scoring of some sources);
+        not with checkpointing (a recomputed layer would write its cache twice): then ``cache`` is None.
+    checkpoint: recompute each layer in the backward pass instead of keeping its activations (memory
+        bounded by one layer's; about a third more time); None: from :data:`CHECKPOINT_FROM` positions.
+
+    Returns a :class:`Patching` with ``scores (len(targets), 1 or layers, n)``; sources after a
+    target score 0 for it.
+    """
+    ids, targets = _check(model, input_ids, targets, readout, tokens, foils, 1)
+    if layers not in LAYER_MODES:
+        raise AttnflowError(f"layers must be 'all' (every layer at once) or 'each' (one at a time); got {layers!r}")
+    found = _projections(model)
+    _install(model, found)
+    config = getattr(model.config, "text_config", None) or model.config
+    heads = int(config.num_attention_heads)
+    n, last = ids.numel(), max(targets)
+    device = next(model.parameters()).device
+    checkpoint = last + 1 >= CHECKPOINT_FROM if checkpoint is None else bool(checkpoint)
+    keep_cache = keep_cache and not checkpoint
+    state = _Pass(len(found), checkpoint)
+    keep = last + 1 - min(targets)
+    with torch.enable_grad(), architecture_fixes(model), scoped(_ACTIVE, state):
+        out = model(input_ids=ids[None, :last + 1].to(device), use_cache=keep_cache, logits_to_keep=keep)
+        logits = out.logits[0, [t - last - 1 + keep for t in targets]]
+        explained = (logits.detach().argmax(-1).cpu() if tokens is None
+                     else torch.as_tensor(np.atleast_1d(tokens)).long())
+        foil_ids = None if foils is None else torch.as_tensor(np.atleast_1d(foils)).long()
+        objective = _readout(logits, explained.to(logits.device),
+                             None if foil_ids is None else foil_ids.to(logits.device), readout)
+        if any(d is None for d in state.deltas):
+            raise AttnflowError("a layer's value projection did not run; the architecture table names the wrong "
+                                "module for attribution patching")
+        scores = np.zeros((len(targets), len(found), n))
+        for i in range(len(targets)):
+            grads = torch.autograd.grad(objective[i], state.deltas, retain_graph=i < len(targets) - 1,
+                                        allow_unused=True)
+            for l, (g, v) in enumerate(zip(grads, state.outputs)):
+                if g is None:
+                    continue
+                # the value part of a fused projection's output, per key/value head: (1, n', kv, d)
+                gv = found[l].head_values(g.detach(), heads) * found[l].head_values(v, heads)
+                scores[i, l, :last + 1] = gv[0].sum((-1, -2)).to(torch.float64).cpu().numpy()
+    for i, t in enumerate(targets):
+        scores[i, :, t + 1:] = 0.0  # float round-off only: a causal target never sees later sources
+    if layers == "all":
+        scores = scores.sum(1, keepdims=True)
+    clean_logits = logits.detach().cpu()
+    clean = _readout(clean_logits, explained, foil_ids, readout)
+    return Patching(scores=scores, targets=targets, tokens=[int(c) for c in explained.tolist()],
+                    clean=clean.numpy(), readout=readout, method="ablated-flow-estimate", logits=clean_logits,
+                    cache=_detached(out.past_key_values) if keep_cache else None)

@@ -1,0 +1,136 @@
+"""Exact where it is cheap, estimated where it is not, refined where it matters: ablated flow within a
+stated cost budget.
+
+Costs are counted in *passes*: token positions run through the model divided by the explained
+sequence's length ``m`` (the last target + 1), so one clean forward pass is 1. The plan:
+
+- **exact** ablated flow (:mod:`attnflow.capture.span_ablation`, by token or by span) costs one clean
+  pass plus, per span starting at ``s``, a run over ``[s, m)``: ``1 + sum_s (m - s) / m`` (about
+  ``1 + m / 2`` by token), plus, on models whose key/value cache cannot be cropped (sliding-window
+  layers), the clean prefix rebuilt up to the last span's start. When that fits the budget, every span is scored exactly.
+- otherwise the **one-pass estimate** (:mod:`attnflow.capture.attribution_patching`; one forward pass
+  and one backward pass per target, counted as 1 each: 2 for one target) scores every span, and the
+  rest of the budget re-scores the top of the ranking exactly: in rounds, the highest-scoring spans
+  not yet exact (by the current scores, so a span that an exact score pushes down makes room for the
+  next) are re-run exactly while their runs fit what is left. Re-runs start from the estimate pass's
+  own clean cache and logits, so they cost only their edited runs. How many get re-scored (``k``)
+  follows from the budget and from where the top spans start: a span near the end is cheap.
+
+The budget is compute: positions as if every span ran alone. Runs are batched as
+:func:`attnflow.capture.span_ablation.batches` says, which pads (``steps``, the positions actually run,
+can exceed the plan: on a short input, where one call of a few rows takes about as long as one row,
+by up to the number of rows; on a long one by about an eighth at most); ``benchmarks/one_pass.py``
+reports the wall time against a forward pass beside it.
+
+The result says per span which was done (``exact``) and what was planned (``cost``, in passes).
+With spans, a span's estimate is the sum of its tokens' (the first order is additive).
+
+API::
+
+    budgeted_ablated_flow(model, input_ids, targets=None, *, budget=5.0, spans=None, readout="logit",
+                          tokens=None, foils=None, batch_size=16, progress=None) -> Budgeted
+    Budgeted.scores (len(targets), 1, len(spans)); .exact (len(spans),) bool; .cost; .plan
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from attnflow.capture.ablation import BATCH, Progress, _check
+from attnflow.capture.architectures import layer_windows
+from attnflow.capture.attribution_patching import attribution_patching
+from attnflow.capture.span_ablation import SpanAblation, ablate_spans, checked_spans
+from attnflow.errors import AttnflowError
+
+BUDGET = 5.0
+
+
+@dataclass
+class Budgeted(SpanAblation):
+    """Scores per span, ``exact[s]`` whether span ``s`` was scored exactly (else estimated), ``cost``
+    in passes (see the module docstring), ``plan``: ``"exact"`` or ``"estimate+refine"``."""
+
+    exact: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    cost: float = 0.0
+    budget: float = BUDGET
+    plan: str = "exact"
+
+
+def run_cost(starts: list[int], last: int) -> int:
+    """Token positions of the exact runs of spans starting at ``starts``, one span at a time."""
+    return sum(last + 1 - s for s in starts)
+
+
+def _croppable(model: Any) -> bool:
+    return not any(w is not None for w in layer_windows(model))
+
+
+def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, budget: float = BUDGET,
+                          spans: Any = None, readout: str = "logit", tokens: Any = None, foils: Any = None,
+                          batch_size: int = BATCH, progress: Progress | None = None) -> Budgeted:
+    """Ablated flow within ``budget`` passes (see the module docstring).
+
+    spans: None (every token up to the last target is a span) or a sequence of spans (positions).
+    budget: the most passes to spend, at least 2 + 1 per extra target (the estimate's price).
+    Other arguments as :func:`attnflow.capture.span_ablation.ablate_spans`.
+    """
+    ids, sorted_targets = _check(model, input_ids, targets, readout, tokens, foils, batch_size)
+    last = max(sorted_targets)
+    m = last + 1
+    spans = checked_spans(range(m) if spans is None else spans, ids.numel())
+    estimate_cost = 1.0 + len(sorted_targets)
+    if not isinstance(budget, (int, float)) or budget < estimate_cost:
+        raise AttnflowError(f"budget must be at least {estimate_cost:g} passes (one forward and one backward pass "
+                            f"per target for the estimate); got {budget!r}")
+    starts = [s[0] for s in spans if s[0] <= last]
+    croppable = _croppable(model)
+    # clean prefixes: cropped from the clean pass's cache, or rebuilt up to the last run's start
+    prefix = (lambda first: 0 if croppable or not first else max(first))  # noqa: E731
+    exact_cost = (m + prefix(starts) + run_cost(starts, last)) / m
+    common = dict(readout=readout, tokens=tokens, foils=foils, batch_size=batch_size)
+    if exact_cost <= budget:
+        found = ablate_spans(model, ids, spans, sorted_targets, progress=progress, **common)
+        return Budgeted(**vars(found), exact=np.ones(len(spans), dtype=bool), cost=exact_cost, budget=budget,
+                        plan="exact")
+    est = attribution_patching(model, ids, sorted_targets, readout=readout, tokens=tokens, foils=foils,
+                               keep_cache=croppable)
+    if est.cache is None:  # a sliding window, or a checkpointed (long) estimate pass: prefixes are rebuilt
+        prefix = (lambda first: max(first) if first else 0)  # noqa: E731
+    per_token = est.scores[:, 0]  # (targets, n)
+    scores = np.stack([[per_token[i, s].sum() for s in spans] for i in range(len(sorted_targets))])[:, None]
+    exact = np.zeros(len(spans), dtype=bool)
+    spent = run = estimate_cost * m  # token positions: planned, run
+    visible = np.array([s[0] <= last for s in spans])
+    clean_logits, explained = est.logits, est.tokens
+    while True:
+        rank = np.argsort(-scores[:, 0].max(0), kind="stable")
+        chosen: list[int] = []
+        for s in rank:
+            if exact[s] or not visible[s]:
+                continue
+            trial = chosen + [int(s)]
+            trial_starts = [spans[k][0] for k in trial]
+            if spent + prefix(trial_starts) + run_cost(trial_starts, last) > budget * m:
+                break
+            chosen = trial
+            if len(chosen) == batch_size:
+                break
+        if not chosen:
+            break
+        found = ablate_spans(model, ids, [spans[k] for k in chosen], sorted_targets, readout=readout,
+                             tokens=explained, foils=foils, batch_size=batch_size, cache=est.cache,
+                             clean_logits=clean_logits)
+        trial_starts = [spans[k][0] for k in chosen]
+        spent += prefix(trial_starts) + run_cost(trial_starts, last)
+        run += found.steps
+        scores[:, :, chosen] = found.scores
+        exact[chosen] = True
+        if progress is not None:
+            progress(int(exact.sum()), len(spans))
+    exact |= ~visible  # a span after every target scores 0 exactly
+    return Budgeted(scores=scores, targets=sorted_targets, tokens=list(explained), clean=est.clean, readout=readout,
+                    method="ablated-flow", spans=spans, steps=int(run), exact=exact, cost=spent / m,
+                    budget=budget, plan="estimate+refine")

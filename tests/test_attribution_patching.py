@@ -1,0 +1,211 @@
+"""The one-pass estimate of ablated flow (attnflow.capture.attribution_patching) against plain edited
+forward passes: in the linear regime, zeroing ``eps * v`` instead of ``v`` drops the logit by
+``eps * estimate + O(eps^2)``. The slope at 0 is read as ``2 D(eps) - D(2 eps)`` with ``D(eps) = drop / eps``
+(Richardson: the ``O(eps)`` remainder cancels, ``O(eps^2)`` is left) at ``eps = 1e-3``; smaller steps drown
+in float32 round-off, since most families compute their norms and attention softmax in float32 even in a
+float64 model (about 1e-3 of the scale here, never above 2e-3 absolute). The tolerance, 1 % of the scores'
+scale plus 5e-3, is several times that and far below the error of a gradient that misses a path (e.g.
+through later layers' values: 0.1 to 0.8 on these models).
+
+The oracle shares nothing with attnflow's capture: per family it names the value projection of layer
+``l`` and the columns of its output that are values (written here from each family's modelling code),
+and scales token ``j``'s values by ``1 - eps`` with a hook of its own, one full forward pass (no cache)
+per source, layer and ``eps``, in float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+
+from attnflow.capture.ablation import ablated_flow
+from attnflow.capture.architectures import ARCHITECTURES, PROJECTIONS
+from attnflow.capture.attribution_patching import attribution_patching
+from attnflow.errors import AttnflowError
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+GQA = dict(SMALL, num_key_value_heads=2)
+VOCAB = 97
+
+
+def _all(out, heads, kv, d):  # the module outputs the values only
+    return out
+
+
+def _concat(out, heads, kv, d):  # [q (heads*d) | k (kv*d) | v (kv*d)]
+    return out[..., heads * d + kv * d:]
+
+
+def _interleaved(out, heads, kv, d):  # per head (q, k, v)
+    return out.view(*out.shape[:-1], heads, 3, d)[..., 2, :]
+
+
+ATTN = "model.layers.{}.self_attn"
+# model_type -> (config, model class, layer l's value projection, its value columns)
+CASES = {
+    "llama": (T.LlamaConfig(**GQA), T.LlamaForCausalLM, ATTN + ".v_proj", _all),
+    "gemma": (T.GemmaConfig(head_dim=8, **GQA), T.GemmaForCausalLM, ATTN + ".v_proj", _all),
+    "qwen3": (T.Qwen3Config(head_dim=8, **GQA), T.Qwen3ForCausalLM, ATTN + ".v_proj", _all),
+    "olmo": (T.OlmoConfig(**GQA), T.OlmoForCausalLM, ATTN + ".v_proj", _all),
+    "granite": (T.GraniteConfig(**GQA), T.GraniteForCausalLM, ATTN + ".v_proj", _all),
+    "smollm3": (T.SmolLM3Config(pad_token_id=0, **GQA), T.SmolLM3ForCausalLM, ATTN + ".v_proj", _all),
+    "stablelm": (T.StableLmConfig(**GQA), T.StableLmForCausalLM, ATTN + ".v_proj", _all),
+    "mistral": (T.MistralConfig(sliding_window=4, **GQA), T.MistralForCausalLM, ATTN + ".v_proj", _all),
+    # eager experts: the default grouped matrix product refuses float64
+    "mixtral": (T.MixtralConfig(num_local_experts=2, experts_implementation="eager",
+                                **{**GQA, "intermediate_size": 48}), T.MixtralForCausalLM,
+                ATTN + ".v_proj", _all),
+    "starcoder2": (T.Starcoder2Config(**GQA), T.Starcoder2ForCausalLM, ATTN + ".v_proj", _all),
+    "gemma2": (T.Gemma2Config(head_dim=8, sliding_window=4, **GQA), T.Gemma2ForCausalLM, ATTN + ".v_proj", _all),
+    "gemma3_text": (T.Gemma3TextConfig(head_dim=8, sliding_window=4, **GQA), T.Gemma3ForCausalLM,
+                    ATTN + ".v_proj", _all),
+    "qwen2": (T.Qwen2Config(**GQA), T.Qwen2ForCausalLM, ATTN + ".v_proj", _all),
+    "phi": (T.PhiConfig(**SMALL), T.PhiForCausalLM, ATTN + ".v_proj", _all),
+    "opt": (T.OPTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=37,
+                        word_embed_proj_dim=32), T.OPTForCausalLM, "model.decoder.layers.{}.self_attn.v_proj", _all),
+    "gpt2": (T.GPT2Config(n_embd=32, n_layer=2, n_head=4), T.GPT2LMHeadModel, "transformer.h.{}.attn.c_attn",
+             _concat),
+    "phi3": (T.Phi3Config(pad_token_id=0, **GQA), T.Phi3ForCausalLM, ATTN + ".qkv_proj", _concat),
+    "gpt_neox": (T.GPTNeoXConfig(**SMALL), T.GPTNeoXForCausalLM, "gpt_neox.layers.{}.attention.query_key_value",
+                 _interleaved),
+}
+DECODERS = sorted(t for t in PROJECTIONS if ARCHITECTURES[t].family == "decoder")
+
+
+def _build(kind):
+    config, cls, _, _ = CASES[kind]
+    config.vocab_size = VOCAB
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = cls(config).double().eval()
+    with torch.no_grad():  # the default init (std 0.02) gives near-uniform attention: outputs barely depend on x
+        for name, p in model.named_parameters():
+            if "norm" not in name.lower() and "ln" not in name.split(".")[-2:][0]:
+                p.normal_(0, 0.3)
+    return model
+
+
+def _ids(n=8, seed=1):
+    return torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def slope(model, kind, ids, target, token, j, layer=None, eps=1e-3):
+    """The derivative of the drop in the scale of the edit at 0, to O(eps^2) (Richardson)."""
+    return (2 * scaled_drop(model, kind, ids, target, token, j, eps, layer) / eps
+            - scaled_drop(model, kind, ids, target, token, j, 2 * eps, layer) / (2 * eps))
+
+
+def scaled_drop(model, kind, ids, target, token, j, eps, layer=None):
+    """z_token(clean) - z_token(token j's values scaled by 1 - eps at ``layer``, or every layer), at
+    ``target``: two plain forward passes of ids[:target + 1], no cache."""
+    _, _, path, columns = CASES[kind]
+    config = model.config
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    d = config.hidden_size // heads
+
+    def edit(module, args, out):
+        out = out.clone()
+        columns(out, heads, kv, d)[:, j] *= 1 - eps
+        return out
+
+    seq = torch.tensor([ids[: target + 1]])
+    with torch.no_grad():
+        clean = float(model(input_ids=seq, use_cache=False).logits[0, -1, token])
+        layers = range(config.num_hidden_layers) if layer is None else [layer]
+        handles = [model.get_submodule(path.format(l)).register_forward_hook(edit) for l in layers]
+        try:
+            edited = float(model(input_ids=seq, use_cache=False).logits[0, -1, token])
+        finally:
+            for h in handles:
+                h.remove()
+    return clean - edited
+
+
+def test_every_decoder_row_with_value_projections_has_a_case():
+    assert set(DECODERS) <= set(CASES)
+
+
+@pytest.mark.parametrize("kind", DECODERS)
+def test_the_estimate_is_the_first_order_of_value_zeroing(kind):
+    model = _build(kind)
+    ids = _ids()
+    n = len(ids)
+    each = attribution_patching(model, ids, targets=[4, n - 1], layers="each")
+    every = attribution_patching(model, ids, targets=[4, n - 1])
+    assert each.scores.shape == (2, 2, n) and every.scores.shape == (2, 1, n)
+    np.testing.assert_allclose(every.scores[:, 0], each.scores.sum(1), atol=1e-12)
+    for i, t in enumerate(each.targets):
+        c = each.tokens[i]
+        scale = np.abs(each.scores[i]).max()
+        assert scale > 1e-3  # the estimate is not flat: the oracle bites
+        for layer in range(2):
+            expected = [slope(model, kind, ids, t, c, j, layer) if j <= t else 0.0 for j in range(n)]
+            np.testing.assert_allclose(each.scores[i, layer], expected, atol=1e-2 * scale + 5e-3, rtol=0)
+        expected = [slope(model, kind, ids, t, c, j) if j <= t else 0.0 for j in range(n)]
+        np.testing.assert_allclose(every.scores[i, 0], expected, atol=1e-2 * scale + 5e-3, rtol=0)
+
+
+def test_the_error_of_the_first_order_shrinks_with_eps_and_is_large_at_full_zeroing():
+    """What "to first order" means: the gap between drop / eps and the estimate falls about tenfold
+    when eps does (second-order remainder), and at eps = 1 (the real ablation) it is what ablated
+    flow measures exactly."""
+    model = _build("llama")
+    ids = _ids(10, seed=3)
+    est = attribution_patching(model, ids).scores[0, 0]
+    c = int(attribution_patching(model, ids).tokens[0])
+    gaps = [max(abs(scaled_drop(model, "llama", ids, 9, c, j, eps) / eps - est[j]) for j in range(10))
+            for eps in (1e-2, 1e-3)]
+    assert 5 < gaps[0] / gaps[1] < 20
+    exact = ablated_flow(model, ids).scores[0, 0]
+    full = [scaled_drop(model, "llama", ids, 9, c, j, 1.0) for j in range(10)]
+    np.testing.assert_allclose(exact, full, atol=1e-8)
+
+
+def test_readouts_and_tokens_follow_ablated_flow(minilm_path):
+    from tests.factory import tiny_decoder
+
+    model, tokenizer = tiny_decoder(minilm_path)
+    ids = tokenizer("the keys to the old cabinet are")["input_ids"]
+    for readout, foils in (("logprob", None), ("contrastive", [7])):
+        est = attribution_patching(model, ids, readout=readout, tokens=[5], foils=foils)
+        assert est.tokens == [5] and est.readout == readout
+        exact = ablated_flow(model, ids, readout=readout, tokens=[5], foils=foils)
+        np.testing.assert_allclose(est.clean, exact.clean, atol=1e-10)
+        assert np.ptp(est.scores) > 1e-3
+
+
+def test_the_kept_cache_and_logits_are_the_clean_ones(minilm_path):
+    from tests.factory import tiny_decoder
+
+    model, tokenizer = tiny_decoder(minilm_path)
+    ids = tokenizer("the keys to the old cabinet are")["input_ids"]
+    est = attribution_patching(model, ids, keep_cache=True)
+    exact = ablated_flow(model, ids, cache=est.cache, clean_logits=est.logits)
+    plain = ablated_flow(model, ids)
+    np.testing.assert_allclose(exact.scores, plain.scores, atol=1e-10)
+    assert est.cache.get_seq_length() == len(ids)
+
+
+def test_bad_input_is_refused_in_one_sentence():
+    model = _build("llama")
+    with pytest.raises(AttnflowError, match="layers must be 'all'"):
+        attribution_patching(model, _ids(), layers="top")
+    with pytest.raises(AttnflowError, match="targets must be distinct positions"):
+        attribution_patching(model, _ids(), targets=[8])
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma2"])
+def test_checkpointed_layers_give_the_same_estimate(kind):
+    model = _build(kind)
+    ids = _ids(10)
+    calls = []
+    model.get_submodule(CASES[kind][2].format(0)).register_forward_hook(lambda *a: calls.append(1))
+    plain = attribution_patching(model, ids, targets=[5, 9], layers="each", checkpoint=False)
+    assert len(calls) == 1
+    recomputed = attribution_patching(model, ids, targets=[5, 9], layers="each", checkpoint=True, keep_cache=True)
+    assert len(calls) > 2  # layer 0 ran again in the backward passes
+    np.testing.assert_allclose(recomputed.scores, plain.scores, atol=1e-12)
+    assert recomputed.cache is None and np.ptp(plain.scores) > 1e-3

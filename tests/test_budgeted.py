@@ -1,0 +1,101 @@
+"""The budgeted chooser (attnflow.capture.budgeted): every score it marks exact equals one plain
+forward pass with that source's (or span's) values zeroed (tests/test_spans.naive_drop, no cache), every
+other score is the one-pass estimate, and what it spends stays within the budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnflow.capture.attribution_patching import attribution_patching
+from attnflow.capture.budgeted import budgeted_ablated_flow
+from attnflow.capture.segments import segments
+from attnflow.errors import AttnflowError
+from tests.factory import tiny_decoder, tiny_model
+from tests.test_spans import TEXT, naive_drop
+
+
+@pytest.fixture(scope="module")
+def decoder(minilm_path):
+    return tiny_decoder(minilm_path)
+
+
+def _check_against_oracles(model, kind, ids, found, atol=1e-8):
+    est = attribution_patching(model, ids, found.targets).scores[:, 0]
+    for i, t in enumerate(found.targets):
+        for s, span in enumerate(found.spans):
+            if found.exact[s]:
+                expected = naive_drop(model, kind, ids, t, found.tokens[i], span)
+            else:
+                expected = est[i, span].sum()
+            assert abs(found.scores[i, 0, s] - expected) < atol, (s, span, found.exact[s])
+
+
+def test_a_short_input_within_the_budget_is_exact(decoder):
+    model, tokenizer = decoder
+    ids = tokenizer("the keys to the")["input_ids"]  # 6 tokens: 1 + (6 + 5 + ... + 1) / 6 = 4.5 passes
+    found = budgeted_ablated_flow(model, ids, budget=5)
+    assert found.plan == "exact" and found.exact.all() and found.cost == pytest.approx(4.5)
+    _check_against_oracles(model, "llama", ids, found)
+
+
+def test_a_long_input_is_estimated_and_its_top_rescored_within_the_budget(decoder):
+    model, tokenizer = decoder
+    ids = tokenizer(TEXT)["input_ids"]  # 23 tokens: exact would cost 13 passes
+    previous = -1
+    for budget in (3, 5, 8):
+        found = budgeted_ablated_flow(model, ids, budget=budget, batch_size=4)
+        assert found.plan == "estimate+refine" and found.cost <= budget
+        k = int(found.exact.sum())
+        assert 1 <= k < len(ids) and k > previous  # more budget, more re-scored
+        previous = k
+        _check_against_oracles(model, "llama", ids, found)
+        est = attribution_patching(model, ids).scores[0, 0]
+        # the re-scored ones were the estimate's top (as re-ranked while refining): the first is its argmax
+        assert found.exact[int(np.argmax(est))]
+    assert budgeted_ablated_flow(model, ids, budget=13).plan == "exact"
+
+
+def test_sentences_and_several_targets(decoder):
+    model, tokenizer = decoder
+    enc = tokenizer(TEXT, return_offsets_mapping=True)
+    ids, spans = enc["input_ids"], segments(TEXT, enc["offset_mapping"], "sentence")
+    n = len(ids)
+    exact = budgeted_ablated_flow(model, ids, [10, n - 1], spans=spans, budget=5)
+    assert exact.plan == "exact" and exact.scores.shape == (2, 1, len(spans))
+    _check_against_oracles(model, "llama", ids, exact)
+    mixed = budgeted_ablated_flow(model, ids, [10, n - 1], budget=4)
+    assert mixed.plan == "estimate+refine" and mixed.cost <= 4
+    _check_against_oracles(model, "llama", ids, mixed)
+
+
+def test_a_sliding_window_model_rebuilds_its_prefixes_within_the_budget():
+    import torch
+
+    model = tiny_model("mistral")
+    ids = torch.randint(0, 97, (16,), generator=torch.Generator().manual_seed(4)).tolist()
+    found = budgeted_ablated_flow(model, ids, budget=4, batch_size=4)
+    assert found.plan == "estimate+refine" and found.cost <= 4 and found.exact.sum() >= 1
+    est = attribution_patching(model, ids).scores[0, 0]
+    for j in range(16):
+        expected = naive_drop(model, "mistral", ids, 15, found.tokens[0], [j]) if found.exact[j] else est[j]
+        assert abs(found.scores[0, 0, j] - expected) < 1e-5
+
+
+def test_a_budget_below_the_estimate_is_refused(decoder):
+    model, tokenizer = decoder
+    with pytest.raises(AttnflowError, match="budget must be at least 2 passes"):
+        budgeted_ablated_flow(model, tokenizer(TEXT)["input_ids"], budget=1.5)
+
+
+def test_a_checkpointed_estimate_pass_keeps_no_cache_and_the_rebuilt_prefixes_are_counted(decoder, monkeypatch):
+    from attnflow.capture import attribution_patching as patching
+
+    model, tokenizer = decoder
+    ids = tokenizer(TEXT)["input_ids"]
+    plain = budgeted_ablated_flow(model, ids, budget=5)
+    monkeypatch.setattr(patching, "CHECKPOINT_FROM", 8)  # this input counts as long
+    long = budgeted_ablated_flow(model, ids, budget=5)
+    assert long.cost <= 5 and 1 <= long.exact.sum() <= plain.exact.sum()
+    # prefixes rebuilt in chunks sum in another order than one plain pass (norms and softmax in float32)
+    _check_against_oracles(model, "llama", ids, long, atol=1e-5)

@@ -1,0 +1,92 @@
+"""The estimate and the budgeted chooser as registry methods: ``attnflow.explain(method=...)`` gives
+what the capture functions give, and through a generation each generated token's row equals one
+teacher-forced computation on prompt + generated[:i] explaining the generated token."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import attnflow
+from attnflow.capture.ablation import ablated_flow
+from attnflow.capture.attribution_patching import attribution_patching
+from attnflow.config.registry import Context, get
+from attnflow.config.settings import Settings
+from tests.factory import tiny_decoder, tiny_model
+
+PROMPT = "the keys to the old cabinet"
+
+
+@pytest.fixture(scope="module")
+def decoder(minilm_path):
+    return tiny_decoder(minilm_path)
+
+
+def test_explain_with_the_estimate_and_the_budget(decoder):
+    model, tokenizer = decoder
+    text = "the keys to the old wooden cabinet near the door"
+    ids = tokenizer(text)["input_ids"]
+    result = attnflow.explain(text, model, tokenizer=tokenizer, method=["ablated-flow-estimate",
+                                                                         "ablated-flow-estimate-layers"])
+    L, n = result.n_layers, len(ids)
+    est = attribution_patching(model, ids, layers="each").scores[0]
+    np.testing.assert_allclose(result.scores["ablated-flow-estimate"][-1, L - 1], est.sum(0), atol=1e-10)
+    np.testing.assert_allclose(result.scores["ablated-flow-estimate-layers"][-1], est, atol=1e-10)
+    report: dict = {}
+    context = Context(kind="text", attentions=None, settings=Settings(budget=4), rows=[n - 1], model=model,
+                      input_ids=ids, notes=report)
+    budgeted = get("ablated-flow-budgeted")(context)[0, 0]
+    flags = np.array(report["ablated-flow-budgeted"]["exact"])
+    exact = ablated_flow(model, ids).scores[0, 0]
+    assert report["ablated-flow-budgeted"]["plan"] == "estimate+refine" and 0 < flags.sum() < n
+    np.testing.assert_allclose(budgeted[flags], exact[flags], atol=1e-10)
+    np.testing.assert_allclose(budgeted[~flags], est.sum(0)[~flags], atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_through_a_generation_each_row_is_one_teacher_forced_computation(kind, minilm_path):
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    model = tiny_model(kind, vocab=tokenizer.vocab_size, dtype=torch.float64)
+    methods = ["ablated-flow-estimate", "ablated-flow-budgeted"]
+    result = attnflow.generate(model, tokenizer, PROMPT, 3, method=methods)
+    m, k, L = result.input_length, result.n_targets, result.n_layers
+    ids = result.meta["prompt_ids"] + result.meta["generated_ids"]
+    mixed = 0
+    for i in range(k):
+        prefix, token = ids[: m + i], ids[m + i]
+        est = attribution_patching(model, prefix, tokens=[token]).scores[0, 0]
+        exact = ablated_flow(model, prefix, tokens=[token]).scores[0, 0]
+        np.testing.assert_allclose(result.scores["ablated-flow-estimate"][i, L - 1, : m + i], est, atol=1e-8)
+        got = result.scores["ablated-flow-budgeted"][i, L - 1, : m + i]
+        # per source either the exact score or the estimate, as the chooser decided
+        assert np.all(np.minimum(np.abs(got - exact), np.abs(got - est)) < 1e-8)
+        mixed += int(np.any(np.abs(got - est) > 1e-6))
+    assert mixed  # some sources were re-scored exactly
+
+
+def test_spans_reach_the_methods_and_every_token_carries_its_span_score(decoder, tmp_path):
+    from attnflow.api.spans import token_groups
+    from attnflow.capture.span_ablation import ablate_spans
+
+    model, tokenizer = decoder
+    text = "Sara asked John to return her book. He said he would give it back to"
+    enc = tokenizer(text, return_offsets_mapping=True)
+    ids, offsets, n = enc["input_ids"], enc["offset_mapping"], len(enc["input_ids"])
+    groups = token_groups("sentence", text, offsets, n)
+    assert len(groups) == 4  # [CLS], two sentences, [SEP]
+    (tmp_path / "spans.txt").write_text("asked John\n\nwould give it\n", encoding="utf-8")
+    passages = token_groups(str(tmp_path / "spans.txt"), text, offsets, n)
+    assert passages == token_groups([(5, 15), (47, 60)], text, offsets, n)
+    decoded = [tokenizer.decode([ids[i] for i in g]) for g in passages]
+    assert "asked john" in decoded and "would give it" in decoded
+    exact = ablate_spans(model, ids, groups).scores[0, 0]
+    est = attribution_patching(model, ids).scores[0, 0]
+    for name, expected in (("ablated-flow", exact), ("ablated-flow-estimate", [est[g].sum() for g in groups]),
+                           ("ablated-flow-budgeted", exact)):  # 4 spans fit the budget: exact
+        context = Context(kind="text", attentions=None, settings=None, rows=[n - 1], model=model, input_ids=ids,
+                          spans=groups)
+        got = get(name)(context)[0, 0]
+        for s, g in enumerate(groups):
+            np.testing.assert_allclose(got[g], expected[s], atol=1e-10)
