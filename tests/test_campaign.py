@@ -278,17 +278,11 @@ def tiny_folders(minilm_path, tmp_path_factory):
 
 
 def _offered(kind: str) -> list[str]:
+    """The text methods the registry says run on a decoder (llama) or a classifier (bert)."""
     from attnflow.config import registry
 
     head = "decoder" if kind == "llama" else "classifier"
-    out = []
-    for m in registry.methods("text"):
-        if head == "decoder" and m.name == "grad-rollout":
-            continue  # a classifier's predicted class only
-        if head == "classifier" and m.cost == registry.PER_SOURCE:
-            continue  # per-source ablations explain a decoder's next token
-        out.append(m.name)
-    return out
+    return [m.name for m in registry.methods("text") if head in m.models]
 
 
 @pytest.mark.parametrize("kind", ["llama", "bert"])

@@ -27,7 +27,7 @@ def folder(minilm_path, tmp_path_factory):
 def test_explain_by_sentence_ablates_each_sentence_at_once(monkeypatch, capsys, tmp_path, folder):
     js = tmp_path / "s.json"
     code, out, err = run_cli(monkeypatch, capsys, "explain", TEXT, "--model", folder, "--method", "ablated-flow",
-                             "--by", "sentence", "--paper-only", "--json", str(js))
+                             "--by", "sentence", "--json", str(js))
     assert code == 0, err
     saved = attnflow.load(js)
     model, tokenizer = attnflow.load_model(folder)
@@ -47,7 +47,7 @@ def test_explain_by_a_file_of_passages_with_a_budget(monkeypatch, capsys, tmp_pa
     js = tmp_path / "p.json"
     code, out, err = run_cli(monkeypatch, capsys, "explain", TEXT, "--model", folder, "--method",
                              "ablated-flow-budgeted", "--by", "spans", "--spans", str(passages), "--budget", "2",
-                             "--paper-only", "--json", str(js))
+                             "--json", str(js))
     assert code == 0, err
     saved = attnflow.load(js)
     report = saved.meta["ablated-flow-budgeted"]

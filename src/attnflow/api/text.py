@@ -320,25 +320,27 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     ``result.params`` is ``settings.as_dict()``.
     """
     return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
-                          causal_norm, target_text, weighting, settings, paper_only, refuse_contradiction=True)
+                          causal_norm, target_text, weighting, settings, paper_only, refuse_contradiction=True,
+                          device=device, spans=spans)
 
 
 def explain_as_asked(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout",
                      target: Any = UNSET, residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                      truncate: bool = UNSET, progress: Progress | None = None, causal_norm: str | None = UNSET,
                      target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
-                     paper_only: bool = PAPER_ONLY) -> Attribution:
+                     paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None) -> Attribution:
     """:func:`explain` without refusing ``paper_only`` beside a method that is not the paper's: for
     callers whose ``paper_only=True`` means "add nothing to what was asked" (``attnflow.faithfulness``
     measures exactly the methods it is given)."""
     return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
-                          causal_norm, target_text, weighting, settings, paper_only, refuse_contradiction=False)
+                          causal_norm, target_text, weighting, settings, paper_only, refuse_contradiction=False,
+                          device=device, spans=spans)
 
 
 def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: Any, residual: float, head_fusion: str,
                    solver: str, truncate: bool, progress: Progress | None, causal_norm: str | None,
                    target_text: str | None, weighting: str, settings: Settings | None, paper_only: bool, *,
-                   refuse_contradiction: bool) -> Attribution:
+                   refuse_contradiction: bool, device: str = UNSET, spans: Any = None) -> Attribution:
     info = _inspected(model)
     if target_text is not None or _encoder_decoder(model if info is None else info):
         from attnflow.api.seq2seq import explain_seq2seq
@@ -350,8 +352,7 @@ def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: A
         return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, settings=settings,
                                target=None if target is UNSET else target, progress=progress)
     settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
-                              solver=solver,
-                              truncate=truncate, causal_norm=causal_norm, weighting=weighting)
+                              solver=solver, truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     methods, shown = resolve_methods(method)
     if paper_only and refuse_contradiction:
         check_paper_only(methods)
