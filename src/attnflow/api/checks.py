@@ -240,15 +240,20 @@ def model_kind_of(model: Any) -> str | None:
     None when it cannot be told without loading (a hub id whose config is not here, or no model)."""
     from attnflow.capture.architectures import model_family, model_head, model_kind
     from attnflow.capture.load import ModelInfo
+    from attnflow.config.registry import MODEL_KINDS
 
     if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         return None
     if isinstance(model, ModelInfo):
-        return model_kind(model.family, model.head) if model.family else None
-    if hasattr(model, "family") and hasattr(model, "head") and hasattr(model, "model"):  # a Loaded
-        return model_kind(model.family, model.head)
-    family = model_family(model)
-    return model_kind(family, model_head(model)) if family else None
+        kind = model_kind(model.family, model.head) if model.family else None
+    elif hasattr(model, "family") and hasattr(model, "head") and hasattr(model, "model"):  # a Loaded
+        kind = model_kind(model.family, model.head)
+    else:
+        family = model_family(model)
+        kind = model_kind(family, model_head(model)) if family else None
+    # a family attnflow cannot explain at all (state-space models, ...) is refused by its own sentence,
+    # which says why; no method's list of model kinds is the place for that
+    return kind if kind in MODEL_KINDS else None
 
 
 _PLURAL = {"encoder": "encoders", "classifier": "classifiers", "decoder": "decoders (causal language models)",
