@@ -148,5 +148,5 @@ def test_explain_offers_grad_rollout_for_text_classifiers(smollm2):
     maps = attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("rollout", "grad-rollout"))
     np.testing.assert_allclose(maps.row("grad-rollout", 0), expl.row(), rtol=1e-5, atol=1e-9)
     lm, lm_tokenizer = smollm2
-    with pytest.raises(AttnflowError, match="needs a classifier"):
+    with pytest.raises(AttnflowError, match="grad-rollout runs on classifiers and image classifiers only, and this model is a decoder"):
         attnflow.explain("the keys", lm, tokenizer=lm_tokenizer, method="grad-rollout")
