@@ -75,3 +75,33 @@ def naive_joint_rollout(enc: np.ndarray, dec: np.ndarray, cross: np.ndarray, res
         d = new
         out.append(d)
     return np.stack(out)
+
+
+def edited_logit_drop(model, path: str, columns, ids, target: int, token: int, positions, scale: float = 0.0,
+                      layers=None) -> float:
+    """z_token(clean) - z_token(edited) at ``target``: two plain forward passes of ``ids[:target + 1]``
+    (no cache), the edited one with the value columns (``columns(out)`` of the module at
+    ``path.format(layer)``) of every position in ``positions`` multiplied by ``scale`` in ``layers``
+    (None: every layer). ``scale=0`` zeroes them (value zeroing, ablated flow's edit)."""
+    import torch
+
+    positions = [p for p in positions if p <= target]
+
+    def edit(module, args, out):
+        out = out.clone()
+        columns(out)[:, positions] *= scale
+        return out
+
+    seq = torch.tensor([list(ids[: target + 1])])
+    with torch.no_grad():
+        clean = float(model(input_ids=seq, use_cache=False).logits[0, -1, token])
+        if not positions:
+            return 0.0
+        chosen = range(model.config.num_hidden_layers) if layers is None else layers
+        handles = [model.get_submodule(path.format(l)).register_forward_hook(edit) for l in chosen]
+        try:
+            edited = float(model(input_ids=seq, use_cache=False).logits[0, -1, token])
+        finally:
+            for h in handles:
+                h.remove()
+    return clean - edited

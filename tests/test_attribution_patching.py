@@ -24,6 +24,7 @@ from attnflow.capture.ablation import ablated_flow
 from attnflow.capture.architectures import ARCHITECTURES, PROJECTIONS
 from attnflow.capture.attribution_patching import attribution_patching
 from attnflow.errors import AttnflowError
+from tests.oracles import edited_logit_drop
 
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 GQA = dict(SMALL, num_key_value_heads=2)
@@ -105,23 +106,8 @@ def scaled_drop(model, kind, ids, target, token, j, eps, layer=None):
     heads = config.num_attention_heads
     kv = getattr(config, "num_key_value_heads", None) or heads
     d = config.hidden_size // heads
-
-    def edit(module, args, out):
-        out = out.clone()
-        columns(out, heads, kv, d)[:, j] *= 1 - eps
-        return out
-
-    seq = torch.tensor([ids[: target + 1]])
-    with torch.no_grad():
-        clean = float(model(input_ids=seq, use_cache=False).logits[0, -1, token])
-        layers = range(config.num_hidden_layers) if layer is None else [layer]
-        handles = [model.get_submodule(path.format(l)).register_forward_hook(edit) for l in layers]
-        try:
-            edited = float(model(input_ids=seq, use_cache=False).logits[0, -1, token])
-        finally:
-            for h in handles:
-                h.remove()
-    return clean - edited
+    return edited_logit_drop(model, path, lambda out: columns(out, heads, kv, d), ids, target, token, [j],
+                             scale=1 - eps, layers=None if layer is None else [layer])
 
 
 def test_every_decoder_row_with_value_projections_has_a_case():

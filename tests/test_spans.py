@@ -16,6 +16,7 @@ from attnflow.capture.segments import char_spans, segments
 from attnflow.capture.span_ablation import ablate_spans, batches, refine_top_spans
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder, tiny_model
+from tests.oracles import edited_logit_drop
 
 # written here from each family's modelling code: layer l's value projection, its value columns
 VALUES = {
@@ -29,26 +30,8 @@ TEXT = "Sara asked John to return her book. He said he would give it back to her
 def naive_drop(model, kind, ids, target, token, span, layer=None):
     """z_token(clean) - z_token(every position of ``span`` with zeroed values), at ``target``."""
     path, columns = VALUES[kind]
-
-    def zero(module, args, out):
-        out = out.clone()
-        columns(out)[:, list(span)] = 0
-        return out
-
-    seq = torch.tensor([list(ids[: target + 1])])
-    span = [p for p in span if p <= target]
-    with torch.no_grad():
-        clean = float(model(input_ids=seq, use_cache=False).logits[0, -1, token])
-        if not span:
-            return 0.0
-        layers = range(model.config.num_hidden_layers) if layer is None else [layer]
-        handles = [model.get_submodule(path.format(l)).register_forward_hook(zero) for l in layers]
-        try:
-            edited = float(model(input_ids=seq, use_cache=False).logits[0, -1, token])
-        finally:
-            for h in handles:
-                h.remove()
-    return clean - edited
+    return edited_logit_drop(model, path, columns, ids, target, token, span,
+                             layers=None if layer is None else [layer])
 
 
 @pytest.fixture(scope="module")
