@@ -30,6 +30,7 @@ from attnflow.api.prediction import (  # noqa: F401  (model_predict, estimate, .
 )
 from attnflow.api.text import _check_text, explain_as_asked
 from attnflow.capture.load import check_model_path, resolve_model
+from attnflow.config.settings import OPTIONS, Settings
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.faithfulness import FRACTIONS, Faithfulness, evaluate
 from attnflow.results import Attribution
@@ -60,12 +61,15 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         model = resolve_model(model)
         check_model_path(model)
         _refuse_without_head(model)
-    device = options.get("device", options["settings"].device if options.get("settings") is not None else "auto")
-    loaded = resolve(model, tokenizer, device=device)
+    # the one Settings of this request: settings= with the setting keywords on top, built once here
+    keywords = {k: options.pop(k) for k in list(options) if k in OPTIONS}
+    settings = Settings.build(options.pop("settings", None), **keywords)
+    loaded = resolve(model, tokenizer, device=settings.device)
     model, tokenizer = loaded.model, loaded.tokenizer
     decoder = _head(loaded) == "decoder"
     # it measures the methods asked for, no more (`attnflow faithfulness --method all` adds the decoder defaults)
-    result = explain_as_asked(text, model, tokenizer=tokenizer, method=method, paper_only=True, **options)
+    result = explain_as_asked(text, model, tokenizer=tokenizer, method=method, paper_only=True, settings=settings,
+                                **options)
     ids = _input_ids(model, tokenizer, text, bool(result.params.get("truncate", False)))  # keyword or settings=
     if len(ids) != result.n_sources:  # the same tokenizer call as capture: a mismatch is a bug
         raise AttnflowError(f"internal: {len(ids)} token ids for a {result.n_sources}-token result")

@@ -71,18 +71,15 @@ _LOCK = threading.Lock()
 
 
 def _device(choice: str) -> str:
-    import torch
+    """The device this process loads the model on (:func:`attnflow.api.checks.pick_device`, the one
+    resolution every entry point uses), naming the host when it refuses: on a cluster each worker
+    resolves ``auto`` and checks ``cuda:N`` against its own GPUs."""
+    from attnflow.api.checks import pick_device
 
-    if choice == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if choice.startswith("cuda"):
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = int(choice.partition(":")[2] or 0)
-        if index >= count:  # on a cluster's worker; this process checked its own device up front
-            raise AttnflowError(f"device {choice!r} asks for CUDA GPU {index}, and torch sees "
-                                f"{count or 'no'} CUDA GPU{'s' * (count != 1)} on {socket.gethostname()}; "
-                                "use --device cpu or auto")
-    return choice
+    try:
+        return pick_device(choice)
+    except AttnflowError as exc:
+        raise AttnflowError(f"on {socket.gethostname()}: {exc}") from None
 
 
 def _threads_for_worker() -> None:
