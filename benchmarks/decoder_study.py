@@ -1,12 +1,22 @@
 """Which decoder explanation tracks what the model uses? The study behind the decoder default.
 
     nice -n 10 env PYTHONPATH=src python benchmarks/decoder_study.py [--model smollm2|gemma3]
-        [--threads 1] [--json out.json] [--markdown out.md] [--limit N]
+        [--threads 1] [--json out.json] [--markdown out.md] [--limit N] [--long]
+        [--peers /work/venvs/peers/bin/python]
+    python benchmarks/decoder_study.py --extend out.json   # add methods merged since the run to it
     python benchmarks/decoder_study.py --replot out.json --markdown out.md   # tables again, no model
     python benchmarks/decoder_study.py --replot out.json --figure study.png   # the figure, no model
 
 Prompts: benchmarks/decoder_prompts.py, five kinds written by hand (agreement, pronouns, factual
-recall, QA with a context, lists/copying), 14 each; every third one is held out of the choice.
+recall, QA with a context, lists/copying), 14 each; every third one is held out of the choice. With
+``--long``, three long prompts of benchmarks/one_pass.py (a retrieved-document question, a chat
+history, a code snippet; 168-253 tokens on SmolLM2), held out too. A table by prompt-length band.
+
+Peers (``--peers``, a venv with ``context-cite==0.0.4`` and ``at2==0.0.1`` installed from the registry,
+torch 2.13.0 pinned): ContextCite with 64 random ablations and its Lasso surrogate, on the same token
+sources and deletion (benchmarks/peers/contextcite_tokens.py says what is adapted). AT2 is not run:
+it learns per-head weights from a training set of ablations, which this study has no held-apart set
+for at the token level.
 
 Per prompt: the explained output is the token the model predicts after the prompt (its argmax at the
 last position), as `attnflow explain` does. Ranked tokens: prompt positions 1..n-2 (the first token,
@@ -61,7 +71,8 @@ from attnflow.evaluation.position import POSITION_NOTE, PRIORS, mean_interval, p
 COST = {"raw": "one pass", "rollout": "one pass", "flow": "one pass (+ max-flow)", "rollout norm": "one pass",
         "flow norm": "one pass (+ max-flow)", "grad x input": "fwd + bwd", "|grad x input|": "fwd + bwd",
         PRIORS[0]: "free", PRIORS[1]: "free", "ablated flow": "n batched passes", "logit attribution": "one pass",
-        "alti-logit": "one pass"}
+        "alti-logit": "one pass", "ablated flow estimate": "fwd + bwd",
+        "ablated flow budgeted (5)": "≤ 5 passes", "attnlrp": "fwd + bwd", "contextcite-64": "64 passes"}
 PAPER = ("raw", "rollout", "flow")
 
 
@@ -78,6 +89,19 @@ def library_methods() -> dict[str, Callable]:
         return ablated_flow(model, torch.tensor([ids]), [target], layers="all", readout="logit").scores[0, 0]
 
     found["ablated flow"] = ablated
+    try:
+        from attnflow.capture.attribution_patching import attribution_patching
+        from attnflow.capture.budgeted import budgeted_ablated_flow
+    except ImportError:
+        pass
+    else:
+        def estimate(model, ids, target):
+            return attribution_patching(model, torch.tensor([ids]), [target], readout="logit").scores[0, 0]
+
+        def budgeted(model, ids, target):
+            return budgeted_ablated_flow(model, torch.tensor([ids]), [target], budget=5.0).scores[0, 0]
+
+        found["ablated flow estimate"], found["ablated flow budgeted (5)"] = estimate, budgeted
     try:
         from attnflow.capture.logit_paths import logit_paths
         from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
@@ -163,17 +187,51 @@ def score_prompt(model, tokenizer, item: dict, predict, mean: torch.Tensor, extr
         cpu[name] = time.process_time() - started
     deletion = leave_one_out(predict, ids, positions, output)
     replaced = replacement(model, ids, positions, output, mean)
-    y_del, y_rep, zz = deletion[positions], replaced[positions], z[positions]
+    y_del, y_rep = deletion[positions], replaced[positions]
     record = {"kind": item["kind"], "prompt": item["prompt"], "split": item["split"], "n": n, "output": output,
-              "token": tokenizer.decode([output]), "deletion": y_del.tolist(), "replacement": y_rep.tolist(),
-              "truths": float(spearman(y_del, y_rep)), "methods": {}}
+              "ids": ids, "token": tokenizer.decode([output]), "deletion": y_del.tolist(),
+              "replacement": y_rep.tolist(), "truths": float(spearman(y_del, y_rep)), "methods": {}}
     for name, s in scores.items():
-        x = s[positions]
-        record["methods"][name] = {
-            "deletion": float(spearman(x, y_del)), "replacement": float(spearman(x, y_rep)),
-            "partial": float(partial_spearman(x, y_del, zz)), "partial_replacement": float(partial_spearman(x, y_rep, zz)),
-            "position": float(spearman(x, zz)), "cpu_s": cpu.get(name, 0.0)}
+        record["methods"][name] = measured(record, s[positions], cpu.get(name, 0.0))
     return record
+
+
+def measured(record: dict, x: np.ndarray, cpu_s: float) -> dict:
+    """One method's numbers on one prompt: ``x`` its scores of the ranked positions 1 .. n-2."""
+    y_del, y_rep = np.asarray(record["deletion"]), np.asarray(record["replacement"])
+    zz = np.arange(1, record["n"] - 1, dtype=float)
+    return {"deletion": float(spearman(x, y_del)), "replacement": float(spearman(x, y_rep)),
+            "partial": float(partial_spearman(x, y_del, zz)), "partial_replacement": float(partial_spearman(x, y_rep, zz)),
+            "position": float(spearman(x, zz)), "cpu_s": cpu_s}
+
+
+def contextcite(records: list[dict], python: str, model_dir: str, ablations: int = 64) -> None:
+    """ContextCite with ``ablations`` random ablations on every prompt, token sources (positions
+    1 .. n-2), in the peers venv (benchmarks/peers/contextcite_tokens.py); joins each record."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, target = Path(tmp) / "in.json", Path(tmp) / "out.json"
+        source.write_text(json.dumps([{"ids": r["ids"], "output": r["output"],
+                                       "sources": [[p] for p in range(1, r["n"] - 1)]} for r in records]))
+        script = Path(__file__).resolve().parent / "peers" / "contextcite_tokens.py"
+        subprocess.run([python, str(script), model_dir, str(source), str(target), "--ablations", str(ablations)],
+                       check=True, env={**os.environ, "TQDM_DISABLE": "1"})
+        found = json.loads(target.read_text())
+    for record, peer in zip(records, found):
+        record["methods"][f"contextcite-{ablations}"] = measured(record, np.asarray(peer["scores"]), peer["cpu_s"])
+
+
+def long_prompts() -> list[dict]:
+    """The long prompts of benchmarks/one_pass.py (168-253 tokens on SmolLM2), held out of every choice."""
+    import random
+
+    from one_pass import CODE, chat, document
+
+    rng = random.Random(0)
+    texts = [document(rng, 8, 8)[0], chat(rng, 4), CODE]
+    return [{"kind": "long", "prompt": t, "split": "held-out"} for t in texts]
 
 
 def load(name: str):
@@ -234,11 +292,37 @@ def overall_table(records: list[dict], title: str) -> list[str]:
 
 
 def kind_table(records: list[dict], key: str, label: str) -> list[str]:
-    kinds = [k for k in KINDS if any(r["kind"] == k for r in records)]
+    kinds = kinds_of(records)
     lines = [f"| method ({label}) | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
     for m in methods_of(records):
         lines.append(f"| {m} | " + " | ".join(_cell(_values([r for r in records if r["kind"] == k], m, key), ci=False)
                                              for k in kinds) + " |")
+    return lines
+
+
+def kinds_of(records: list[dict]) -> list[str]:
+    """The prompt kinds present: the hand-written ones in their order, then the others (``long``)."""
+    present = {r["kind"] for r in records}
+    return [k for k in KINDS if k in present] + sorted(present - set(KINDS))
+
+
+BANDS = ((5, 7), (8, 24), (25, 149), (150, 4096))
+
+
+def band_table(records: list[dict]) -> list[str]:
+    """Per method and prompt-length band: mean rho vs deletion, partial rho given position, CPU ms."""
+    bands = [(lo, hi) for lo, hi in BANDS if any(lo <= r["n"] <= hi for r in records)]
+    label = [f"{lo}-{hi} tokens ({sum(lo <= r['n'] <= hi for r in records)})" if hi < 4096 else
+             f">= {lo} tokens ({sum(lo <= r['n'] for r in records)})" for lo, hi in bands]
+    lines = ["| method (ρ vs deletion / partial ρ / CPU ms) | " + " | ".join(label) + " |",
+             "|---|" + "---|" * len(bands)]
+    for m in methods_of(records):
+        cells = []
+        for lo, hi in bands:
+            rs = [r for r in records if lo <= r["n"] <= hi]
+            cells.append(f"{_cell(_values(rs, m, 'deletion'), ci=False)} / {_cell(_values(rs, m, 'partial'), ci=False)}"
+                         f" / {1000 * np.mean(_values(rs, m, 'cpu_s')):.0f}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -275,8 +359,9 @@ def goals(records: list[dict]) -> list[str]:
     passes = [m for m in methods_of(records) if one_pass(m)]
     if passes:
         best1 = max(passes, key=lambda m: np.nanmean(_values(records, m, "deletion")))
-        per_kind = {k: np.nanmean(_values([r for r in records if r["kind"] == k], best1, "deletion")) for k in KINDS}
-        part = {k: np.nanmean(_values([r for r in records if r["kind"] == k], best1, "partial")) for k in KINDS}
+        per_kind = {k: np.nanmean(_values([r for r in records if r["kind"] == k], best1, "deletion"))
+                    for k in kinds_of(records)}
+        part = {k: np.nanmean(_values([r for r in records if r["kind"] == k], best1, "partial")) for k in kinds_of(records)}
         ok = all(v >= 0.25 for v in per_kind.values()) and all(v >= 0.2 for v in part.values())
         out.append(f"- best one-pass method: **{best1}**; ρ vs deletion per kind "
                    + ", ".join(f"{k} {v:+.2f}" for k, v in per_kind.items()) + "; partial ρ per kind "
@@ -288,7 +373,7 @@ def goals(records: list[dict]) -> list[str]:
 def report(saved: dict) -> list[str]:
     records = saved["records"]
     truths = np.array([r["truths"] for r in records], dtype=float)
-    counts = ", ".join(f"{k} {sum(r['kind'] == k for r in records)}" for k in KINDS)
+    counts = ", ".join(f"{k} {sum(r['kind'] == k for r in records)}" for k in kinds_of(records))
     lines = [f"Model: {saved['model_name']}; {len(records)} prompts ({counts}); "
              f"{saved.get('timing', '')}", "",
              f"The two ground truths agree with each other at ρ = {_cell(truths)} (mean over prompts): no "
@@ -296,6 +381,7 @@ def report(saved: dict) -> list[str]:
     lines += overall_table(records, "All prompts") + [""]
     lines += kind_table(records, "deletion", "ρ vs deletion, by kind") + [""]
     lines += kind_table(records, "partial", "partial ρ given position, by kind") + [""]
+    lines += band_table(records) + [""]
     for split in ("dev", "held-out"):
         rs = [r for r in records if r["split"] == split]
         if rs:
@@ -316,7 +402,7 @@ def figure(saved: dict, path: str) -> None:
     records = saved["records"]
     shown = [m for m in ("rollout", "flow", "alti-logit", "logit attribution", "ablated flow", *PRIORS)
              if m in methods_of(records)]
-    kinds = ["all", *[k for k in KINDS if any(r["kind"] == k for r in records)]]
+    kinds = ["all", *kinds_of(records)]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     width = 0.8 / len(shown)
     for ax, key, title in ((axes[0], "deletion", "ρ with the deletion ground truth"),
@@ -355,9 +441,30 @@ def main() -> None:
     parser.add_argument("--markdown", default=None, help="write the tables here")
     parser.add_argument("--replot", default=None, help="print the tables of a --json file again; no model")
     parser.add_argument("--figure", default=None, help="draw the per-kind figure here (a .png)")
+    parser.add_argument("--long", action="store_true",
+                        help="add three long prompts (a retrieved-document question, a chat history, a code snippet)")
+    parser.add_argument("--extend", default=None, metavar="JSON",
+                        help="add the library's methods that a saved run lacks (e.g. one merged since) to it, in place")
+    parser.add_argument("--peers", default=None, metavar="PYTHON",
+                        help="the peers venv's python (context-cite 0.0.4): adds ContextCite with 64 ablations")
     args = parser.parse_args()
     if args.replot:
         saved = json.loads(Path(args.replot).read_text())
+    elif args.extend:
+        saved = json.loads(Path(args.extend).read_text())
+        torch.set_num_threads(args.threads)
+        quiet_transformers()
+        model, _ = load(saved["model"])
+        missing = {k: fn for k, fn in library_methods().items() if k not in saved["records"][0]["methods"]}
+        for record in saved["records"]:
+            for name, fn in missing.items():
+                started = time.process_time()
+                scores = np.asarray(fn(model, record["ids"], record["n"] - 1), dtype=float)
+                record["methods"][name] = measured(record, scores[1:record["n"] - 1], time.process_time() - started)
+        load_avg = os.getloadavg()
+        saved["timing"] += (f"; {', '.join(missing) or 'nothing'} added later (load average {load_avg[0]:.2f} "
+                            f"{load_avg[1]:.2f} {load_avg[2]:.2f})")
+        Path(args.extend).write_text(json.dumps(saved, indent=0))
     else:
         torch.set_num_threads(args.threads)
         quiet_transformers()
@@ -372,12 +479,16 @@ def main() -> None:
             seen: dict[str, int] = {}
             items = [it for it in items if (seen.__setitem__(it["kind"], seen.get(it["kind"], 0) + 1)
                                             or seen[it["kind"]] <= args.limit)]
+        if args.long:
+            items += long_prompts()
         records = []
         for k, item in enumerate(items):
             records.append(score_prompt(model, tokenizer, item, predict, mean, extra))
             print(f"\r{k + 1}/{len(items)} ({time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f})",
                   end="", flush=True, file=sys.stderr)
         print(file=sys.stderr)
+        if args.peers:
+            contextcite(records, args.peers, str(model.name_or_path))
         load_avg = os.getloadavg()
         timing = (f"{args.threads} torch thread(s), loaded in {loaded:.0f} s, {time.perf_counter() - started:.0f} s wall "
                   f"and {time.process_time() - cpu0:.0f} s CPU in all; load average {load_avg[0]:.2f} "
