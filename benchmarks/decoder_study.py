@@ -14,9 +14,8 @@ history, a code snippet; 168-253 tokens on SmolLM2), held out too. A table by pr
 
 Peers (``--peers``, a venv with ``context-cite==0.0.4`` and ``at2==0.0.1`` installed from the registry,
 torch 2.13.0 pinned): ContextCite with 64 random ablations and its Lasso surrogate, on the same token
-sources and deletion (benchmarks/peers/contextcite_tokens.py says what is adapted). AT2 is not run:
-it learns per-head weights from a training set of ablations, which this study has no held-apart set
-for at the token level.
+sources and deletion (benchmarks/peers/contextcite_tokens.py says what is adapted). AT2 (which
+learns per-head attention weights from a training set of ablations) is not wired in here yet.
 
 Per prompt: the explained output is the token the model predicts after the prompt (its argmax at the
 last position), as `attnflow explain` does. Ranked tokens: prompt positions 1..n-2 (the first token,
