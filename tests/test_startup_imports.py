@@ -76,3 +76,33 @@ def test_numpy_rankdata_equals_scipy() -> None:
             assert np.array_equal(rankdata(x, axis=axis, method=method), scipy_ranks(x, axis=axis, method=method))
 
     check()
+
+
+HELP = r"""
+import importlib, runpy, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)  # an eager import, to prove the check can fail
+sys.argv = ["attnflow", "--help"]
+try:
+    runpy.run_module("attnflow", run_name="__main__", alter_sys=True)
+except SystemExit as stop:
+    if stop.code:
+        raise
+print("HEAVY " + " ".join(sorted(m for m in ("numpy", "torch", "transformers", "matplotlib") if m in sys.modules)))
+"""
+
+
+def heavy_after_help(*eager: str) -> list[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, "-c", HELP, *eager], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "explain" in proc.stdout  # the help really printed its commands
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("HEAVY"))
+    return line.split()[1:]
+
+
+def test_help_imports_no_numpy_torch_or_matplotlib() -> None:
+    # `attnflow --help` reads the command table only; the results package's names load on first use
+    assert heavy_after_help() == []
+    assert heavy_after_help("attnflow.results.attribution") == ["numpy"]  # the check sees an eager import

@@ -381,3 +381,6 @@ class Attribution:
     def __repr__(self) -> str:
         return (f"Attribution(kind={self.kind!r}, methods={self.methods}, targets={self.n_targets}, "
                 f"layers={self.n_layers}, sources={self.n_sources}, model={self.model!r})")
+
+
+load = Attribution.load  # attnflow.load / attnflow.results.load: read a saved result
