@@ -202,6 +202,11 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "attnflow.api.methods.one_pass:ablated_flow_budgeted",
            "exact ablated flow when it fits 5 forward passes, else the estimate with its top sources "
            "re-scored exactly (decoders)", spans=True, models=("decoder",), reads=()),
+    Method("attnlrp", ("text",), FORWARD_BACKWARD, False,
+           "Achtibat et al. 2024 (AttnLRP), gradient x input form",
+           "attnflow.api.methods.attnlrp:attnlrp",
+           "layer-wise relevance of each token for the explained logit, one forward and one backward pass "
+           "(decoders, classifiers)", spans=True, models=("decoder", "classifier"), reads=()),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
            "(decoders)", models=("decoder",), reads=()),
