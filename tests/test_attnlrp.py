@@ -271,3 +271,18 @@ def test_refusals_say_why():
     with pytest.raises(AttnflowError, match="readout must be one of logit, contrastive; got 'logprob'"):
         attnlrp(_LLAMA, [1, 2, 3], readout="logprob")
     assert _LLAMA.config._attn_implementation == "eager"  # the scoped switch put the model back
+
+
+def test_spans_carry_the_sum_of_their_tokens_relevances(decoder):
+    from attnflow.config.registry import Context, get
+
+    model, tokenizer = decoder
+    ids = tokenizer(TEXT)["input_ids"]
+    n = len(ids)
+    groups = [[0], [1, 2, 3], [4, 5], list(range(6, n))]
+    context = Context(kind="text", attentions=None, settings=None, rows=[n - 1], model=model, input_ids=ids,
+                      spans=groups)
+    got = get("attnlrp")(context)[0, 0]
+    tokens = attnlrp(model, ids).relevance[0]
+    for g in groups:
+        np.testing.assert_allclose(got[g], tokens[g].sum(), atol=1e-12)
