@@ -266,8 +266,15 @@ def test_refusals_say_why():
 
     config = T.OPTConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, ffn_dim=32, num_attention_heads=2,
                          word_embed_proj_dim=16)
+    opt = T.OPTForCausalLM(config).eval()
     with pytest.raises(AttnflowError, match="AttnLRP's rules are checked .* 'opt' is not among them"):
-        attnlrp(T.OPTForCausalLM(config).eval(), [1, 2, 3])
+        attnlrp(opt, [1, 2, 3])
+    from attnflow.api.checks import check_methods, runnable
+
+    with pytest.raises(AttnflowError, match="attnlrp runs on the families its rules are checked for .*'opt'"):
+        check_methods(["attnlrp"], model=opt)  # up front, before any pass: what every entry point calls
+    check_methods(["attnlrp"], model=_LLAMA)
+    assert dict((m.name, r) for m, r in runnable(opt))["attnlrp"] is not None
     with pytest.raises(AttnflowError, match="readout must be one of logit, contrastive; got 'logprob'"):
         attnlrp(_LLAMA, [1, 2, 3], readout="logprob")
     assert _LLAMA.config._attn_implementation == "eager"  # the scoped switch put the model back
