@@ -266,14 +266,36 @@ def _label(model: Any) -> str:
     return str(name) if name and " " not in str(name) else "MODEL"
 
 
-def why_not(method: Any, kind: str | None) -> str | None:
-    """Why the registry record ``method`` cannot run on a model of ``kind`` (None: it can, or the kind
-    is unknown)."""
-    if kind is None or kind in method.models:
+def why_not(method: Any, kind: str | None, family: str | None = None) -> str | None:
+    """Why the registry record ``method`` cannot run on a model of ``kind`` and ``model_type`` ``family``
+    (None: it can, or they are unknown): its record's ``models``, and for a method whose rules are
+    checked family by family (``needs_row``), whether the family's architecture row sets that column."""
+    if kind is not None and kind not in method.models:
+        article = "an" if kind[0] in "aeiou" else "a"
+        wanted = " and ".join(_PLURAL[k] for k in method.models)
+        return f"{method.name} runs on {wanted} only, and this model is {article} {kind}"
+    if method.needs_row and family:
+        from attnflow.capture.architectures import ARCHITECTURES
+
+        row = ARCHITECTURES.get(family)
+        if row is None or getattr(row, method.needs_row) is None:
+            checked = ", ".join(t for t, r in ARCHITECTURES.items() if getattr(r, method.needs_row) is not None)
+            return (f"{method.name} runs on the families its rules are checked for ({checked}: "
+                    f"{method.needs_row} in the architecture table) only, and this model is {family!r}")
+    return None
+
+
+def model_type_of(model: Any) -> str | None:
+    """``config.model_type`` of a ModelInfo, a Loaded or a loaded model (None when not known here)."""
+    from attnflow.capture.architectures import model_type
+    from attnflow.capture.load import ModelInfo
+
+    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         return None
-    article = "an" if kind[0] in "aeiou" else "a"
-    wanted = " and ".join(_PLURAL[k] for k in method.models)
-    return f"{method.name} runs on {wanted} only, and this model is {article} {kind}"
+    if isinstance(model, ModelInfo):
+        return model_type(model.config) or None
+    inner = getattr(model, "model", None) if hasattr(model, "family") and hasattr(model, "head") else None
+    return model_type(inner if inner is not None else model) or None
 
 
 def check_paper_only(methods: Any) -> None:
@@ -303,9 +325,9 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, pape
     records = [m if isinstance(m, registry.Method) else registry.get(m) for m in methods]
     if not records:
         raise AttnflowError(f"choose at least one method ({', '.join(registry.REGISTRY)}); got none")
-    kind = model_kind_of(model)
+    kind, family = model_kind_of(model), model_type_of(model)
     for record in records:
-        reason = why_not(record, kind)
+        reason = why_not(record, kind, family)
         if reason is not None:
             raise AttnflowError(f"{reason}, so {what} cannot compute it; `attnflow methods --model {_label(model)}` "
                                 "lists what this model can run, and why not the others")
@@ -337,5 +359,5 @@ def runnable(model: Any, kind: str | None = None) -> list[tuple[Any, str | None]
     a ModelInfo, a Loaded or a loaded model (``kind``: its kind when already known)."""
     from attnflow.config import registry
 
-    kind = kind or model_kind_of(model)
-    return [(m, why_not(m, kind)) for m in registry.REGISTRY.values()]
+    kind, family = kind or model_kind_of(model), model_type_of(model)
+    return [(m, why_not(m, kind, family)) for m in registry.REGISTRY.values()]

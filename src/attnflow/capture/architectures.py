@@ -23,6 +23,11 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
   type without them is refused for the norm weighting.
 - ``fixes``: corrections applied while attnflow runs the model (see :func:`architecture_fixes`).
+- ``lrp_gate``: for AttnLRP (:mod:`attnflow.capture.attnlrp`), the two factors of a gated feed-forward
+  block's elementwise product (``act(gate(x)) * up(x)``), as paths from the attention module like
+  ``mlp``, whose gradients the uniform rule halves; ``()`` for a family whose feed-forward block has no
+  product; None (the default) for a family whose rules are not checked, which AttnLRP refuses. Every
+  row that sets it has a conservation case in ``tests/test_attnlrp.py``.
 - ``attention_class``: for a family whose model classes declare no ``_can_record_outputs`` (older
   modelling code), the class name of the module that returns ``(output, attention weights)``, so that
   streaming capture and the norm weighting can hook it (:func:`attnflow.capture.hooks.attention_modules`).
@@ -66,6 +71,7 @@ class Architecture:
     attention_class: str | None = None
     heads: tuple[tuple[str, str], ...] = ()  # (model class name, head) for classes transformers' auto maps lack
     mlp: str | None = None
+    lrp_gate: tuple[str, ...] | None = None
 
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder", "vision", "unsupported")
@@ -168,6 +174,15 @@ MLPS: dict[str, str] = {
 }
 for _type, _path in MLPS.items():
     ARCHITECTURES[_type] = replace(ARCHITECTURES[_type], mlp=_path)
+
+# AttnLRP's gated products (see ``lrp_gate`` in the module docstring); every entry has a conservation case
+# in tests/test_attnlrp.py (a test enforces it).
+LRP_GATES: dict[str, tuple[str, ...]] = {
+    **{t: ("../mlp.act_fn", "../mlp.up_proj") for t in ("llama", "mistral", "qwen2", "gemma2", "gemma3_text")},
+    **{t: () for t in ("gpt2", "bert")},
+}
+for _type, _gate in LRP_GATES.items():
+    ARCHITECTURES[_type] = replace(ARCHITECTURES[_type], lrp_gate=_gate)
 QKV_LAYOUTS = (None, "concat", "interleaved")
 
 

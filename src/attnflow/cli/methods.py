@@ -24,18 +24,19 @@ def methods(
     from attnflow.api.checks import model_kind_of, named_info, runnable
     from attnflow.config import registry
 
-    kind = None
+    kind = subject = None
     if model is not None:
-        info = named_info(model)
-        kind = model_kind_of(info)
+        subject = named_info(model)
+        kind = model_kind_of(subject)
         if kind is None:  # a hub id whose config is not here: its kind is known once loaded
             from attnflow.api.models import resolve
 
-            kind = model_kind_of(resolve(model))
+            subject = resolve(model)
+            kind = model_kind_of(subject)
         article = "an" if kind[0] in "aeiou" else "a"
         print(f"{model} is {article} {kind} model")
     rows = [("method", "cost", "layers", "reference", *(["runs on it"] if kind else []))]
-    for record, reason in runnable(None, kind):
+    for record, reason in runnable(subject, kind):
         rows.append((record.name, record.cost, "yes" if record.layers else "no", record.reference,
                      *([f"no: {reason}" if reason else "yes"] if kind else [])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]

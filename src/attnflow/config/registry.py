@@ -43,7 +43,9 @@ How to add a method
    ``colour`` for figures (optional). Facts the entry points act on are fields too, never a
    comparison with the method's name elsewhere (``tests/test_architecture.py`` checks):
    ``gradients``, ``classifiers_only``, ``decoder_default``, ``tracked``, ``shown_first``,
-   ``rows``, ``models`` (the kinds of model it runs on) and ``reads`` (which of the optional
+   ``rows``, ``models`` (the kinds of model it runs on), ``needs_row`` (a column of the architecture
+   table that a model family's row must set, for a method whose rules are checked family by family)
+   and ``reads`` (which of the optional
    settings, ``weighting`` and ``causal_norm``, change its scores; :mod:`attnflow.api.checks`
    refuses the others) (see :class:`Method`).
 3. Add its oracle test (an independent computation: a naive loop, a leave-one-out pass, ...).
@@ -111,6 +113,7 @@ class Method:
     reads: tuple[str, ...] = OPTIONAL_SETTINGS  # which of OPTIONAL_SETTINGS change its scores
     spans: bool = False             # ablates by span when given spans= (every token of a span at once; api.spans)
     long_default: str | None = None  # a decoder default's stand-in above honest.EXACT_DEFAULT_MAX tokens
+    needs_row: str | None = None    # a column of the architecture table a model's row must set (its rules are per family)
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
@@ -202,6 +205,11 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "attnflow.api.methods.one_pass:ablated_flow_budgeted",
            "exact ablated flow when it fits 5 forward passes, else the estimate with its top sources "
            "re-scored exactly (decoders)", spans=True, models=("decoder",), reads=()),
+    Method("attnlrp", ("text",), FORWARD_BACKWARD, False,
+           "Achtibat et al. 2024 (AttnLRP), gradient x input form",
+           "attnflow.api.methods.attnlrp:attnlrp",
+           "layer-wise relevance of each token for the explained logit, one forward and one backward pass "
+           "(decoders, classifiers)", spans=True, models=("decoder", "classifier"), reads=(), needs_row="lrp_gate"),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
            "(decoders)", models=("decoder",), reads=()),

@@ -1,0 +1,331 @@
+"""AttnLRP: attention-aware layer-wise relevance propagation, on a stock Hugging Face model.
+
+Achtibat, Hatefi, Dreyer, Jain, Wiegand, Lapuschkin, Samek 2024, "AttnLRP: Attention-Aware Layer-Wise
+Relevance Propagation for Transformers" (ICML). LRP starts from the explained logit ``z`` (relevance
+``R = z``) and redistributes it backwards, layer by layer, onto the layer's inputs; the relevance of
+input token ``j`` is what reaches its input embedding. Every rule below is written in the
+gradient x input form (the paper's Appendix; lxt's "efficient" implementation): a relevance ``R_y``
+at a tensor ``y`` equals ``y * g_y`` for a *modified* gradient ``g``, and each rule is a change of one
+operation's backward pass, so one forward and one backward pass give::
+
+    R_j = sum_d  e[j, d] * g~[j, d]          e: the input embedding of token j (the input embedding
+                                             module's output), g~: the modified gradient of z
+
+The rules (``x`` an operation's input, ``y`` its output):
+
+- linear maps (``nn.Linear``, GPT-2's ``Conv1D``, residual sums, rotary rotation, grouped-query head
+  sharing, the ``1/sqrt(d)`` scaling, LayerNorm's centring): the epsilon-rule with epsilon = 0,
+  ``R_i = sum_k x_i W_ki R_k / y_k``, which in this form is the *standard* gradient. A bias ``b`` keeps
+  ``b * g_y`` (lost relevance, a bias term).
+- elementwise non-linearities (SiLU, GELU, tanh of BERT's pooler, Gemma 2's attention soft-capping
+  ``cap * tanh(s / cap)``): the identity rule ``R_x = R_y``, i.e. the derivative ``f(x) / x``
+  (0 where ``x = 0``; the relevance there is 0 whatever it is).
+- bilinear products of two input-dependent factors (``q . k^T``, ``attention . V``, a gated
+  feed-forward's ``act(gate(x)) * up(x)``): the uniform rule, half of the product's relevance to each
+  factor: the gradient into each factor is halved (the product rule would give each factor all of it).
+- softmax (the paper's rule, from its first-order Taylor expansion at ``x``): ``R_x_i = x_i (R_s_i - s_i sum_k R_s_k)``,
+  which is ``x * (the standard gradient)``: the standard backward pass. It does not conserve: each
+  softmax row keeps the bias term ``sum_k R_s_k (1 - x_k + sum_i s_i x_i)``, with ``R_s = s * g_s``.
+- LayerNorm ``(x - mean(x)) / sigma * w + b`` and RMSNorm ``x / rms(x) * w``: the denominator held
+  constant (the identity rule on the normalisation), the mean subtraction kept (it is linear):
+  the norm becomes a linear map; LayerNorm's offset ``b`` keeps ``b * g_y``.
+- a soft-capped final logit (Gemma 2, ``z = cap * tanh(u / cap)``): the identity rule, ``R_u = z``.
+- constant inputs added to the token embedding (GPT-2's and BERT's position embeddings, BERT's
+  token-type embeddings) are not tokens: they keep ``p * g`` (bias terms).
+
+Conservation: ``sum_j R_j = z - (linear biases . g) - (norm offsets . g) - (position / token-type
+embeddings . g) - (softmax bias terms)``, exact up to floating point (``tests/test_attnlrp.py`` checks
+it in float64 for every family of the architecture table's ``lrp_gate`` column, with every term computed
+separately).
+
+How: a scoped switch puts the model on attnflow's attention function (registered with transformers'
+``AttentionInterface``; it applies the q.k, softmax and attention.V rules and does what eager attention
+does otherwise), and hooks installed once per model, idle outside a pass, apply the norm, activation
+and gated-product rules. Per-architecture facts (the gated product's factors) are the architecture
+table's ``lrp_gate`` column; norms and activations are found by their class.
+
+API::
+
+    attnlrp(model, input_ids, targets=None, *, tokens=None, foils=None, readout="logit", observe=None) -> LRP
+    LRP.relevance  # (len(targets), n) float64: R_j per target (a classifier: one row)
+    LRP.logits     # (len(targets),) the explained z (or z_c - z_f)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.capture.architectures import architecture, architecture_fixes, model_family, model_head, model_type
+from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
+from attnflow.capture.logit_paths import _is_norm
+from attnflow.capture.values import _find
+from attnflow.errors import AttnflowError
+
+ATTENTION = "attnflow_attnlrp"  # the name attnflow's attention function is registered under
+READOUTS = ("logit", "contrastive")
+
+
+@dataclass
+class LRP:
+    """AttnLRP relevances (see the module docstring): ``relevance (targets, n)``, the explained values
+    ``logits (targets,)``, the explained ``tokens`` (classes), and ``decoder`` (False: a classifier)."""
+
+    relevance: np.ndarray
+    targets: list[int]
+    tokens: list[int]
+    logits: np.ndarray
+    decoder: bool
+
+
+class _Pass:
+    """The active pass: the input-embedding leaf, the unembedding's output, the attention calls seen."""
+
+    def __init__(self, observe: Callable[..., None] | None) -> None:
+        self.leaf: torch.Tensor | None = None
+        self.unembedded: torch.Tensor | None = None
+        self.observe = observe
+        self.calls = 0
+
+
+_ACTIVE: ContextVar[_Pass | None] = ContextVar("attnflow_attnlrp", default=None)
+
+
+# ------------------------------------------------------------------------------------- the rules
+
+def uniform(t: torch.Tensor) -> torch.Tensor:
+    """The uniform rule's half: the same value (``0.5 t + 0.5 t`` is exact in floating point), half the
+    gradient into ``t``."""
+    return 0.5 * t + 0.5 * t.detach()
+
+
+def identity(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The identity rule for an elementwise ``y = f(x)``: the value ``y`` exactly, the derivative
+    ``y / x`` (0 where ``x = 0``), so that ``x * g_x = y * g_y``."""
+    safe = torch.where(x != 0, x, torch.ones_like(x))
+    ratio = torch.where(x != 0, y / safe, torch.zeros_like(y))
+    return y.detach() + (x - x.detach()) * ratio.detach()
+
+
+def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+               softcap: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager attention (query ``(b, heads, n, d)``, key/value ``(b, kv heads, m, d)``) with AttnLRP's rules
+    while a pass is active in this thread; plain eager attention otherwise."""
+    active = _ACTIVE.get()
+    half = uniform if active is not None else (lambda t: t)
+    groups = int(getattr(module, "num_key_value_groups", 1) or 1)
+    if groups > 1:  # grouped-query heads: each key/value head serves `groups` query heads (linear: gradients sum)
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    scores = half(torch.matmul(query, key.transpose(-1, -2))) * scaling
+    if softcap is not None:
+        capped = torch.tanh(scores / softcap) * softcap
+        scores = capped if active is None else identity(scores, capped)
+    if attention_mask is not None:
+        scores = scores + attention_mask[..., :key.shape[-2]]
+    # the softmax rule is x * (the standard gradient): nothing to change; softmax at least in float32 as eager does
+    weights = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1).to(query.dtype)
+    if active is not None:
+        active.calls += 1
+        if active.observe is not None:
+            active.observe(module, scores, weights)
+    if dropout and module.training:
+        weights = torch.nn.functional.dropout(weights, p=dropout, training=True)
+    out = half(torch.matmul(weights, value))
+    return out.transpose(1, 2).contiguous(), weights
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(ATTENTION, _attention)
+    AttentionMaskInterface.register(ATTENTION, eager_mask)  # an additive mask, as eager attention reads it
+
+
+# ------------------------------------------------------------------------------------------ hooks
+
+def _is_activation(module: Any) -> bool:
+    """An elementwise non-linearity module: transformers' activation classes (``ACT2FN``) and torch's."""
+    nn = torch.nn
+    return (type(module).__module__ == "transformers.activations"
+            or isinstance(module, (nn.SiLU, nn.GELU, nn.Tanh, nn.ReLU, nn.Sigmoid, nn.Mish, nn.Softplus)))
+
+
+def _activation_hook(module: Any, args: Any, output: Any) -> Any:
+    if _ACTIVE.get() is None or not args or not isinstance(output, torch.Tensor):
+        return None
+    return identity(args[0], output)
+
+
+def _norm_hook(module: Any, args: Any, output: Any) -> Any:
+    """The normalisation as the linear map it is with its denominator held constant."""
+    if _ACTIVE.get() is None or not args or not isinstance(output, torch.Tensor):
+        return None
+    x = args[0]
+    if isinstance(module, torch.nn.LayerNorm):
+        centred = x - x.mean(-1, keepdim=True)  # linear: kept in the backward pass
+        sigma = torch.sqrt(x.detach().var(-1, unbiased=False, keepdim=True) + module.eps)
+        scale = (module.weight.detach() if module.weight is not None else 1.0) / sigma
+        linear = centred * scale
+        return output.detach() + (linear - linear.detach())
+    # RMS norms (every variant's spelling of the weight, Gemma's 1 + w included): y / x = w / rms(x)
+    return identity(x, output)
+
+
+def _half_hook(module: Any, args: Any, output: Any) -> Any:
+    return uniform(output) if _ACTIVE.get() is not None and isinstance(output, torch.Tensor) else None
+
+
+def _embedding_hook(module: Any, args: Any, output: Any) -> Any:
+    active = _ACTIVE.get()
+    if active is None:
+        return None
+    active.leaf = output.detach().requires_grad_(True)
+    return active.leaf
+
+
+def _unembedding_hook(module: Any, args: Any, output: Any) -> None:
+    active = _ACTIVE.get()
+    if active is not None:
+        active.unembedded = output
+
+
+def _install(model: Any, gate: tuple[str, ...], decoder: bool) -> None:
+    """The hooks, once per model, idle unless a pass is active in the calling thread. Order matters on a
+    gated feed-forward's activation: the identity rule first, then the halving."""
+    with _INSTALL:
+        if getattr(model, "_attnflow_attnlrp", False):
+            return
+        _register()
+        for module in model.modules():
+            if _is_norm(module):
+                module.register_forward_hook(_norm_hook)
+            elif _is_activation(module):
+                module.register_forward_hook(_activation_hook)
+        for found in attention_modules(model):
+            for path in gate:
+                _find(model, found.name, path).register_forward_hook(_half_hook)
+        model.get_input_embeddings().register_forward_hook(_embedding_hook)
+        if decoder:
+            model.get_output_embeddings().register_forward_hook(_unembedding_hook)
+        model._attnflow_attnlrp = True
+
+
+@contextmanager
+def _lrp_attention(model: Any) -> Iterator[None]:
+    """The model on attnflow's attention function for the block, then back on its own."""
+    previous = getattr(model.config, "_attn_implementation", None) or "eager"
+    model.set_attn_implementation(ATTENTION)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+
+
+# ------------------------------------------------------------------------------------------ entry
+
+def _kind(model: Any) -> tuple[bool, tuple[str, ...]]:
+    """(decoder?, the gated product's factors) or a sentence saying why AttnLRP cannot run."""
+    row = architecture(model)
+    name = model_type(model) or type(model).__name__
+    if row is None or row.lrp_gate is None:
+        from attnflow.capture.architectures import ARCHITECTURES
+
+        checked = ", ".join(t for t, r in ARCHITECTURES.items() if r.lrp_gate is not None)
+        raise AttnflowError(f"AttnLRP's rules are checked (conservation) for {checked} models; {name!r} is not among "
+                            "them: use method='ablated-flow-estimate' or 'alti-logit'")
+    head = model_head(model)
+    if head == "causal-lm" and model_family(model) == "decoder":
+        return True, row.lrp_gate
+    if head == "classification":
+        return False, row.lrp_gate
+    raise AttnflowError(f"AttnLRP explains a logit, so it needs a causal language-model or a sequence-classification "
+                        f"head; {type(model).__name__} has neither")
+
+
+def attnlrp(model: Any, input_ids: Any, targets: Any = None, *, tokens: Any = None, foils: Any = None,
+            readout: str = "logit", observe: Callable[..., None] | None = None) -> LRP:
+    """AttnLRP relevances of every input token (see the module docstring).
+
+    input_ids: ``(n,)`` or ``(1, n)`` token ids. targets: a decoder's positions whose next-token logit is
+        explained (default: the last); a classifier explains its class logit, read at no single
+        position (one row, recorded as target 0). tokens: the explained token / class per target
+        (default: the argmax). readout: ``"logit"``, or ``"contrastive"`` with ``foils`` (explains
+        ``z_c - z_f``, linear in the logits, so it conserves too).
+    observe: for tests and studies, called as ``observe(module, scores, weights)`` with each attention
+        softmax's input and output (``(b, heads, n, m)``) during the forward pass.
+
+    Cost: one forward pass with autograd recording and one backward pass per target.
+    """
+    if readout not in READOUTS:
+        raise AttnflowError(f"AttnLRP's relevances sum to a logit (up to its bias terms), so readout must be one of "
+                            f"{', '.join(READOUTS)}; got {readout!r}")
+    decoder, gate = _kind(model)
+    ids = torch.as_tensor(np.asarray(input_ids)).reshape(-1).long()
+    n = ids.numel()
+    if n < 1:
+        raise AttnflowError("expected at least one input token")
+    if decoder:
+        targets = [n - 1] if targets is None else [int(t) % n if -n <= int(t) < n else int(t)
+                                                    for t in np.atleast_1d(np.asarray(targets)).tolist()]
+        if not targets or any(not 0 <= t < n for t in targets) or len(set(targets)) != len(targets):
+            raise AttnflowError(f"targets must be distinct positions in [0, {n}); got {targets}")
+        targets = sorted(targets)
+    else:
+        targets = [0]
+    for what, given in (("tokens", tokens), ("foils", foils)):
+        if given is not None and len(np.atleast_1d(given)) != len(targets):
+            raise AttnflowError(f"give one of {what} per target ({len(targets)}); got {len(np.atleast_1d(given))}")
+    if readout == "contrastive" and foils is None:
+        raise AttnflowError(f"readout='contrastive' needs one foil token per target ({len(targets)} targets)")
+    _install(model, gate, decoder)
+    device = next(model.parameters()).device
+    state = _Pass(observe)
+    last = max(targets)
+    feed: dict[str, Any] = {"input_ids": ids[None, :last + 1 if decoder else n].to(device), "use_cache": False}
+    if decoder:
+        feed["logits_to_keep"] = last + 1 - min(targets)
+    with torch.enable_grad(), architecture_fixes(model), _lrp_attention(model), scoped(_ACTIVE, state):
+        out = model(**feed)
+        if state.leaf is None or state.calls == 0:
+            raise AttnflowError(f"{type(model).__name__} did not run through attnflow's attention function or its input "
+                                "embedding module; AttnLRP cannot apply its rules to it")
+        if decoder:
+            keep = feed["logits_to_keep"]
+            where = [t - last - 1 + keep for t in targets]
+            z, u = out.logits[0, where], state.unembedded[0, where]
+        else:
+            z = u = out.logits[0][None]
+        explained = z.detach().argmax(-1) if tokens is None else torch.as_tensor(np.atleast_1d(tokens)).long()
+        explained = explained.to(z.device)
+
+        def logit(which: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            zc, uc = z.gather(-1, which[:, None])[:, 0], u.gather(-1, which[:, None])[:, 0]
+            # the identity rule on a soft-capped logit z = cap tanh(u / cap): d z~ / d u = z / u (1 without a cap)
+            ratio = torch.where(uc != 0, zc / torch.where(uc != 0, uc, torch.ones_like(uc)), torch.ones_like(uc))
+            return ratio.detach() * uc, zc.detach()
+
+        objective, value = logit(explained)
+        if readout == "contrastive":
+            foil_objective, foil_value = logit(torch.as_tensor(np.atleast_1d(foils)).long().to(z.device))
+            objective, value = objective - foil_objective, value - foil_value
+        relevance = np.zeros((len(targets), n))
+        leaf = state.leaf
+        for i in range(len(targets)):
+            (grad,) = torch.autograd.grad(objective[i], leaf, retain_graph=i < len(targets) - 1)
+            row = (leaf.detach() * grad)[0].sum(-1).to(torch.float64).cpu().numpy()
+            relevance[i, :row.shape[0]] = row
+    if decoder:
+        for i, t in enumerate(targets):
+            relevance[i, t + 1:] = 0.0  # a causal target never sees later sources (exact zeros already)
+    return LRP(relevance=relevance, targets=targets, tokens=[int(c) for c in explained.tolist()],
+               logits=value.to(torch.float64).cpu().numpy(), decoder=decoder)
