@@ -102,6 +102,12 @@ def library_methods() -> dict[str, Callable]:
 
         found["ablated flow estimate"], found["ablated flow budgeted (5)"] = estimate, budgeted
     try:
+        from attnflow.capture.attnlrp import attnlrp
+    except ImportError:
+        pass
+    else:
+        found["attnlrp"] = lambda model, ids, target: attnlrp(model, torch.tensor(ids), [target]).relevance[0]
+    try:
         from attnflow.capture.logit_paths import logit_paths
         from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
     except ImportError:
