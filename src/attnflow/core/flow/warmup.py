@@ -50,8 +50,15 @@ def compile_all() -> None:
     """Run every solver path once on small graphs: the serial and thread-pool paths of the engine
     and of the certified solver, the race of ``"auto"`` and the single-sink calls it makes."""
     rng = np.random.default_rng(1)
-    a = rng.dirichlet(np.ones(20), size=(3, 20))
-    a = 0.5 * a + 0.5 * np.eye(20)
+    a64 = rng.dirichlet(np.ones(20), size=(3, 20))
+    a64 = 0.5 * a64 + 0.5 * np.eye(20)
+    # float32: what attnflow.flow passes from captured maps; float64: arrays users pass themselves
+    for a in (a64.astype(np.float32), a64):
+        _compile(a)
+
+
+def _compile(a: np.ndarray) -> None:
+    """Every solver path on ``a`` (one numba signature per capacity type)."""
     layers, positions = np.array([0, 1, 2]), np.arange(20)
     serial = engine.SERIAL_WORK
     try:
