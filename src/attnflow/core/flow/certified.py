@@ -73,7 +73,7 @@ import numpy as np
 from numba import njit
 
 from attnflow.core.flow import engine
-from attnflow.core.flow.cuts import cut_bound, layer_two, sums
+from attnflow.core.flow.cuts import cut_bound, layer_two, live_totals, sums
 from attnflow.core.flow.push import push
 
 TOL = 1e-12
@@ -85,8 +85,9 @@ HEAVY = 4  # each node's largest arcs seeded into every source's sub-network
 
 # The graph as every kernel reads it: capacities ``(L, n, n)``, their row and column sums and total
 # (:func:`.cuts.sums`), the hub columns (:func:`hubs`) and the first hub of each layer (-1: none).
+# ``live_total``: :func:`.cuts.live_totals`, the causal cut family's sums (``(0, 0)``: not causal).
 Graph = namedtuple("Graph", ["capacity", "row_sums", "col_sums", "total", "hub", "hub_list", "hub_count",
-                             "first_hub", "heavy"])
+                             "first_hub", "heavy", "live_total"])
 # The sub-network of one source: arc ``i`` runs ``tail[i] -> head[i]`` with ``capacity[i]``; arc id
 # ``2i`` is it forward and ``2i + 1`` its reverse, with residuals ``residual[2i]``, ``residual[2i + 1]``
 # and far ends ``to[2i]``, ``to[2i + 1]``; node ``v``'s arc ids are ``adjacency[begin[v]:end[v]]``
@@ -629,7 +630,8 @@ def graph_of(a: np.ndarray) -> Graph:
     """Everything the kernels read about ``a`` ``(L, n, n)``, computed once per graph."""
     row_sums, col_sums, total = sums(a)
     hub, hubl, nhub = hubs(a)
-    return Graph(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1), heavy_arcs(a))
+    return Graph(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1), heavy_arcs(a),
+                 live_totals(a, col_sums))
 
 
 @njit(cache=True)
@@ -637,7 +639,7 @@ def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
     """Flow from ``(top, q)`` to each token in ``sinks`` (one warm chain) into ``out``; -1 marks a
     sink left to the dense engine. ``stats``: pushes, relabels, global relabels, cut checks,
     sinks left, learned arcs. Returns early, between sinks, once ``cancel[0]`` is set."""
-    a, rows, cols, total, hub, hubl, nhub, hub1, heavy = graph
+    a, rows, cols, total, hub, hubl, nhub, hub1, heavy, live_total = graph
     n = a.shape[1]
     if top == 1:
         for j in sinks:
@@ -683,7 +685,7 @@ def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
     for j in sinks:
         if cancel[0]:
             break
-        ub = cut_bound(a, rows, cols, total, hub1, top, q, j)
+        ub = cut_bound(a, rows, cols, total, hub1, top, q, j, live_total)
         if ub <= 0.0:
             out[j] = 0.0
             continue
