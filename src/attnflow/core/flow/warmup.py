@@ -25,7 +25,9 @@ import numpy as np
 from attnflow.core.flow import auto, certified, cuts, engine
 
 # Measured on a 2-core machine (docs/performance.md): the whole warm-up, cold, under load.
-EXPECTED_SECONDS = "about 1 minute"
+# Both capacity types (float32 and float64) since issue 31: 115 s of CPU cold on 2 loaded cores,
+# against 56 s for float64 alone in the same run.
+EXPECTED_SECONDS = "about 2 minutes"
 
 
 def kernels() -> list:
