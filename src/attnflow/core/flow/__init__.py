@@ -87,7 +87,7 @@ class FlowJob:
         index = -np.ones(self.mask.shape[1], dtype=np.int64)
         index[real] = np.arange(len(real))
         inside = [int(index[p]) for p in self.positions if index[p] >= 0] or [len(real) - 1]
-        return np.ascontiguousarray(self.a[0, 0][:, real][:, :, real]), inside
+        return np.ascontiguousarray(self.a[0, 0][:, real[:, None], real]), inside
 
     @property
     def graphs(self) -> int:
@@ -227,7 +227,7 @@ def _solve_all(job: FlowJob) -> None:
         sub_pos = new_index[pos_idx[keep]]
         for h in range(a.shape[1]):
             # Nothing padded (the usual case): the graph as it is, without two copies of it.
-            sub = np.ascontiguousarray(a[b, h] if len(real) == n else a[b, h][:, real][:, :, real])
+            sub = np.ascontiguousarray(a[b, h] if len(real) == n else a[b, h][:, real[:, None], real])
             for li, layer in enumerate(job.layers):
                 if len(sub_pos):
                     values = job.solve(sub, np.asarray([layer]), sub_pos, progress=tick, cancel=cancel)
