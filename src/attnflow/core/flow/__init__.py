@@ -61,8 +61,8 @@ class FlowJob:
     """The work of one :func:`flow` call, for a runner: ``run()`` fills ``out``.
 
     solve: the solver (``solve(a, layers, positions, progress=..., cancel=...)``); a:
-    ``(batch, heads, L, n, n)`` capacities (float32, or float64 when the maps are); mask ``(batch, n)``; layers, positions: the
-    requested rows; out ``(batch, heads, len(layers), len(positions), n)``; tick(k): k more rows
+    ``(batch, heads, L, n, n)`` capacities (float32, or float64 when the maps are); mask
+    ``(batch, n)``; layers, positions: the requested rows; out ``(batch, heads, len(layers), len(positions), n)``; tick(k): k more rows
     done; progress: the caller's progress callback (a runner may hand it an estimate); cancel:
     ``(1,)`` bool, set ``cancel[0] = True`` from any thread to stop the run between sinks (``run``
     then raises :class:`FlowCancelled`).
