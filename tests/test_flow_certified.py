@@ -170,3 +170,26 @@ def test_torch_batched_solver_on_real_attention_and_small_batches(minilm_attenti
     rows = dict(layers=[-1, 1], positions=[0, 3], normalize=False)
     np.testing.assert_allclose(attnflow.flow(w, solver="torch", **rows), attnflow.flow(w, solver="engine", **rows),
                                rtol=0, atol=TOL)
+
+
+@settings(deadline=None, max_examples=100)
+@given(st.integers(3, 6), st.integers(2, 9), st.sampled_from(KINDS), st.integers(0, 2**32 - 1))
+def test_causal_cut_family_is_a_cut_and_no_looser(layers: int, n: int, kind: str, seed: int) -> None:
+    # issue 31: on causal graphs the positions before the sink go to the source side for free
+    rng = np.random.default_rng(seed)
+    a = np.ascontiguousarray(np.tril(capacities(rng, layers, n, kind)))
+    a[:, np.arange(n), np.arange(n)] += 0.5  # a positive diagonal, as the residual gives
+    rows, cols, total = cuts.sums(a)
+    hub, hubl, nhub = certified.hubs(a)
+    first = np.where(nhub > 0, hubl[:, 0], -1)
+    live = cuts.live_totals(a, cols)
+    assert live.shape == (layers, n)
+    q = int(rng.integers(n))
+    want = oracle.solve(a, np.array([layers - 1]), np.array([q]))[0, 0]
+    for j in range(n):
+        causal = cuts.cut_bound(a, rows, cols, total, first, layers, q, j, live)
+        assert causal >= want[j] - TOL
+        assert causal <= cuts.cut_bound(a, rows, cols, total, first, layers, q, j) + TOL
+    not_causal = a.copy()
+    not_causal[0, 0, n - 1] = 0.1
+    assert cuts.live_totals(not_causal, cuts.sums(not_causal)[1]).shape == (0, 0)

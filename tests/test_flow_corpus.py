@@ -94,3 +94,41 @@ def test_heavy_arcs_are_the_largest_off_diagonal_entries() -> None:
         for u in range(16):
             assert set(heavy[m, u]) == set(np.argsort(-off[m, u], kind="stable")[:4]) or \
                 np.isclose(np.sort(off[m, u, heavy[m, u]]), np.sort(off[m, u])[-4:]).all()
+
+
+def fused32(w: np.ndarray) -> np.ndarray:
+    """The capacities as ``attnflow.flow`` hands them to the solvers from captured maps: float32."""
+    n = w.shape[-1]
+    return augmented(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))[None],
+                     torch.ones(1, n, dtype=torch.bool), residual=0.5, head_fusion="mean")[0].numpy()
+
+
+@pytest.mark.parametrize("kind", texts.KINDS)
+def test_float32_capacities_are_read_exactly(minilm, smollm2, kind: str) -> None:
+    # issue 31, item 4: the solvers read float32 capacities (no float64 stack of twice the maps'
+    # size); they must equal networkx and give the very numbers of the float64 copy of the same values
+    for model, target in ((minilm, 0), (smollm2, N - 1)):
+        a = fused32(inputs.attention(*model, kind, N)[:LAYERS])
+        assert a.dtype == np.float32
+        check_every_solver(a, target)
+        wide = a.astype(np.float64)
+        layers, positions = np.array([1, 2, LAYERS - 1]), np.array([target, N // 2])
+        for solve in (certified.solve, engine.solve, auto.solve):
+            assert np.array_equal(solve(a, layers, positions), solve(wide, layers, positions)), solve.__module__
+
+
+def test_flow_hands_the_solvers_the_maps_precision() -> None:
+    import attnflow
+    from attnflow.core.flow import flow
+
+    seen = []
+
+    def runner(job):
+        seen.append(job.a.dtype)
+        job.run()
+
+    w = torch.from_numpy(inputs.peaky(np.random.default_rng(2), 3, N, 0.2).astype(np.float32))
+    got = flow(w, runner=runner, layers=[-1], positions=[0])
+    assert seen == [np.float32]
+    wide = attnflow.flow(w.double(), layers=[-1], positions=[0])  # float64 maps stay float64
+    assert np.abs(np.asarray(got) - np.asarray(wide)).max() < 1e-6  # float32 vs float64 fusion only

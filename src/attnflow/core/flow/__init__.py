@@ -61,8 +61,8 @@ class FlowJob:
     """The work of one :func:`flow` call, for a runner: ``run()`` fills ``out``.
 
     solve: the solver (``solve(a, layers, positions, progress=..., cancel=...)``); a:
-    ``(batch, heads, L, n, n)`` float64 capacities; mask ``(batch, n)``; layers, positions: the
-    requested rows; out ``(batch, heads, len(layers), len(positions), n)``; tick(k): k more rows
+    ``(batch, heads, L, n, n)`` capacities (float32, or float64 when the maps are); mask
+    ``(batch, n)``; layers, positions: the requested rows; out ``(batch, heads, len(layers), len(positions), n)``; tick(k): k more rows
     done; progress: the caller's progress callback (a runner may hand it an estimate); cancel:
     ``(1,)`` bool, set ``cancel[0] = True`` from any thread to stop the run between sinks (``run``
     then raises :class:`FlowCancelled`).
@@ -87,7 +87,7 @@ class FlowJob:
         index = -np.ones(self.mask.shape[1], dtype=np.int64)
         index[real] = np.arange(len(real))
         inside = [int(index[p]) for p in self.positions if index[p] >= 0] or [len(real) - 1]
-        return np.ascontiguousarray(self.a[0, 0][:, real][:, :, real]), inside
+        return np.ascontiguousarray(self.a[0, 0][:, real[:, None], real]), inside
 
     @property
     def graphs(self) -> int:
@@ -170,7 +170,13 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
     if not isinstance(normalize, bool):
         raise AttnflowError(f"normalize must be True or False; got {normalize!r}")
     a = augmented(stack.values, stack.mask, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
-    a = a.detach().cpu().to(torch.float64).numpy()
+    # The capacities stay in the maps' precision (float32 from capture): the solvers read them as
+    # they are and do their arithmetic in float64, so the values are those of a float64 copy, bit for
+    # bit, without a float64 stack twice the maps' size. Half precisions widen to float32 (exact).
+    a = a.detach().cpu()
+    if a.dtype not in (torch.float32, torch.float64):
+        a = a.to(torch.float32)
+    a = a.numpy()
     if head_fusion is None:
         a = a.transpose(0, 2, 1, 3, 4)  # (batch, heads, layers, n, n)
     else:
@@ -221,7 +227,7 @@ def _solve_all(job: FlowJob) -> None:
         sub_pos = new_index[pos_idx[keep]]
         for h in range(a.shape[1]):
             # Nothing padded (the usual case): the graph as it is, without two copies of it.
-            sub = np.ascontiguousarray(a[b, h] if len(real) == n else a[b, h][:, real][:, :, real])
+            sub = np.ascontiguousarray(a[b, h] if len(real) == n else a[b, h][:, real[:, None], real])
             for li, layer in enumerate(job.layers):
                 if len(sub_pos):
                     values = job.solve(sub, np.asarray([layer]), sub_pos, progress=tick, cancel=cancel)

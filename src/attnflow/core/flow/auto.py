@@ -43,7 +43,7 @@ def faster(a: np.ndarray, layer: int, position: int) -> str:
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
-    a = np.ascontiguousarray(a, dtype=np.float64)
+    a = engine.capacities(a)
     layers, positions = np.asarray(layers), np.asarray(positions)
     if len(positions) < RACE_ROWS:
         return certified.solve(a, layers, positions, progress, cancel=cancel)

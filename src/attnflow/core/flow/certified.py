@@ -73,7 +73,7 @@ import numpy as np
 from numba import njit
 
 from attnflow.core.flow import engine
-from attnflow.core.flow.cuts import cut_bound, layer_two, sums
+from attnflow.core.flow.cuts import cut_bound, layer_two, live_totals, sums
 from attnflow.core.flow.push import push
 
 TOL = 1e-12
@@ -85,8 +85,9 @@ HEAVY = 4  # each node's largest arcs seeded into every source's sub-network
 
 # The graph as every kernel reads it: capacities ``(L, n, n)``, their row and column sums and total
 # (:func:`.cuts.sums`), the hub columns (:func:`hubs`) and the first hub of each layer (-1: none).
+# ``live_total``: :func:`.cuts.live_totals`, the causal cut family's sums (``(0, 0)``: not causal).
 Graph = namedtuple("Graph", ["capacity", "row_sums", "col_sums", "total", "hub", "hub_list", "hub_count",
-                             "first_hub", "heavy"])
+                             "first_hub", "heavy", "live_total"])
 # The sub-network of one source: arc ``i`` runs ``tail[i] -> head[i]`` with ``capacity[i]``; arc id
 # ``2i`` is it forward and ``2i + 1`` its reverse, with residuals ``residual[2i]``, ``residual[2i + 1]``
 # and far ends ``to[2i]``, ``to[2i + 1]``; node ``v``'s arc ids are ``adjacency[begin[v]:end[v]]``
@@ -110,7 +111,7 @@ def hubs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     hubl = np.zeros((n_layers + 1, HUBS), np.int64)
     nhub = np.zeros(n_layers + 1, np.int64)
     for m in range(1, n_layers):
-        col = a[m].sum(axis=0)
+        col = a[m].sum(axis=0, dtype=np.float64)  # float64 sums whatever the capacities' type
         mean = col.sum() / max(1, np.count_nonzero(col))
         order = np.argsort(-col, kind="stable")[:HUBS]
         chosen = order[col[order] >= HUB * mean]
@@ -148,10 +149,23 @@ def _stable(hub, top, q, m, u, v):
     return u == q or v == u or hub[m, u] or hub[m - 1, v]
 
 
+@njit(cache=True, inline="always")
+def _learned(mark_t, m, v, u):
+    """Was the arc ``(m + 1, u) -> (m, v)`` learned? ``mark_t`` ``(top, n, ceil(n / 8))`` holds one
+    bit per arc (a bool per arc was a quarter of a float32 stack per thread at 4,096 tokens)."""
+    return (mark_t[m, v, u >> 3] >> (u & 7)) & 1 == 1
+
+
+@njit(cache=True, inline="always")
+def _learn(mark_t, m, v, u):
+    """Mark the arc ``(m + 1, u) -> (m, v)`` learned."""
+    mark_t[m, v, u >> 3] |= np.uint8(1 << (u & 7))
+
+
 @njit(cache=True)
 def _in_net(hub, mark_t, top, q, j, m, u, v):
-    """Is ``(m, u) -> (m - 1, v)`` in sink ``j``'s sub-network? (``mark_t[m - 1, v, u]``: learned.)"""
-    return _stable(hub, top, q, m, u, v) or (v == j and m < top) or mark_t[m - 1, v, u]
+    """Is ``(m, u) -> (m - 1, v)`` in sink ``j``'s sub-network? (learned: :func:`_learned`.)"""
+    return _stable(hub, top, q, m, u, v) or (v == j and m < top) or _learned(mark_t, m - 1, v, u)
 
 
 @njit(cache=True)
@@ -249,7 +263,7 @@ def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, net, fresh, 
             back[tail] = 0.0
             if not reach[m, u]:
                 continue
-            if m > 1 and (u == q or u == j or hub[m, u] or mark_t[m - 1, j, u]):
+            if m > 1 and (u == q or u == j or hub[m, u] or _learned(mark_t, m - 1, j, u)):
                 continue
             cap = col[m - 1, u]
             if cap <= 0.0:
@@ -543,7 +557,7 @@ def _grow(a, hub, mark_t, reach, top, q, j, n, d, nv, tlist, tcnt, net, ne):
                     if sweep == 0:
                         largest = c
                     elif ne < len(cp):
-                        mark_t[m - 1, v, u] = True
+                        _learn(mark_t, m - 1, v, u)
                         tl[ne], hd[ne], cp[ne] = m * n + u, (m - 1) * n + v, c
                         res[2 * ne], res[2 * ne + 1] = c, 0.0
                         ne += 1
@@ -569,7 +583,7 @@ def _seed(a, heavy, hub, mark_t, reach, top, q, n, net, ne):
                 c = a[m - 1, u, v]
                 if c <= 0.0 or ne >= len(cp) or _in_net(hub, mark_t, top, q, -1, m, u, v):
                     continue
-                mark_t[m - 1, v, u] = True
+                _learn(mark_t, m - 1, v, u)
                 tl[ne], hd[ne], cp[ne] = m * n + u, (m - 1) * n + v, c
                 res[2 * ne], res[2 * ne + 1] = c, 0.0
                 ne += 1
@@ -616,7 +630,8 @@ def graph_of(a: np.ndarray) -> Graph:
     """Everything the kernels read about ``a`` ``(L, n, n)``, computed once per graph."""
     row_sums, col_sums, total = sums(a)
     hub, hubl, nhub = hubs(a)
-    return Graph(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1), heavy_arcs(a))
+    return Graph(a, row_sums, col_sums, total, hub, hubl, nhub, np.where(nhub > 0, hubl[:, 0], -1), heavy_arcs(a),
+                 live_totals(a, col_sums))
 
 
 @njit(cache=True)
@@ -624,7 +639,7 @@ def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
     """Flow from ``(top, q)`` to each token in ``sinks`` (one warm chain) into ``out``; -1 marks a
     sink left to the dense engine. ``stats``: pushes, relabels, global relabels, cut checks,
     sinks left, learned arcs. Returns early, between sinks, once ``cancel[0]`` is set."""
-    a, rows, cols, total, hub, hubl, nhub, hub1, heavy = graph
+    a, rows, cols, total, hub, hubl, nhub, hub1, heavy, live_total = graph
     n = a.shape[1]
     if top == 1:
         for j in sinks:
@@ -649,7 +664,7 @@ def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
     lnext, lprev, lhead = np.empty(nv, np.int64), np.empty(nv, np.int64), np.empty(nv + 2, np.int64)
     queue = np.empty(nv, np.int64)
     tlist, tcnt = np.empty((top + 1, n), np.int64), np.empty(top + 1, np.int64)
-    mark_t = np.zeros((top, n, n), np.bool_)
+    mark_t = np.zeros((top, n, (n + 7) // 8), np.uint8)
     col = np.empty((top, n))
     block = np.empty((top, 8, n))  # columns of 8 consecutive sinks: one strided pass per block
     blocked = -1
@@ -670,7 +685,7 @@ def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
     for j in sinks:
         if cancel[0]:
             break
-        ub = cut_bound(a, rows, cols, total, hub1, top, q, j)
+        ub = cut_bound(a, rows, cols, total, hub1, top, q, j, live_total)
         if ub <= 0.0:
             out[j] = 0.0
             continue
@@ -752,7 +767,7 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     int64) accumulates pushes, relabels, global relabels, cut checks, sinks left to the engine
     and learned arcs; ``rounds``: cut-generation rounds per sink before it goes to the engine;
     ``cancel``: as in :func:`attnflow.core.flow.oracle.solve`."""
-    a = np.ascontiguousarray(a, dtype=np.float64)
+    a = engine.capacities(a)
     cancel = engine.never() if cancel is None else cancel
     n = a.shape[-1]
     graph = graph_of(a)
@@ -796,7 +811,8 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
 def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarray:
     """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``)."""
     out = np.zeros(a.shape[-1])
-    graph = graph_of(np.ascontiguousarray(a, dtype=np.float64))
+    a = engine.capacities(a)
+    graph = graph_of(a)
     _source_row(graph, top, q, np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS, engine.never())
     left = np.flatnonzero(out < 0)
     if len(left):

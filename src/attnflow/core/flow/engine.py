@@ -69,6 +69,15 @@ Preflow = namedtuple("Preflow", ["down", "up", "sink_flow", "sink_capacity", "po
                                  "current", "queue", "active_head", "active_next", "at_label"])
 
 
+def capacities(a: np.ndarray) -> np.ndarray:
+    """``a`` as the compiled solvers read it: C-contiguous float32 or float64, never copied to a
+    wider type (a float32 stack of 4,096 tokens would double in float64). The kernels do all their
+    arithmetic in float64 (residuals, excesses, sums), so a float32 capacity enters exactly as its
+    float64 value; other dtypes become float64."""
+    a = np.asarray(a)
+    return np.ascontiguousarray(a, dtype=a.dtype if a.dtype in (np.float32, np.float64) else np.float64)
+
+
 def never() -> np.ndarray:
     """A cancel flag nobody sets (the compiled solvers read ``cancel[0]`` between sinks)."""
     return np.zeros(1, np.bool_)
@@ -325,7 +334,8 @@ def _source_sinks(a, top, q0, sinks, out, cancel):
     # Residual capacities, both directions, so that every scan reads a contiguous row:
     # rdn[m - 1, q, k] for the arc (m, q) -> (m - 1, k) and rup[m, q, p] for its reverse
     # (m, q) -> (m + 1, p), which is the flow on (m + 1, p) -> (m, q).
-    rdn = a[:top].copy()
+    rdn = np.empty((top, n, n))  # float64 whatever the capacities' type (exactness needs it)
+    rdn[:, :, :] = a[:top]
     rup = np.zeros((top, n, n))
     ex = np.zeros(size)
     d = np.zeros(size, np.int64)
@@ -379,7 +389,7 @@ def _rows_serial(a, tops, qs, out, cancel):
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
-    a = np.ascontiguousarray(a, dtype=np.float64)
+    a = capacities(a)
     cancel = never() if cancel is None else cancel
     n = a.shape[-1]
     tops = np.repeat(np.asarray(layers, dtype=np.int64) + 1, len(positions))
@@ -406,5 +416,5 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
 def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarray:
     """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``)."""
     out = np.zeros(a.shape[-1])
-    _source_sinks(np.ascontiguousarray(a, dtype=np.float64), top, q, np.asarray(sinks, dtype=np.int64), out, never())
+    _source_sinks(capacities(a), top, q, np.asarray(sinks, dtype=np.int64), out, never())
     return out[sinks]

@@ -102,7 +102,7 @@ def subgraph(a: np.ndarray, size: int, position: int) -> tuple[np.ndarray, int]:
     if len(keep) > size:  # drop a neighbour of ``position`` to keep the size
         drop = np.flatnonzero(keep != position)[np.argmin(np.abs(keep[keep != position] - position))]
         keep = np.delete(keep, drop)
-    sub = a[:, keep][:, :, keep]
+    sub = a[:, keep[:, None], keep[None, :]]  # one gather: a[:, keep] first was (L, size, n), 50 MB at 4,096 tokens
     sums = sub.sum(axis=-1, keepdims=True)
     sub = np.divide(sub, sums, out=np.zeros_like(sub), where=sums > 0)
     return np.ascontiguousarray(sub), int(np.flatnonzero(keep == position)[0])

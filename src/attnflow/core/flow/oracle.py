@@ -35,7 +35,7 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
     """Unnormalised flow values ``(len(layers), len(positions), n)``.
 
-    ``a``: ``(L, n, n)`` float64 augmented attention; ``layers``: 0-based indices into ``a`` (entry
+    ``a``: ``(L, n, n)`` augmented attention (float32 or float64); ``layers``: 0-based indices into ``a`` (entry
     ``i`` is node layer ``i + 1``); ``positions``: query positions. ``progress(k)`` is called after
     each finished row with the number of rows finished by that call. ``cancel`` (``(1,)`` bool):
     when ``cancel[0]`` is set (from another thread) the solver returns early, leaving the rest 0.

@@ -23,7 +23,7 @@ def _graph(a: np.ndarray, top: int) -> sp.csr_matrix:
     n = a.shape[-1]
     rows, cols, caps = [], [], []
     for layer in range(1, top + 1):
-        cap = np.rint(a[layer - 1] * SCALE).astype(np.int64)
+        cap = np.rint(np.asarray(a[layer - 1], dtype=np.float64) * SCALE).astype(np.int64)
         q, k = np.nonzero(cap)
         rows.append(layer * n + q)
         cols.append((layer - 1) * n + k)
