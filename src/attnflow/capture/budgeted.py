@@ -22,7 +22,7 @@ sequence's length ``m`` (the last target + 1), so one clean forward pass is 1. T
      passes (``benchmarks/estimators.py`` measured the alternatives; ``docs/one-pass.md``).
   2. **the top**: in rounds, the highest-scoring spans not yet exact (by the current scores, so a
      span that an exact score pushes down makes room for the next) are re-run exactly while their
-     runs fit what is left.
+     runs fit what is left; a span whose run no longer fits is passed over for cheaper ones after it.
 
   Re-runs start from the estimate pass's own clean cache and logits, so they cost only their edited
   runs. How many get re-scored follows from the budget and from where the spans start.
@@ -138,8 +138,10 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
         if progress is not None:
             progress(int(exact.sum()), len(spans))
 
-    def fitting(order: Any, limit: float, stop: int | None) -> list[int]:
-        """The longest run of ``order`` (spans not yet exact) whose exact runs fit ``limit`` positions."""
+    def fitting(order: Any, limit: float, stop: int | None, skip: bool) -> list[int]:
+        """Spans of ``order`` not yet exact, in that order, while their exact runs fit ``limit`` positions;
+        ``skip``: pass over a span that does not fit (it never will: what is left only shrinks) and go on
+        to later, cheaper ones, else stop at it."""
         chosen: list[int] = []
         for s in order:
             if exact[s] or not visible[s]:
@@ -147,6 +149,8 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
             trial = chosen + [int(s)]
             trial_starts = [spans[k][0] for k in trial]
             if spent + prefix(trial_starts) + run_cost(trial_starts, last) > limit:
+                if skip:
+                    continue
                 break
             chosen = trial
             if stop is not None and len(chosen) == stop:
@@ -155,12 +159,12 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
 
     # 1. the tail: the latest spans, latest first, within `tail` of what the estimate left
     latest = sorted(range(len(spans)), key=lambda k: (-spans[k][0], k))
-    chosen = fitting(latest, spent + tail * (budget * m - spent), None)
+    chosen = fitting(latest, spent + tail * (budget * m - spent), None, skip=False)
     if chosen:
         rescore(chosen)
     # 2. the top: rounds of the highest current scores, within the whole budget
     while True:
-        chosen = fitting(np.argsort(-scores[:, 0].max(0), kind="stable"), budget * m, batch_size)
+        chosen = fitting(np.argsort(-scores[:, 0].max(0), kind="stable"), budget * m, batch_size, skip=True)
         if not chosen:
             break
         rescore(chosen)
