@@ -8,8 +8,8 @@ zeroing the source's values lowers the explained token's logit):
 - ``ablated_flow_estimate``: ``(1, rows, n)``, first order of zeroing in every layer at once;
 - ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
 - ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
-  passes (default 5), else the estimate with its latest sources and then its top sources re-scored exactly. Which sources were
-  re-scored goes into ``context.notes`` when the caller gives a dict there (key
+  passes (default 5), else the estimate with its latest sources, then its top sources, re-scored
+  exactly. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
   ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in passes, ``plan``, ``tail``).
 
 The context may give ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow,
