@@ -22,8 +22,8 @@ Candidates (see ``docs/one-pass.md`` for what each is and what it measured):
 - ``suffix-w``: exact for the last ``w`` positions, which are re-run with ``j``'s values zeroed in the
   clean key/value cache of every layer (so ``j`` reaches them only directly through attention, not
   through the positions between): about ``w`` passes of positions for every source, 1 clean.
-- ``budgeted``: ``attnflow.capture.budgeted`` (5 passes), and ``suffix-1+refine``: the suffix-1
-  estimate with its top sources re-scored exactly within the same 5 passes.
+- ``budgeted-5-tailT``: ``attnflow.capture.budgeted`` within 5 passes, the share ``T`` of the
+  refinement budget spent on the latest sources first (0: the estimate's top only).
 """
 
 from __future__ import annotations
@@ -175,8 +175,11 @@ def main() -> None:
     parser.add_argument("--cache", default="/work/cache-est")
     parser.add_argument("--short", type=int, default=15)
     parser.add_argument("--only", default=None, choices=["budgeted"], help="only the first order and the chooser")
+    parser.add_argument("--tails", default="0,0.5,0.75,1", help="the chooser's tail shares to run (comma-separated)")
+    parser.add_argument("--long-only", action="store_true", help="only the long prompts")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    args.tails = [float(t) for t in args.tails.split(",")]
     torch.set_num_threads(1)
     from attnflow.capture.load import load_model, quiet_transformers
     from attnflow.capture.pypi_models import smollm2_path
@@ -192,7 +195,7 @@ def main() -> None:
         ids = tok(text)["input_ids"]
         n = len(ids)
         if kind == "short":
-            if not 8 <= n <= 24 or n_short >= args.short:
+            if args.long_only or not 8 <= n <= 24 or n_short >= args.short:
                 continue
             n_short += 1
         key = hashlib.sha1(json.dumps(ids).encode()).hexdigest()[:12]
@@ -216,7 +219,7 @@ def main() -> None:
         times = {"first-order": time.perf_counter() - t0}
         np.save(cache_dir / f"fo_{key}.npy", g1)  # for offline replays of the chooser's plans
         cands["first-order"] = (g1, 2)
-        for tail in (0.0, 0.5, 1.0):
+        for tail in args.tails:
             t0 = time.perf_counter()
             b = budgeted_ablated_flow(model, ids, budget=5.0, tail=tail)
             times[f"budgeted-5-tail{tail:g}"] = time.perf_counter() - t0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnflow.capture.attribution_patching import attribution_patching
-from attnflow.capture.budgeted import budgeted_ablated_flow
+from attnflow.capture.budgeted import TAIL, budgeted_ablated_flow
 from attnflow.capture.segments import segments
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder, tiny_model
@@ -51,8 +51,8 @@ def test_a_long_input_is_estimated_and_refined_within_the_budget(decoder):
         assert 1 <= k < len(ids) and k > previous  # more budget, more re-scored
         previous = k
         _check_against_oracles(model, "llama", ids, found)
-        # the tail: the latest sources whose runs (1, 2, ... positions) fit half of what the estimate left
-        share, tail = 0.5 * (budget - 2) * m, 0
+        # the tail: the latest sources whose runs (1, 2, ... positions) fit TAIL of what the estimate left
+        share, tail = TAIL * (budget - 2) * m, 0
         while (tail + 1) * (tail + 2) / 2 <= share:
             tail += 1
         assert tail >= 1 and found.exact[m - tail:].all()

@@ -13,13 +13,15 @@ sequence's length ``m`` (the last target + 1), so one clean forward pass is 1. T
   rest of the budget re-scores spans exactly, in two phases:
 
   1. **the tail**: a share ``tail`` of what is left (default :data:`TAIL`) goes to the latest spans,
-     latest first, while their runs fit. The first order is worst there: on SmolLM2 prompts of
-     168-280 tokens it agrees with exact ablated flow at Spearman +0.7 or so on the middle of the
-     prompt and far less on its last quarter (the question, the last words), where a zeroed token's
-     effect reaches the target through few positions, strongly and non-linearly (a token whose exact
-     score is -2.7 is estimated at -0.02). Those spans are also the cheapest to run exactly: a span
-     starting at ``s`` costs ``(m - s) / m``, so the last ``L`` tokens cost about ``L^2 / (2 m)``
-     passes (``benchmarks/estimators.py`` measured the alternatives; ``docs/one-pass.md``).
+     latest first, while their runs fit. The first order is weak there: on SmolLM2's 168-token
+     document question it agrees with exact ablated flow at Spearman +0.72 to +0.79 on the middle
+     quarters of the prompt and +0.24 on the last (the question, the answer's first words), where a
+     zeroed token reaches the target through few positions, strongly and non-linearly (one token's
+     exact score is -2.7, its estimate -0.02). Those spans are also the cheapest to run exactly: a
+     span starting at ``s`` costs ``(m - s) / m``, so the last ``L`` tokens cost about
+     ``L^2 / (2 m)`` passes. The share 0.75 was chosen on three prompts of 168-253 tokens (0, 0.25,
+     0.5, 0.75, 1 compared at budgets 3, 5 and 8) and checked on three others;
+     ``benchmarks/estimators.py`` and ``docs/one-pass.md`` have the numbers and the estimators tried.
   2. **the top**: in rounds, the highest-scoring spans not yet exact (by the current scores, so a
      span that an exact score pushes down makes room for the next) are re-run exactly while their
      runs fit what is left; a span whose run no longer fits is passed over for cheaper ones after it.
@@ -38,7 +40,7 @@ With spans, a span's estimate is the sum of its tokens' (the first order is addi
 
 API::
 
-    budgeted_ablated_flow(model, input_ids, targets=None, *, budget=5.0, spans=None, tail=0.5,
+    budgeted_ablated_flow(model, input_ids, targets=None, *, budget=5.0, spans=None, tail=0.75,
                           readout="logit", tokens=None, foils=None, batch_size=16, progress=None) -> Budgeted
     Budgeted.scores (len(targets), 1, len(spans)); .exact (len(spans),) bool; .cost; .plan
 """
@@ -57,7 +59,7 @@ from attnflow.capture.span_ablation import SpanAblation, ablate_spans, checked_s
 from attnflow.errors import AttnflowError
 
 BUDGET = 5.0
-TAIL = 0.5  # share of the refinement budget spent on the latest spans first
+TAIL = 0.75  # share of the refinement budget spent on the latest spans first
 
 
 @dataclass
