@@ -177,6 +177,7 @@ def main() -> None:
     parser.add_argument("--only", default=None, choices=["budgeted"], help="only the first order and the chooser")
     parser.add_argument("--tails", default="0,0.5,0.75,1", help="the chooser's tail shares to run (comma-separated)")
     parser.add_argument("--long-only", action="store_true", help="only the long prompts")
+    parser.add_argument("--cached-only", action="store_true", help="only prompts whose exact scores are cached")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     args.tails = [float(t) for t in args.tails.split(",")]
@@ -199,6 +200,9 @@ def main() -> None:
                 continue
             n_short += 1
         key = hashlib.sha1(json.dumps(ids).encode()).hexdigest()[:12]
+        if args.cached_only and not (cache_dir / f"delete_{key}.npy").exists():
+            n_long += kind == "long"
+            continue
         fwd = []
         for _ in range(3):
             t0 = time.perf_counter()
