@@ -22,6 +22,8 @@ Candidates (see ``docs/one-pass.md`` for what each is and what it measured):
 - ``suffix-w``: exact for the last ``w`` positions, which are re-run with ``j``'s values zeroed in the
   clean key/value cache of every layer (so ``j`` reaches them only directly through attention, not
   through the positions between): about ``w`` passes of positions for every source, 1 clean.
+- ``suffix-w+indirect``: ``suffix-w`` plus the first order of the indirect paths (the first order
+  minus its part through the direct paths into the last ``w`` positions; 2 more passes).
 - ``budgeted-5-tailT``: ``attnflow.capture.budgeted`` within 5 passes, the share ``T`` of the
   refinement budget spent on the latest sources first (0: the estimate's top only).
 """
@@ -95,6 +97,25 @@ class Scaler:
         return output * self.s[None, :, None].to(output.dtype)
 
 
+class Direct:
+    """Hooks on every decoder layer's output: while ``start`` is set, positions before it are cut from
+    autograd, so that a gradient reaches a source's values only through the positions from ``start``
+    on reading them by attention (the direct paths into the last positions), not through the positions
+    between."""
+
+    def __init__(self, model):
+        self.start = None
+        for layer in model.model.layers:
+            layer.register_forward_hook(self.hook)
+
+    def hook(self, module, args, output):
+        if self.start is None:
+            return None
+        h = output[0] if isinstance(output, tuple) else output
+        cut = torch.cat([h[:, :self.start].detach(), h[:, self.start:]], 1)
+        return (cut,) + tuple(output[1:]) if isinstance(output, tuple) else cut
+
+
 def grad_at(model, scaler, ids, token, s):
     s = torch.as_tensor(s, dtype=torch.float32).clone().requires_grad_(True)
     scaler.s = s
@@ -140,9 +161,10 @@ def suffix_scores(model, ids, token, w, sources, batch=16):
     return out, late
 
 
-def add_candidates(model, scaler, ids, token, exact, cands):
+def add_candidates(model, scaler, direct, ids, token, exact, cands):
     """The one-pass and few-pass candidates other than the first order (see the module docstring)."""
     n = len(ids)
+    first = cands["first-order"][0]
     ones = np.ones(n)
     for a in (0.5, 0.75, 0.9):
         s = ones * a
@@ -160,6 +182,13 @@ def add_candidates(model, scaler, ids, token, exact, cands):
             sc, late = suffix_scores(model, ids, token, w, list(range(n)))
             sc[late] = exact[late]  # the window's own sources: exact (their runs cost ~w^2/2 positions)
             cands[f"suffix-{w}"] = (sc, 1 + w)
+            direct.start = n - w  # the first order through the direct paths into the last w positions
+            try:
+                through = grad_at(model, scaler, ids, token, ones)[0]
+            finally:
+                direct.start = None
+            through[late] = first[late]
+            cands[f"suffix-{w}+indirect"] = (sc + first - through, 3 + w)
 
 
 def cached(path: Path, fn):
@@ -188,6 +217,7 @@ def main() -> None:
     quiet_transformers()
     model, tok = load_model(smollm2_path())
     scaler = Scaler(model)
+    direct = Direct(model)
     cache_dir = Path(args.cache)
     cache_dir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -231,7 +261,7 @@ def main() -> None:
         if args.only == "budgeted":
             pass
         else:
-            add_candidates(model, scaler, ids, token, exact, cands)
+            add_candidates(model, scaler, direct, ids, token, exact, cands)
         row = {"kind": kind, "n": n, "fwd_s": fwd, "token": tok.decode([token]), "text": text[:60], "key": key,
                "long_index": n_long if kind == "long" else None}
         n_long += kind == "long"
