@@ -72,6 +72,10 @@ def test_the_tail_share_splits_the_refinement_between_the_latest_sources_and_the
     k = int(latest.exact.sum())
     assert k >= 1 and latest.exact[len(ids) - k:].all() and latest.cost <= 5
     _check_against_oracles(model, "llama", ids, latest)
+    # nothing is left unspent that could still pay for a source: every source not exact costs more than what is left
+    for found in (top, budgeted_ablated_flow(model, ids, budget=5, batch_size=4)):
+        left = (5 - found.cost) * len(ids)
+        assert all(len(ids) - j > left + 1e-9 for j in range(len(ids)) if not found.exact[j])
     for bad in (-0.1, 1.5, True, "half"):
         with pytest.raises(AttnflowError, match="tail must be a share"):
             budgeted_ablated_flow(model, ids, budget=5, tail=bad)
