@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnflow.capture.attribution_patching import attribution_patching
-from attnflow.capture.budgeted import budgeted_ablated_flow
+from attnflow.capture.budgeted import TAIL, budgeted_ablated_flow
 from attnflow.capture.segments import segments
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder, tiny_model
@@ -39,9 +39,10 @@ def test_a_short_input_within_the_budget_is_exact(decoder):
     _check_against_oracles(model, "llama", ids, found)
 
 
-def test_a_long_input_is_estimated_and_its_top_rescored_within_the_budget(decoder):
+def test_a_long_input_is_estimated_and_refined_within_the_budget(decoder):
     model, tokenizer = decoder
     ids = tokenizer(TEXT)["input_ids"]  # 23 tokens: exact would cost 13 passes
+    m = len(ids)
     previous = -1
     for budget in (3, 5, 8):
         found = budgeted_ablated_flow(model, ids, budget=budget, batch_size=4)
@@ -50,10 +51,34 @@ def test_a_long_input_is_estimated_and_its_top_rescored_within_the_budget(decode
         assert 1 <= k < len(ids) and k > previous  # more budget, more re-scored
         previous = k
         _check_against_oracles(model, "llama", ids, found)
-        est = attribution_patching(model, ids).scores[0, 0]
-        # the re-scored ones were the estimate's top (as re-ranked while refining): the first is its argmax
-        assert found.exact[int(np.argmax(est))]
+        # the tail: the latest sources whose runs (1, 2, ... positions) fit TAIL of what the estimate left
+        share, tail = TAIL * (budget - 2) * m, 0
+        while (tail + 1) * (tail + 2) / 2 <= share:
+            tail += 1
+        assert tail >= 1 and found.exact[m - tail:].all()
     assert budgeted_ablated_flow(model, ids, budget=13).plan == "exact"
+
+
+def test_the_tail_share_splits_the_refinement_between_the_latest_sources_and_the_top(decoder):
+    model, tokenizer = decoder
+    ids = tokenizer(TEXT)["input_ids"]
+    est = attribution_patching(model, ids).scores[0, 0]
+    # tail 0: the re-scored ones are the estimate's top (as re-ranked while refining): the first is its argmax
+    top = budgeted_ablated_flow(model, ids, budget=5, tail=0.0, batch_size=4)
+    assert top.exact[int(np.argmax(est))] and top.cost <= 5
+    _check_against_oracles(model, "llama", ids, top)
+    # tail 1: all of it on the latest sources: what is exact is a suffix of the input (the next one would not fit)
+    latest = budgeted_ablated_flow(model, ids, budget=5, tail=1.0, batch_size=4)
+    k = int(latest.exact.sum())
+    assert k >= 1 and latest.exact[len(ids) - k:].all() and latest.cost <= 5
+    _check_against_oracles(model, "llama", ids, latest)
+    # nothing is left unspent that could still pay for a source: every source not exact costs more than what is left
+    for found in (top, budgeted_ablated_flow(model, ids, budget=5, batch_size=4)):
+        left = (5 - found.cost) * len(ids)
+        assert all(len(ids) - j > left + 1e-9 for j in range(len(ids)) if not found.exact[j])
+    for bad in (-0.1, 1.5, True, "half"):
+        with pytest.raises(AttnflowError, match="tail must be a share"):
+            budgeted_ablated_flow(model, ids, budget=5, tail=bad)
 
 
 def test_sentences_and_several_targets(decoder):

@@ -60,7 +60,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("device", "auto", "Where a model given by name runs: auto (a GPU when torch sees one), cpu, cuda, cuda:N "
            "or mps. A loaded model stays where it is.", cli=False),
     Option("budget", 5.0, "ablated-flow-budgeted: the most forward passes to spend (exact ablated flow when it fits, "
-           "else the one-pass estimate with its top sources re-scored exactly).", bounds=(2.0, 100000.0)),
+           "else the one-pass estimate with its latest and its top sources re-scored exactly).", bounds=(2.0, 100000.0)),
 )}
 
 TARGET_NAMES = ("cls", "last")

@@ -8,9 +8,9 @@ zeroing the source's values lowers the explained token's logit):
 - ``ablated_flow_estimate``: ``(1, rows, n)``, first order of zeroing in every layer at once;
 - ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
 - ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
-  passes (default 5), else the estimate with its top sources re-scored exactly. Which sources were
-  re-scored goes into ``context.notes`` when the caller gives a dict there (key
-  ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in passes, ``plan``).
+  passes (default 5), else the estimate with its latest sources, then its top sources, re-scored
+  exactly. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
+  ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in passes, ``plan``, ``tail``).
 
 The context may give ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow,
 and ``spans`` (groups of positions; :mod:`attnflow.api.spans`): each token then carries its span's score.
@@ -67,6 +67,6 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
                                   batch_size=options["batch_size"], progress=options["progress"])
     if context.notes is not None:  # per source (per span with spans): whether its score is exact
         context.notes["ablated-flow-budgeted"] = {"exact": [bool(e) for e in found.exact], "cost": float(found.cost),
-                                           "budget": budget, "plan": found.plan}
+                                           "budget": budget, "plan": found.plan, "tail": found.tail}
     found.scores = spread(found.scores, found.spans, n)
     return _place(found, rows, None)
