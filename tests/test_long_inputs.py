@@ -169,3 +169,62 @@ def test_alti_logit_within_its_budget_estimates_shows_progress_and_stops_on_ctrl
     assert any("alti-logit: 2/2 runs" in line for _, line in cli.lines), cli.lines
     assert 0 < cli.peak - before < budget, (cli.peak - before, budget)
     assert (tmp_path / "r.json").is_file()
+
+
+def _smollm2_shape():
+    """A stand-in with SmolLM2-135M's config (30 layers, 9 heads, 576 hidden, 1,536 inner): the memory
+    model reads only the config (and falls back to float32 without parameters)."""
+    from types import SimpleNamespace
+
+    import transformers
+
+    return SimpleNamespace(config=transformers.LlamaConfig(
+        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+        vocab_size=49152))
+
+
+def test_backward_memory_follows_what_the_record_keeps_and_covers_what_was_measured():
+    """Peaks measured on SmolLM2-135M above the loaded model (RSS; see
+    :func:`attnflow.api.long_inputs.backward_memory`): the estimate 1.06 GB at 512 tokens, 0.33 GB at
+    1,024 checkpointed; AttnLRP 2.06 GB at 512 and 3.47 GB at 1,024. Each record's model covers its
+    method's measured peak, and the estimate's is not the logit-path decomposition's (which refused it
+    from about 800 tokens under the default 8 GiB budget)."""
+    from attnflow.api.long_inputs import backward_memory
+    from attnflow.config import registry
+
+    model = _smollm2_shape()
+    keeps = {name: registry.get(name).keeps for name in ("ablated-flow-estimate", "attnlrp", "alti-logit",
+                                                         "ablated-flow-budgeted")}
+    assert keeps == {"ablated-flow-estimate": "checkpointed", "attnlrp": "autograd", "alti-logit": "decomposition",
+                     "ablated-flow-budgeted": "checkpointed"}
+    assert backward_memory("checkpointed", model, 512) >= 1.06e9
+    assert backward_memory("checkpointed", model, 1024) >= 0.33e9
+    assert backward_memory("autograd", model, 512) >= 2.06e9
+    assert backward_memory("autograd", model, 1024) >= 3.47e9
+    # from CHECKPOINT_FROM on, one layer at a time: far below keeping every layer
+    assert backward_memory("checkpointed", model, 1024) < backward_memory("autograd", model, 1024) / 5
+    assert backward_memory("checkpointed", model, 900) < 8 * 2**30 < backward_memory("decomposition", model, 900)
+
+
+def test_each_method_is_refused_by_its_own_memory_model(monkeypatch):
+    import numpy as np
+
+    from attnflow.api.long_inputs import prepare
+    from attnflow.config import registry
+    from attnflow.config.registry import Context
+    from attnflow.errors import AttnflowError
+
+    monkeypatch.setenv("ATTNFLOW_MEMORY_BUDGET", "8G")
+    model, ids = _smollm2_shape(), np.arange(900)
+
+    def context(method):
+        return Context(kind="text", attentions=None, settings=None, rows=[899], model=model, input_ids=ids)
+
+    for name in ("ablated-flow-estimate", "ablated-flow-budgeted"):  # fits: nothing refused, nothing run
+        assert prepare(registry.get(name), context(name)).model is model
+    with pytest.raises(AttnflowError, match="alti-logit keeps every layer's attention"):
+        prepare(registry.get("alti-logit"), context("alti-logit"))
+    with pytest.raises(AttnflowError, match=r"ablated-flow-estimate keeps a layer's attention .* at a time: about"):
+        prepare(registry.get("ablated-flow-estimate"),
+                Context(kind="text", attentions=None, settings=None, rows=[8191], model=model,
+                        input_ids=np.arange(8192)))

@@ -17,9 +17,12 @@ and memory; during it, progress; always, memory held under a budget.
   the prefix's key/value cache (``2 x layers x kv heads x head dim`` numbers per token) and one
   layer's attention scores at a time, so the batch size is the number of such sequences that fit
   (``BATCH`` at most); even one sequence over the budget is refused. ``FORWARD_BACKWARD``
-  (:mod:`attnflow.capture.logit_paths`) keeps every layer's attention ``(layers, heads, n, n)``:
-  float64 for the decomposition and float32 kept by autograd, and is not chunked, so an input whose
-  estimate exceeds the budget is refused, saying the estimate, the budget and what to do.
+  keeps what its record's ``keeps`` fact says (:func:`backward_memory`): the logit-path methods
+  (:mod:`attnflow.capture.logit_paths`) every layer's attention ``(layers, heads, n, n)`` in float64
+  for the decomposition and float32 kept by autograd; AttnLRP autograd's activations of every layer;
+  the one-pass estimate (and the budgeted chooser that runs it) one layer's at a time from
+  ``CHECKPOINT_FROM`` positions. None is chunked within a layer, so an input whose estimate exceeds
+  the budget is refused, saying the estimate, the budget and what to do.
 - **Ctrl-C**: the methods run in Python between layers and batches, so ``KeyboardInterrupt``
   arrives within one layer's work; nothing is written before a result is complete.
 """
@@ -32,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from attnflow.config.registry import FORWARD_BACKWARD, PER_SOURCE, Context, Method
+from attnflow.config.registry import BUDGETED, FORWARD_BACKWARD, PER_SOURCE, Context, Method
 from attnflow.errors import AttnflowError
 
 DEFAULT_BUDGET = 8 * 2**30  # bytes: the most a method's working memory may take unless told otherwise
@@ -40,7 +43,10 @@ BATCH = 16                  # the largest batch of edited sequences (the engine'
 TIMED_MIN_TOKENS = 16       # shorter inputs are quick whatever the method: no timed pass
 TIMED_TOKENS = 256          # the longest timed pass (see pass_costs)
 GRADIENT_PASSES = 12       # a forward + backward method's time in passes (see prepare)
-BYTES_PER_ATTENTION = 48    # a forward + backward method's bytes per attention number (see gradient_memory)
+BYTES_PER_ATTENTION = 48    # a decomposition method's bytes per attention number (see gradient_memory)
+BYTES_AUTOGRAD = 16         # bytes per attention number autograd keeps for one backward pass (see backward_memory)
+BYTES_ONE_LAYER = 40        # the same for the one layer a checkpointed backward pass recomputes at a time
+BACKWARD_PASSES = 2         # a plain forward + backward method's time in passes (measured 1.8-1.9, see prepare)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -154,6 +160,28 @@ def gradient_memory(model: Any, n: int) -> int:
     return maps * BYTES_PER_ATTENTION + tokens
 
 
+def backward_memory(keeps: str, model: Any, n: int) -> int:
+    """Bytes a forward + backward method keeps on ``n`` tokens, by what its record says it keeps
+    (:data:`attnflow.config.registry.KEEPS`): ``"decomposition"`` :func:`gradient_memory`;
+    ``"autograd"`` every layer's attention as autograd keeps it for the backward pass, plus each
+    layer's per-token activations and their gradients; ``"checkpointed"`` the same below
+    :data:`attnflow.capture.attribution_patching.CHECKPOINT_FROM` positions, and from there one layer's
+    attention at a time plus every layer's input. Measured on SmolLM2-135M (30 layers, 9 heads, float32,
+    peak RSS above the loaded model): the one-pass estimate 1.0 GB at 512 tokens and 2.9 GB at 1,024
+    without checkpointing (14.9 and 10.7 bytes per attention number, activations included), 0.32 GB at
+    1,024 checkpointed (34 bytes per attention number of one layer); AttnLRP 2.0 GB and 3.3 GB. The
+    constants keep a margin above those."""
+    if keeps == "decomposition":
+        return gradient_memory(model, n)
+    from attnflow.capture.attribution_patching import CHECKPOINT_FROM
+
+    s, size = _shape(model), _element_size(model)
+    per_token = n * (6 * s["hidden"] + 3 * s["inner"]) * size * 2  # one layer's activations and their gradients
+    if keeps == "checkpointed" and n >= CHECKPOINT_FROM:
+        return s["heads"] * n * n * BYTES_ONE_LAYER + per_token + s["layers"] * n * s["hidden"] * size
+    return s["layers"] * (s["heads"] * n * n * BYTES_AUTOGRAD + per_token)
+
+
 def _timed_pass(model: Any, ids: Any) -> float:
     import torch
 
@@ -187,7 +215,8 @@ def prepare(record: Method, context: Context) -> Context:
     """The estimate, the budget and the batch size of ``record`` on ``context`` (see the module
     docstring): refuses what cannot fit, hands the estimate to ``context.progress.estimate`` when it
     has one, and returns the context with the batch size a per-source method should use."""
-    if record.cost not in (PER_SOURCE, FORWARD_BACKWARD) or context.model is None or context.input_ids is None:
+    if record.cost not in (PER_SOURCE, FORWARD_BACKWARD, BUDGETED) or context.model is None \
+            or context.input_ids is None:
         return context
     import numpy as np
 
@@ -196,15 +225,19 @@ def prepare(record: Method, context: Context) -> Context:
     n = int(max(rows)) + 1 if len(rows) else len(ids)
     budget = memory_budget()
     model = context.model
-    if record.cost == FORWARD_BACKWARD:
-        memory = gradient_memory(model, len(ids))
+    if record.cost in (FORWARD_BACKWARD, BUDGETED):
+        memory = backward_memory(record.keeps, model, len(ids))
         if memory > budget:
             longest = int(len(ids) * (budget / memory) ** 0.5)
+            what = ("every layer's attention over the whole input" if record.keeps != "checkpointed"
+                    else "a layer's attention over the whole input at a time")
             raise AttnflowError(
-                f"{record.name} keeps every layer's attention over the whole input: about {_size(memory)} for "
-                f"{len(ids)} tokens, over the {_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a "
-                f"shorter text (about {longest} tokens fit), raise the budget if the machine has the memory, or "
-                "use ablated-flow, whose memory the budget bounds")
+                f"{record.name} keeps {what}: about {_size(memory)} for {len(ids)} tokens, over the "
+                f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text (about {longest} "
+                "tokens fit), raise the budget if the machine has the memory, or use ablated-flow, whose memory "
+                "the budget bounds")
+        if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
+            return context
         batch, variants, steps = 1, 1, 2
     else:
         fixed, per = per_source_memory(model, n)
@@ -228,8 +261,9 @@ def prepare(record: Method, context: Context) -> Context:
             seconds = variants * (a * length * (length + batch) / 2 + 2 * b * length ** 3 / 3)
         else:
             # a forward pass, a backward pass and the float64 decomposition over (L, H, n, n): measured
-            # 12 passes' time on a 30-layer, 9-head float32 Llama at 512 tokens (10.7 s against 0.9 s)
-            seconds = GRADIENT_PASSES * took
+            # 12 passes' time on a 30-layer, 9-head float32 Llama at 512 tokens (10.7 s against 0.9 s); without
+            # the decomposition, 1.8-1.9 passes (the estimate, AttnLRP: benchmarks/attnlrp_faithfulness.py)
+            seconds = (GRADIENT_PASSES if record.keeps == "decomposition" else BACKWARD_PASSES) * took
         estimate(MethodEstimate(method=record.name, tokens=len(ids), rows=steps, seconds=seconds, memory=memory,
                                 budget=budget, batch=batch, pass_seconds=took,
                                 per_source=record.cost == PER_SOURCE, variants=variants))

@@ -85,6 +85,10 @@ OPTIONAL_SETTINGS = ("weighting", "causal_norm")
 # Rows policies: which targets a report's maps compute when every target is asked for.
 EVERY_TARGET = "every target"
 WHILE_CHEAP = "every target while cheap, else the explained one"  # flow: up to core.methods.FLOW_ALL_MAX tokens
+# what a method that runs the model keeps for its backward pass (attnflow.api.long_inputs sizes it from this):
+# every layer's attention in float64 and float32 plus a decomposition's arrays (the logit paths), autograd's
+# activations of every layer, or of one layer at a time from attribution_patching.CHECKPOINT_FROM positions
+KEEPS = ("decomposition", "autograd", "checkpointed")
 ROWS = (EVERY_TARGET, WHILE_CHEAP)
 
 
@@ -114,6 +118,7 @@ class Method:
     spans: bool = False             # ablates by span when given spans= (every token of a span at once; api.spans)
     long_default: str | None = None  # a decoder default's stand-in above honest.EXACT_DEFAULT_MAX tokens
     needs_row: str | None = None    # a column of the architecture table a model's row must set (its rules are per family)
+    keeps: str = "decomposition"    # what its backward pass keeps, for the memory budget (see KEEPS)
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
@@ -127,6 +132,8 @@ class Method:
             raise AttnflowError(f"models must be among {MODEL_KINDS}; got {self.models}")
         if set(self.reads) - set(OPTIONAL_SETTINGS):
             raise AttnflowError(f"reads must be among {OPTIONAL_SETTINGS}; got {self.reads}")
+        if self.keeps not in KEEPS:
+            raise AttnflowError(f"keeps must be one of {KEEPS}; got {self.keeps!r}")
 
     @property
     def needs_model(self) -> bool:
@@ -194,22 +201,23 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "Kramár et al. 2024 (attribution patching) of value zeroing, every layer at once",
            "attnflow.api.methods.one_pass:ablated_flow_estimate",
            "first-order estimate of ablated flow from one forward and one backward pass (decoders)", spans=True,
-           models=("decoder",), reads=()),
+           models=("decoder",), reads=(), keeps="checkpointed"),
     Method("ablated-flow-estimate-layers", ("text",), FORWARD_BACKWARD, True,
            "Kramár et al. 2024 (attribution patching) of value zeroing, one layer at a time",
            "attnflow.api.methods.one_pass:ablated_flow_estimate_layers",
            "the same estimate per layer: the first order of zeroing a token's values in that layer (decoders)",
-           models=("decoder",), reads=()),
+           models=("decoder",), reads=(), keeps="checkpointed"),
     Method("ablated-flow-budgeted", ("text",), BUDGETED, False,
            "Mohebbi et al. 2023 (value zeroing) within a budget; Kramár et al. 2024 for the rest",
            "attnflow.api.methods.one_pass:ablated_flow_budgeted",
            "exact ablated flow when it fits 5 forward passes, else the estimate with its latest and its top "
-           "sources re-scored exactly (decoders)", spans=True, models=("decoder",), reads=()),
+           "sources re-scored exactly (decoders)", spans=True, models=("decoder",), reads=(), keeps="checkpointed"),
     Method("attnlrp", ("text",), FORWARD_BACKWARD, False,
            "Achtibat et al. 2024 (AttnLRP), gradient x input form",
            "attnflow.api.methods.attnlrp:attnlrp",
            "layer-wise relevance of each token for the explained logit, one forward and one backward pass "
-           "(decoders, classifiers)", spans=True, models=("decoder", "classifier"), reads=(), needs_row="lrp_gate"),
+           "(decoders, classifiers)", spans=True, models=("decoder", "classifier"), reads=(), needs_row="lrp_gate",
+           keeps="autograd"),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
            "(decoders)", models=("decoder",), reads=()),
