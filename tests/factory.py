@@ -47,6 +47,14 @@ def tiny_model(kind: str, vocab: int = 97, seed: int = 0, dtype=None):
     return model
 
 
+def saved(model, tokenizer, folder) -> str:
+    """``model`` and ``tokenizer`` saved into ``folder``, to load by path as users do (the CLI, the app,
+    the resolver); returns the folder as a string."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
 def tiny_decoder(minilm_path, layers: int = 3, config_class=None, model_class=None):
     """``(model, tokenizer)``: a tiny random Llama (grouped-query, float64, eager) over MiniLM's vocabulary,
     with weights large enough (std 0.5) that its outputs depend on the input, so a faithfulness or

@@ -24,7 +24,7 @@ from attnflow.capture.attnlrp import _ACTIVE, _attention, _Pass, attnlrp
 from attnflow.capture.hooks import scoped
 from attnflow.errors import AttnflowError
 from tests.cli_runner import run_cli
-from tests.factory import tiny_decoder, tiny_model
+from tests.factory import saved, tiny_decoder, tiny_model
 
 torch.set_num_threads(1)
 VOCAB = 97
@@ -249,16 +249,15 @@ def test_explain_and_generate_give_the_capture_functions_rows(decoder, minilm_pa
 
 def test_the_cli_explains_with_attnlrp(monkeypatch, capsys, tmp_path, decoder):
     model, tokenizer = decoder
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+    saved(model, tokenizer, tmp_path)
     js = tmp_path / "r.json"
     code, out, err = run_cli(monkeypatch, capsys, "explain", TEXT, "--model", str(tmp_path), "--method", "attnlrp",
                              "--json", str(js))
     assert code == 0, err
-    saved = attnflow.load(js)
+    result = attnflow.load(js)
     loaded, _ = attnflow.load_model(str(tmp_path))
     expected = attnlrp(loaded, tokenizer(TEXT)["input_ids"]).relevance[0]
-    np.testing.assert_allclose(saved.row("attnlrp")[-1], expected, atol=1e-6)
+    np.testing.assert_allclose(result.row("attnlrp")[-1], expected, atol=1e-6)
 
 
 def test_refusals_say_why():

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from factory import tiny_decoder
+from factory import saved, tiny_decoder
 
 import attnflow
 from attnflow.capture import load
@@ -74,11 +74,7 @@ def counting(model_class):
 
 @pytest.fixture(scope="module")
 def decoder_dir(minilm_path, tmp_path_factory):
-    model, tokenizer = tiny_decoder(minilm_path)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    return saved(*tiny_decoder(minilm_path), tmp_path_factory.mktemp("tiny-llama"))
 
 
 TEXT = "the keys to the old cabinet"

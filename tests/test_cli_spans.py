@@ -10,18 +10,14 @@ import attnflow
 from attnflow.capture.segments import segments
 from attnflow.capture.span_ablation import ablate_spans
 from tests.cli_runner import run_cli
-from tests.factory import tiny_decoder
+from tests.factory import saved, tiny_decoder
 
 TEXT = "Sara asked John to return her book. He said he would give it back to"
 
 
 @pytest.fixture(scope="module")
 def folder(minilm_path, tmp_path_factory):
-    model, tokenizer = tiny_decoder(minilm_path)
-    path = tmp_path_factory.mktemp("tiny")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return saved(*tiny_decoder(minilm_path), tmp_path_factory.mktemp("tiny"))
 
 
 def test_explain_by_sentence_ablates_each_sentence_at_once(monkeypatch, capsys, tmp_path, folder):

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 import attnflow
 from attnflow.capture.ablation import ablated_flow
 from tests.cli_runner import run_cli
-from tests.factory import tiny_model
+from tests.factory import saved, tiny_model
 
 TEXT = "the keys to the old cabinet are"
 
@@ -22,10 +22,7 @@ TEXT = "the keys to the old cabinet are"
 def decoder(minilm_path, tmp_path_factory):
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     model = tiny_model("llama", vocab=tokenizer.vocab_size)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return model, tokenizer, folder
+    return model, tokenizer, saved(model, tokenizer, tmp_path_factory.mktemp("tiny-llama"))
 
 
 def test_ablated_flow_through_explain_sits_at_the_top_layer(decoder):

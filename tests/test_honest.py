@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cli_runner import run_cli
-from factory import tiny_decoder
+from factory import saved, tiny_decoder
 
 import attnflow
 from attnflow.api.honest import DECODER_METHODS, with_faithfulness
@@ -116,10 +116,7 @@ def test_explain_on_a_decoder_shows_ablated_flow_beside_rollout_and_the_report_i
 
 def test_faithfulness_on_a_decoder_measures_ablated_flow_beside_the_papers_three(monkeypatch, capsys, tmp_path,
                                                                                  tiny_llama):
-    model, tokenizer = tiny_llama
-    folder = tmp_path / "llama"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = saved(*tiny_llama, tmp_path / "llama")
     js = tmp_path / "f.json"
     code, out, err = run_cli(monkeypatch, capsys, "faithfulness", "the keys to the old cabinet near the doors are",
                              "--model", str(folder), "--json", str(js))
@@ -147,9 +144,7 @@ def test_python_the_cli_and_the_app_give_a_decoder_the_same_methods_and_scores(m
     from attnflow.capture.ablation import ablated_flow
 
     model, tokenizer = tiny_llama
-    folder = tmp_path / "llama"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = saved(model, tokenizer, tmp_path / "llama")
     text = "the keys to the old cabinet"
     for paper_only, expected in ((False, ["rollout", "ablated-flow"]), (True, ["rollout"])):
         a, b = tmp_path / "a.json", tmp_path / "b.json"
