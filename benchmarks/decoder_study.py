@@ -4,7 +4,7 @@
         [--threads 1] [--json out.json] [--markdown out.md] [--limit N] [--long]
         [--peers /work/venvs/peers/bin/python]
     python benchmarks/decoder_study.py --extend out.json   # add methods merged since the run to it
-    python benchmarks/decoder_study.py --replot out.json --markdown out.md   # tables again, no model
+    python benchmarks/decoder_study.py --replot out.json [part2.json] --markdown out.md   # tables again, no model
     python benchmarks/decoder_study.py --replot out.json --figure study.png   # the figure, no model
 
 Prompts: benchmarks/decoder_prompts.py, five kinds written by hand (agreement, pronouns, factual
@@ -444,17 +444,23 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N prompts of each kind (a smoke run)")
     parser.add_argument("--json", default=None, help="write every prompt's numbers here")
     parser.add_argument("--markdown", default=None, help="write the tables here")
-    parser.add_argument("--replot", default=None, help="print the tables of a --json file again; no model")
+    parser.add_argument("--replot", nargs="+", default=None,
+                        help="print the tables of --json files again (the parts of one run are joined); no model")
     parser.add_argument("--figure", default=None, help="draw the per-kind figure here (a .png)")
     parser.add_argument("--long", action="store_true",
                         help="add three long prompts (a retrieved-document question, a chat history, a code snippet)")
+    parser.add_argument("--kinds", nargs="+", default=None, choices=(*KINDS, "long"),
+                        help="only these kinds of prompt (\"long\": the long prompts alone); a run in parts, "
+                             "each part its own --json")
     parser.add_argument("--extend", default=None, metavar="JSON",
                         help="add the library's methods that a saved run lacks (e.g. one merged since) to it, in place")
     parser.add_argument("--peers", default=None, metavar="PYTHON",
                         help="the peers venv's python (context-cite 0.0.4): adds ContextCite with 64 ablations")
     args = parser.parse_args()
     if args.replot:
-        saved = json.loads(Path(args.replot).read_text())
+        parts = [json.loads(Path(path).read_text()) for path in args.replot]
+        saved = {**parts[0], "records": [r for part in parts for r in part["records"]],
+                 "timing": "; ".join(part["timing"] for part in parts)}
     elif args.extend:
         saved = json.loads(Path(args.extend).read_text())
         torch.set_num_threads(args.threads)
@@ -484,8 +490,10 @@ def main() -> None:
             seen: dict[str, int] = {}
             items = [it for it in items if (seen.__setitem__(it["kind"], seen.get(it["kind"], 0) + 1)
                                             or seen[it["kind"]] <= args.limit)]
-        if args.long:
+        if args.long or (args.kinds and "long" in args.kinds):
             items += long_prompts()
+        if args.kinds:
+            items = [it for it in items if it["kind"] in args.kinds]
         records = []
         for k, item in enumerate(items):
             records.append(score_prompt(model, tokenizer, item, predict, mean, extra))
