@@ -90,3 +90,35 @@ def test_spans_reach_the_methods_and_every_token_carries_its_span_score(decoder,
         got = get(name)(context)[0, 0]
         for s, g in enumerate(groups):
             np.testing.assert_allclose(got[g], expected[s], atol=1e-10)
+
+
+class _Counted:
+    """A progress callback with an ``estimate`` method, as the CLI's bar has: what it was told."""
+
+    def __init__(self):
+        self.calls, self.estimates = [], []
+
+    def __call__(self, done, total):
+        self.calls.append((done, total))
+
+    def estimate(self, found):
+        self.estimates.append(found)
+
+
+@pytest.mark.parametrize("method", ["ablated-flow-estimate", "attnlrp"])
+def test_through_a_generation_progress_counts_the_forward_then_a_backward_per_token(method, minilm_path):
+    """One forward pass and one backward pass per generated token: the up-front estimate counts
+    ``1 + k`` steps and ``1 + k`` passes' time (not a single backward pass), and the bar moves after
+    each backward pass instead of jumping from 0 to the end."""
+    from attnflow.api.long_inputs import BACKWARD_PASSES
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    model = tiny_model("llama", vocab=tokenizer.vocab_size, dtype=torch.float32)
+    prompt = " ".join(["the keys to the old cabinet are on the table"] * 3)  # >= 16 tokens: estimated
+    k = 4
+    counted = _Counted()
+    attnflow.generate(model, tokenizer, prompt, k, method=[method], progress=counted)
+    assert [c for c in counted.calls if c[1] == 1 + k] == [(i, 1 + k) for i in range(1, k + 2)], counted.calls
+    (found,) = [e for e in counted.estimates if e.method == method]
+    assert found.rows == 1 + k
+    assert found.seconds == pytest.approx((1 + (BACKWARD_PASSES - 1) * k) * found.pass_seconds)

@@ -238,7 +238,8 @@ def prepare(record: Method, context: Context) -> Context:
                 "the budget bounds")
         if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
             return context
-        batch, variants, steps = 1, 1, 2
+        # one forward pass, then one backward pass per row (each about a pass) or one for every row
+        batch, variants, steps = 1, 1, 1 + len(rows) if record.backward_per_row else 2
     else:
         fixed, per = per_source_memory(model, n)
         if fixed + per > budget:
@@ -263,7 +264,10 @@ def prepare(record: Method, context: Context) -> Context:
             # a forward pass, a backward pass and the float64 decomposition over (L, H, n, n): measured
             # 12 passes' time on a 30-layer, 9-head float32 Llama at 512 tokens (10.7 s against 0.9 s); without
             # the decomposition, 1.8-1.9 passes (the estimate, AttnLRP: benchmarks/attnlrp_faithfulness.py)
-            seconds = (GRADIENT_PASSES if record.keeps == "decomposition" else BACKWARD_PASSES) * took
+            passes = GRADIENT_PASSES if record.keeps == "decomposition" else BACKWARD_PASSES
+            if record.backward_per_row:  # the forward pass once, a backward pass (passes - 1) per row
+                passes = 1 + (passes - 1) * len(rows)
+            seconds = passes * took
         estimate(MethodEstimate(method=record.name, tokens=len(ids), rows=steps, seconds=seconds, memory=memory,
                                 budget=budget, batch=batch, pass_seconds=took,
                                 per_source=record.cost == PER_SOURCE, variants=variants))

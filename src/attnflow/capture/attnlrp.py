@@ -253,7 +253,8 @@ def _kind(model: Any) -> tuple[bool, tuple[str, ...]]:
 
 
 def attnlrp(model: Any, input_ids: Any, targets: Any = None, *, tokens: Any = None, foils: Any = None,
-            readout: str = "logit", observe: Callable[..., None] | None = None) -> LRP:
+            readout: str = "logit", observe: Callable[..., None] | None = None,
+            progress: Callable[[int, int], None] | None = None) -> LRP:
     """AttnLRP relevances of every input token (see the module docstring).
 
     input_ids: ``(n,)`` or ``(1, n)`` token ids. targets: a decoder's positions whose next-token logit is
@@ -263,6 +264,8 @@ def attnlrp(model: Any, input_ids: Any, targets: Any = None, *, tokens: Any = No
         ``z_c - z_f``, linear in the logits, so it conserves too).
     observe: for tests and studies, called as ``observe(module, scores, weights)`` with each attention
         softmax's input and output (``(b, heads, n, m)``) during the forward pass.
+    progress: ``progress(done, total)`` after the forward pass and after each target's backward pass
+        (``total = 1 + len(targets)``).
 
     Cost: one forward pass with autograd recording and one backward pass per target.
     """
@@ -320,10 +323,14 @@ def attnlrp(model: Any, input_ids: Any, targets: Any = None, *, tokens: Any = No
             objective, value = objective - foil_objective, value - foil_value
         relevance = np.zeros((len(targets), n))
         leaf = state.leaf
+        if progress is not None:
+            progress(1, 1 + len(targets))
         for i in range(len(targets)):
             (grad,) = torch.autograd.grad(objective[i], leaf, retain_graph=i < len(targets) - 1)
             row = (leaf.detach() * grad)[0].sum(-1).to(torch.float64).cpu().numpy()
             relevance[i, :row.shape[0]] = row
+            if progress is not None:
+                progress(2 + i, 1 + len(targets))
     if decoder:
         for i, t in enumerate(targets):
             relevance[i, t + 1:] = 0.0  # a causal target never sees later sources (exact zeros already)

@@ -142,7 +142,8 @@ def _detached(cache: Any) -> Any:
 
 def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, layers: str = "all",
                          readout: str = "logit", tokens: Any = None, foils: Any = None,
-                         keep_cache: bool = False, checkpoint: bool | None = None) -> Patching:
+                         keep_cache: bool = False, checkpoint: bool | None = None,
+                         progress: Any = None) -> Patching:
     """The one-pass estimate of ablated flow (see the module docstring).
 
     input_ids: ``(n,)`` or ``(1, n)`` token ids of a causal decoder. targets: positions explained
@@ -153,6 +154,8 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
         not with checkpointing (a recomputed layer would write its cache twice): then ``cache`` is None.
     checkpoint: recompute each layer in the backward pass instead of keeping its activations (memory
         bounded by one layer's; about a third more time); None: from :data:`CHECKPOINT_FROM` positions.
+    progress: ``progress(done, total)`` after the forward pass and after each target's backward pass
+        (``total = 1 + len(targets)``).
 
     Returns a :class:`Patching` with ``scores (len(targets), 1 or layers, n)``; sources after a
     target score 0 for it.
@@ -182,6 +185,8 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
             raise AttnflowError("a layer's value projection did not run; the architecture table names the wrong "
                                 "module for attribution patching")
         scores = np.zeros((len(targets), len(found), n))
+        if progress is not None:
+            progress(1, 1 + len(targets))
         for i in range(len(targets)):
             grads = torch.autograd.grad(objective[i], state.deltas, retain_graph=i < len(targets) - 1,
                                         allow_unused=True)
@@ -191,6 +196,8 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
                 # the value part of a fused projection's output, per key/value head: (1, n', kv, d)
                 gv = found[l].head_values(g.detach(), heads) * found[l].head_values(v, heads)
                 scores[i, l, :last + 1] = gv[0].sum((-1, -2)).to(torch.float64).cpu().numpy()
+            if progress is not None:
+                progress(2 + i, 1 + len(targets))
     for i, t in enumerate(targets):
         scores[i, :, t + 1:] = 0.0  # float round-off only: a causal target never sees later sources
     if layers == "all":

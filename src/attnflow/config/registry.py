@@ -119,6 +119,7 @@ class Method:
     long_default: str | None = None  # a decoder default's stand-in above honest.EXACT_DEFAULT_MAX tokens
     needs_row: str | None = None    # a column of the architecture table a model's row must set (its rules are per family)
     keeps: str = "decomposition"    # what its backward pass keeps, for the memory budget (see KEEPS)
+    backward_per_row: bool = False  # one backward pass per explained row (per generated token), each counted in progress
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
@@ -201,12 +202,12 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "Kramár et al. 2024 (attribution patching) of value zeroing, every layer at once",
            "attnflow.api.methods.one_pass:ablated_flow_estimate",
            "first-order estimate of ablated flow from one forward and one backward pass (decoders)", spans=True,
-           models=("decoder",), reads=(), keeps="checkpointed"),
+           models=("decoder",), reads=(), keeps="checkpointed", backward_per_row=True),
     Method("ablated-flow-estimate-layers", ("text",), FORWARD_BACKWARD, True,
            "Kramár et al. 2024 (attribution patching) of value zeroing, one layer at a time",
            "attnflow.api.methods.one_pass:ablated_flow_estimate_layers",
            "the same estimate per layer: the first order of zeroing a token's values in that layer (decoders)",
-           models=("decoder",), reads=(), keeps="checkpointed"),
+           models=("decoder",), reads=(), keeps="checkpointed", backward_per_row=True),
     Method("ablated-flow-budgeted", ("text",), BUDGETED, False,
            "Mohebbi et al. 2023 (value zeroing) within a budget; Kramár et al. 2024 for the rest",
            "attnflow.api.methods.one_pass:ablated_flow_budgeted",
@@ -217,7 +218,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "attnflow.api.methods.attnlrp:attnlrp",
            "layer-wise relevance of each token for the explained logit, one forward and one backward pass "
            "(decoders, classifiers)", spans=True, models=("decoder", "classifier"), reads=(), needs_row="lrp_gate",
-           keeps="autograd"),
+           keeps="autograd", backward_per_row=True),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
            "(decoders)", models=("decoder",), reads=()),

@@ -30,8 +30,10 @@ def run_method(record: Method, context: Context, targets: Sequence[int] | None =
 
     rows = context.rows if targets is None else targets
     context = prepare(record, context)  # a model-based method: its estimate, memory budget and batch size
-    # one pass and its backward, with no steps to count inside: progress says when it starts and ends
-    staged = record.cost == FORWARD_BACKWARD and context.progress is not None and context.model is not None
+    # one pass and its backward, with no steps to count inside: progress says when it starts and ends (a
+    # method with one backward pass per row counts its passes itself)
+    staged = (record.cost == FORWARD_BACKWARD and not record.backward_per_row and context.progress is not None
+              and context.model is not None)
     if staged:
         context.progress(0, 2)
     values = record(context)

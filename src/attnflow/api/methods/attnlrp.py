@@ -34,7 +34,7 @@ def attnlrp(context: Any) -> np.ndarray:
         return np.atleast_1d(given)[:1] if classifier else np.asarray(given)[order]
 
     found = _attnlrp(context.model, context.input_ids, sorted(rows), tokens=pick(context.tokens),
-                     foils=pick(context.foils), readout=context.readout)
+                     foils=pick(context.foils), readout=context.readout, progress=context.progress)
     if found.decoder:
         scores = found.relevance[[found.targets.index(r) for r in rows]]
     else:  # one class logit, shown on every requested row

@@ -33,7 +33,8 @@ def _estimate(context: Any, layers: str) -> np.ndarray:
     rows = _rows(context)
     options = _sorted_tokens(rows, _options(context))
     found = attribution_patching(context.model, context.input_ids, sorted(rows), layers=layers,
-                                 readout=options["readout"], tokens=options["tokens"], foils=options["foils"])
+                                 readout=options["readout"], tokens=options["tokens"], foils=options["foils"],
+                                 progress=context.progress)
     groups = _groups(context)
     if groups is not None:  # the first order is additive: a span's estimate is the sum of its tokens'
         n = found.scores.shape[-1]
