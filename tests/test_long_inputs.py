@@ -228,3 +228,45 @@ def test_each_method_is_refused_by_its_own_memory_model(monkeypatch):
         prepare(registry.get("ablated-flow-estimate"),
                 Context(kind="text", attentions=None, settings=None, rows=[8191], model=model,
                         input_ids=np.arange(8192)))
+
+
+def test_a_method_over_the_budget_is_refused_before_the_capture_pass(minilm_path, monkeypatch):
+    """The memory check needs only the config and the token ids, so a long input is refused before
+    its capture (minutes and gigabytes at thousands of tokens), not after the other methods ran."""
+    import attnflow
+    import attnflow.api.text as text_api
+    from attnflow.errors import AttnflowError
+    from tests.factory import tiny_decoder
+
+    model, tokenizer = tiny_decoder(minilm_path)
+    captured = []
+    real = text_api.capture
+    monkeypatch.setattr(text_api, "capture", lambda *a, **k: captured.append(1) or real(*a, **k))
+    monkeypatch.setenv("ATTNFLOW_MEMORY_BUDGET", "1K")
+    with pytest.raises(AttnflowError, match=r"alti-logit keeps every layer's attention.*1\.0 KiB memory budget"):
+        attnflow.explain("the keys to the old cabinet are on the table", model, tokenizer=tokenizer,
+                         method=["rollout", "alti-logit"])
+    assert captured == []
+    monkeypatch.setenv("ATTNFLOW_MEMORY_BUDGET", "8G")
+    attnflow.explain("the keys to the old cabinet are on the table", model, tokenizer=tokenizer,
+                     method=["rollout", "alti-logit"])
+    assert captured == [1]
+
+
+def test_a_decoder_default_over_the_budget_is_left_out_with_a_warning(minilm_path, monkeypatch):
+    """The honest policy adds ablated flow (exact or budgeted) beside a decoder's asked methods; when it
+    cannot fit the budget the asked method still runs, and the warning says which default was left
+    out and why (before, the default's refusal came after the asked methods had run)."""
+    import attnflow
+    from attnflow.api.honest import text_methods
+    from tests.factory import tiny_decoder
+
+    model, tokenizer = tiny_decoder(minilm_path)
+    text = "the keys to the old cabinet are on the table"
+    n = len(tokenizer(text)["input_ids"])
+    _, added = text_methods(["rollout"], decoder=True, explains_last=True, n_tokens=n)
+    assert added  # a decoder default is added on this input
+    monkeypatch.setenv("ATTNFLOW_MEMORY_BUDGET", "1K")
+    with pytest.warns(UserWarning, match=rf"the decoder default {added[0]} is left out: .*1\.0 KiB memory budget"):
+        result = attnflow.explain(text, model, tokenizer=tokenizer, method="rollout")
+    assert "rollout" in result.methods and added[0] not in result.methods

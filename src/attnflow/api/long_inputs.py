@@ -211,6 +211,35 @@ def pass_costs(model: Any, ids: Any) -> tuple[float, float]:
     return a, b
 
 
+def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, budget: int | None = None) -> None:
+    """Refuse ``record`` on ``tokens`` input tokens (``explained``: the last explained position + 1)
+    when its working memory cannot fit the budget (see the module docstring), in one sentence saying
+    the estimate, the budget and what to do. Reads only ``model.config`` and the parameters' element
+    size, so :func:`attnflow.api.text.prepare` calls it before the input is captured (a long input's
+    capture is itself minutes and gigabytes) and :func:`prepare` again on the method's own rows."""
+    if record.cost not in (PER_SOURCE, FORWARD_BACKWARD, BUDGETED):
+        return
+    budget = memory_budget() if budget is None else budget
+    if record.cost in (FORWARD_BACKWARD, BUDGETED):
+        memory = backward_memory(record.keeps, model, tokens)
+        if memory > budget:
+            longest = int(tokens * (budget / memory) ** 0.5)
+            what = ("every layer's attention over the whole input" if record.keeps != "checkpointed"
+                    else "a layer's attention over the whole input at a time")
+            raise AttnflowError(
+                f"{record.name} keeps {what}: about {_size(memory)} for {tokens} tokens, over the "
+                f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text (about {longest} "
+                "tokens fit), raise the budget if the machine has the memory, or use ablated-flow, whose memory "
+                "the budget bounds")
+        return
+    fixed, per = per_source_memory(model, explained)
+    if fixed + per > budget:
+        raise AttnflowError(
+            f"{record.name} on {explained} tokens needs about {_size(fixed + per)} for one edited sequence, over the "
+            f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text or raise the "
+            "budget")
+
+
 def prepare(record: Method, context: Context) -> Context:
     """The estimate, the budget and the batch size of ``record`` on ``context`` (see the module
     docstring): refuses what cannot fit, hands the estimate to ``context.progress.estimate`` when it
@@ -225,28 +254,15 @@ def prepare(record: Method, context: Context) -> Context:
     n = int(max(rows)) + 1 if len(rows) else len(ids)
     budget = memory_budget()
     model = context.model
+    refuse_over_budget(record, model, len(ids), n, budget)
     if record.cost in (FORWARD_BACKWARD, BUDGETED):
         memory = backward_memory(record.keeps, model, len(ids))
-        if memory > budget:
-            longest = int(len(ids) * (budget / memory) ** 0.5)
-            what = ("every layer's attention over the whole input" if record.keeps != "checkpointed"
-                    else "a layer's attention over the whole input at a time")
-            raise AttnflowError(
-                f"{record.name} keeps {what}: about {_size(memory)} for {len(ids)} tokens, over the "
-                f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text (about {longest} "
-                "tokens fit), raise the budget if the machine has the memory, or use ablated-flow, whose memory "
-                "the budget bounds")
         if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
             return context
         # one forward pass, then one backward pass per row (each about a pass) or one for every row
         batch, variants, steps = 1, 1, 1 + len(rows) if record.backward_per_row else 2
     else:
         fixed, per = per_source_memory(model, n)
-        if fixed + per > budget:
-            raise AttnflowError(
-                f"{record.name} on {n} tokens needs about {_size(fixed + per)} for one edited sequence, over the "
-                f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text or raise the "
-                "budget")
         batch = int(context.batch_size or max(1, min(BATCH, (budget - fixed) // per)))
         memory = fixed + batch * per
         variants = _shape(model)["layers"] if record.layers else 1

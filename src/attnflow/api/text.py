@@ -24,7 +24,7 @@ from attnflow.api.honest import PAPER_ONLY
 from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve
 from attnflow.capture import capture
 from attnflow.capture.load import cached_tokenizer
-from attnflow.capture.text import is_causal
+from attnflow.capture.text import is_causal, max_length
 from attnflow.capture.vocabulary import warn_unknown_words
 from attnflow.config import registry
 from attnflow.config.registry import Context
@@ -129,11 +129,13 @@ def _before_loading(text: str, info: ModelInfo, settings: Settings) -> Any:
     return tokenizer
 
 
-def prepare(text: str, model: Any, tokenizer: Any, settings: Settings) -> Prepared:
+def prepare(text: str, model: Any, tokenizer: Any, settings: Settings,
+            before_capture: Callable[[Any, Any, list[int], bool], None] | None = None) -> Prepared:
     """Load the model if given by name, path or :class:`ModelInfo` (reused between calls, see
     :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve the target. Everything
     that can be refused without the model is refused before it loads (``settings`` were checked
-    when built)."""
+    when built); ``before_capture(model, tokenizer, ids, lm)`` may refuse what needs the loaded model
+    and the token ids (:func:`_fits_the_budget`) before the capture pass runs."""
     _check_text(text)
     if is_name(model):
         info = inspect(model)
@@ -147,6 +149,10 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings) -> Prepar
     if settings.causal_norm is not None and not is_causal(model):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
                             "(its queries see the whole input)")
+    if before_capture is not None:
+        limit = max_length(model, tokenizer) if settings.truncate else None
+        ids = tokenizer(text, truncation=limit is not None, max_length=limit)["input_ids"]
+        before_capture(model, tokenizer, list(ids), lm)
     # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
     maps = capture(model, tokenizer, text, truncate=settings.truncate, head_fusion=settings.head_fusion,
                    weighting=settings.weighting)
@@ -242,12 +248,51 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
     from attnflow.api.honest import text_methods
 
     check_methods(methods, settings, model)  # a named model's kind from its config, before it loads
-    run = prepare(text, model, tokenizer, settings)
+
+    left_out: list[str] = []
+
+    def fits(loaded: Any, tokens: Any, ids: list[int], lm: bool) -> None:
+        left_out.extend(_fits_the_budget(methods, loaded, tokens, ids, lm, settings, paper_only))
+
+    run = prepare(text, model, tokenizer, settings, before_capture=fits)
     check_methods(methods, settings, run.model)  # a hub id's kind, known once loaded
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
                                   paper_only=paper_only, n_tokens=len(run.maps.tokens))
+    methods, added = [m for m in methods if m not in left_out], [m for m in added if m not in left_out]
     return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
                      progress=progress, explained_only=added, measured=measured, spans=spans)
+
+
+def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[int], lm: bool, settings: Settings,
+                     paper_only: bool) -> list[str]:
+    """Before the capture pass (on a long input the capture alone takes minutes and gigabytes), each
+    method's working memory on these ``ids`` against the memory budget
+    (:func:`attnflow.api.long_inputs.refuse_over_budget`): a method asked for that cannot fit is
+    refused now, not after the others have run; a decoder default the honest policy would add is
+    left out, with a warning saying why. Returns the defaults left out. A per-source method is
+    checked up to the explained target (the check after capture, on the method's own rows, stays)."""
+    import warnings
+
+    from attnflow.api.honest import text_methods
+    from attnflow.api.long_inputs import refuse_over_budget
+
+    n = len(ids)
+    try:
+        target = resolve_position(settings.target, n, ids, is_causal(model), tokenizer)
+    except AttnflowError:
+        return []  # the target is refused after capture, as before, with the captured tokens to name
+    chosen, added = text_methods(methods, decoder=lm, explains_last=target == n - 1, paper_only=paper_only,
+                                 n_tokens=n)
+    left_out = []
+    for name in chosen:
+        try:
+            refuse_over_budget(registry.get(name), model, n, target + 1)
+        except AttnflowError as refused:
+            if name not in added:
+                raise
+            warnings.warn(f"the decoder default {name} is left out: {refused}", stacklevel=4)
+            left_out.append(name)
+    return left_out
 
 
 def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: str, targets: Any, flow_targets: str,
