@@ -121,4 +121,5 @@ def test_through_a_generation_progress_counts_the_forward_then_a_backward_per_to
     assert [c for c in counted.calls if c[1] == 1 + k] == [(i, 1 + k) for i in range(1, k + 2)], counted.calls
     (found,) = [e for e in counted.estimates if e.method == method]
     assert found.rows == 1 + k
+    assert f"one forward pass and {k} backward passes" in str(found)
     assert found.seconds == pytest.approx((1 + (BACKWARD_PASSES - 1) * k) * found.pass_seconds)

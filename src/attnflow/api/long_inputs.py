@@ -107,7 +107,8 @@ class MethodEstimate:
 
     def __str__(self) -> str:
         how = (f"{self.rows} edited runs in batches of {self.batch}" if self.per_source
-               else "one forward and one backward pass")
+               else "one forward and one backward pass" if self.rows <= 2
+               else f"one forward pass and {self.rows - 1} backward passes, one per explained token")
         return (f"{self.method} on {self.tokens} tokens: about {_clock(self.seconds)} ({how}; one pass over the input: "
                 f"about {self.pass_seconds:.2f} s), working memory about {_size(self.memory)} of a "
                 f"{_size(self.budget)} budget (ATTNFLOW_MEMORY_BUDGET)")
