@@ -4,6 +4,7 @@
         [--threads 1] [--json out.json] [--markdown out.md] [--limit N] [--long]
         [--peers /work/venvs/peers/bin/python]
     python benchmarks/decoder_study.py --extend out.json   # add methods merged since the run to it
+    python benchmarks/decoder_study.py --extend out.json --peers PYTHON   # and the peers' columns it lacks
     python benchmarks/decoder_study.py --replot out.json [part2.json] --markdown out.md   # tables again, no model
     python benchmarks/decoder_study.py --replot out.json --figure study.png   # the figure, no model
 
@@ -14,8 +15,12 @@ history, a code snippet; 168-253 tokens on SmolLM2), held out too. A table by pr
 
 Peers (``--peers``, a venv with ``context-cite==0.0.4`` and ``at2==0.0.1`` installed from the registry,
 torch 2.13.0 pinned): ContextCite with 64 random ablations and its Lasso surrogate, on the same token
-sources and deletion (benchmarks/peers/contextcite_tokens.py says what is adapted). AT2 (which
-learns per-head attention weights from a training set of ablations) is not wired in here yet.
+sources and deletion (benchmarks/peers/contextcite_tokens.py says what is adapted); AT2, whose one weight
+per attention head is learnt from 32 deletion ablations of each of 168 training prompts disjoint from the
+study's (:func:`at2_training_texts`), then scores a prompt from one pass (benchmarks/peers/at2_tokens.py
+says what is adapted; the trained weights are cached under .cache/at2/ and the training's CPU cost is
+written into the run's timing line). AT2's cost class is not "one pass": it is not a candidate for the
+best one-pass goal below, which is about the library's methods.
 
 Per prompt: the explained output is the token the model predicts after the prompt (its argmax at the
 last position), as `attnflow explain` does. Ranked tokens: prompt positions 1..n-2 (the first token,
@@ -46,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -71,7 +77,8 @@ COST = {"raw": "one pass", "rollout": "one pass", "flow": "one pass (+ max-flow)
         "flow norm": "one pass (+ max-flow)", "grad x input": "fwd + bwd", "|grad x input|": "fwd + bwd",
         PRIORS[0]: "free", PRIORS[1]: "free", "ablated flow": "n batched passes", "logit attribution": "one pass",
         "alti-logit": "one pass", "ablated flow estimate": "fwd + bwd",
-        "ablated flow budgeted (5)": "≤ 5 passes", "attnlrp": "fwd + bwd", "contextcite-64": "64 passes"}
+        "ablated flow budgeted (5)": "≤ 5 passes", "attnlrp": "fwd + bwd", "contextcite-64": "64 passes",
+        "at2": "1 pass + trained head weights"}
 PAPER = ("raw", "rollout", "flow")
 
 
@@ -210,9 +217,11 @@ def measured(record: dict, x: np.ndarray, cpu_s: float) -> dict:
             "position": float(spearman(x, zz)), "cpu_s": cpu_s}
 
 
-def contextcite(records: list[dict], python: str, model_dir: str, ablations: int = 64) -> None:
-    """ContextCite with ``ablations`` random ablations on every prompt, token sources (positions
-    1 .. n-2), in the peers venv (benchmarks/peers/contextcite_tokens.py); joins each record."""
+def run_peer(records: list[dict], python: str, script: str, model_dir: str, options: list[str],
+             files: dict[str, object] | None = None) -> list[dict]:
+    """Run a peer's child process (benchmarks/peers/SCRIPT, with the peers venv's ``python``) on every
+    prompt's token sources (positions 1 .. n-2); returns its per-prompt ``{"scores", "cpu_s", "wall_s"}``.
+    ``files``: more JSON inputs, written to a temporary folder that ``{tmp}`` in ``options`` names."""
     import subprocess
     import tempfile
 
@@ -220,12 +229,95 @@ def contextcite(records: list[dict], python: str, model_dir: str, ablations: int
         source, target = Path(tmp) / "in.json", Path(tmp) / "out.json"
         source.write_text(json.dumps([{"ids": r["ids"], "output": r["output"],
                                        "sources": [[p] for p in range(1, r["n"] - 1)]} for r in records]))
-        script = Path(__file__).resolve().parent / "peers" / "contextcite_tokens.py"
-        subprocess.run([python, str(script), model_dir, str(source), str(target), "--ablations", str(ablations)],
+        for name, data in (files or {}).items():
+            (Path(tmp) / name).write_text(json.dumps(data))
+        path = Path(__file__).resolve().parent / "peers" / script
+        subprocess.run([python, str(path), model_dir, str(source), str(target), *(o.format(tmp=tmp) for o in options)],
                        check=True, env={**os.environ, "TQDM_DISABLE": "1"})
-        found = json.loads(target.read_text())
+        return json.loads(target.read_text())
+
+
+def contextcite(records: list[dict], python: str, model_dir: str, ablations: int = 64) -> None:
+    """ContextCite with ``ablations`` random ablations on every prompt, token sources (positions
+    1 .. n-2), in the peers venv (benchmarks/peers/contextcite_tokens.py); joins each record."""
+    found = run_peer(records, python, "contextcite_tokens.py", model_dir, ["--ablations", str(ablations)])
     for record, peer in zip(records, found):
         record["methods"][f"contextcite-{ablations}"] = measured(record, np.asarray(peer["scores"]), peer["cpu_s"])
+
+
+def at2_training_texts(seed: int = 6) -> list[str]:
+    """AT2's training prompts (168 texts, 4-150 SmolLM2 tokens, mean 42), disjoint from the study's:
+    prefixes of the prose and dialogue of benchmarks/texts.py cut at a random word (60), retrieved-document
+    questions and chat histories of benchmarks/one_pass.py with seed ``seed`` (the study's long ones use
+    seed 0) and random sizes (24 short, 12 long, 24 chats), windows of the shopping list and of attnflow's
+    source cut mid-line (12 each), and lists of the shopping items with a repeat (24). AT2 learns its
+    per-head weights from ablations of these; none of them is a study prompt (checked by the caller)."""
+    import random
+
+    from one_pass import chat, document
+    from texts import DIALOGUE, ITEMS, PROSE, code_text, list_text
+
+    rng = random.Random(seed)
+    flat = " ".join((PROSE + "\n" + DIALOGUE).split())
+    sentences = [s for s in re.split(r"(?<=[.!?\"])\s+", flat) if len(s.split()) >= 4]
+    texts = []
+    for k in range(60):  # one to three sentences, the last one cut at a random word (short ones first)
+        start = rng.randrange(len(sentences) - 3)
+        words = " ".join(sentences[start:start + (1 if k < 30 else rng.randint(2, 3))]).split()
+        texts.append(" ".join(words[:rng.randint(min(4, len(words) - 1), len(words) - 1)]))
+    texts += [document(rng, rng.randint(1, 3), rng.randint(0, 2))[0] for _ in range(24)]
+    texts += [document(rng, rng.randint(4, 7), rng.randint(3, 7))[0] for _ in range(12)]
+    texts += [chat(rng, rng.randint(1, 3)) for _ in range(24)]
+    for lines in (list_text().splitlines()[2:], code_text().splitlines()):
+        for _ in range(12):
+            start = rng.randrange(len(lines) - 8)
+            window = "\n".join(lines[start:start + rng.randint(2, 7)])
+            texts.append(window[:rng.randint(len(window) // 2, len(window) - 1)].rstrip())
+    for _ in range(24):  # a list, then the list again, cut before one of its items
+        items = rng.sample(ITEMS, rng.randint(3, 6))
+        texts.append(", ".join(items) + ". Again: " + ", ".join(items[:rng.randint(1, len(items) - 1)]) + ",")
+    return texts
+
+
+def at2(records: list[dict], python: str, model_dir: str, tokenizer, masks: int = 32, iterations: int = 1000) -> str:
+    """AT2 on every prompt, token sources (positions 1 .. n-2), in the peers venv
+    (benchmarks/peers/at2_tokens.py says what is adapted): its per-head weights are first learnt from
+    ``masks`` deletion ablations of each of :func:`at2_training_texts` (cached under .cache/at2/, keyed by
+    the training set and settings); joins each record and returns a note of the training's cost."""
+    import hashlib
+
+    study = {tuple(r["ids"]) for r in records}
+    prompts_ = {r["prompt"] for r in records}
+    texts = at2_training_texts()
+    clash = [t for t in texts if t in prompts_ or any(p in t for p in prompts_)]
+    if clash:
+        raise ValueError(f"AT2's training prompts must be disjoint from the study's; {len(clash)} are not: {clash[:2]}")
+    train = [{"ids": ids, "sources": [[p] for p in range(1, len(ids) - 1)]}
+             for ids in (list(tokenizer(t)["input_ids"]) for t in texts) if len(ids) >= 4 and tuple(ids) not in study]
+    key = hashlib.sha256(json.dumps([model_dir, train, masks, iterations]).encode()).hexdigest()[:16]
+    cache = Path(__file__).resolve().parents[1] / ".cache" / "at2" / key
+    found = run_peer(records, python, "at2_tokens.py", model_dir,
+                     ["--train", "{tmp}/train.json", "--cache", str(cache), "--masks", str(masks),
+                      "--iterations", str(iterations)], files={"train.json": train})
+    for record, peer in zip(records, found):
+        record["methods"]["at2"] = measured(record, np.asarray(peer["scores"]), peer["cpu_s"])
+    t = json.loads((cache / "training.json").read_text())
+    return (f"AT2 trained on {t['prompts']} prompts ({t['tokens'][0]}-{t['tokens'][1]} tokens, mean "
+            f"{t['tokens'][2]:.0f}) x {t['masks_per_prompt']} deletion ablations, {t['iterations']} iterations: "
+            f"{t['cpu_s']:.0f} s CPU ({t['ablation_cpu_s']:.0f} s in the ablations), {t['wall_s']:.0f} s wall")
+
+
+PEERS = ("contextcite-64", "at2")  # the columns --peers adds
+
+
+def peers(records: list[dict], python: str, model_dir: str, tokenizer, only: tuple[str, ...] = PEERS) -> list[str]:
+    """Run the peers named in ``only`` on ``records``; notes for the run's timing line."""
+    notes = []
+    if "contextcite-64" in only:
+        contextcite(records, python, model_dir)
+    if "at2" in only:
+        notes.append(at2(records, python, model_dir, tokenizer))
+    return notes
 
 
 def long_prompts() -> list[dict]:
@@ -455,7 +547,9 @@ def main() -> None:
     parser.add_argument("--extend", default=None, metavar="JSON",
                         help="add the library's methods that a saved run lacks (e.g. one merged since) to it, in place")
     parser.add_argument("--peers", default=None, metavar="PYTHON",
-                        help="the peers venv's python (context-cite 0.0.4): adds ContextCite with 64 ablations")
+                        help="the peers venv's python (context-cite 0.0.4, at2 0.0.1): adds ContextCite with 64 "
+                             "ablations and AT2 (trained first, then cached); with --extend, only the peers the "
+                             "saved run lacks")
     args = parser.parse_args()
     if args.replot:
         parts = [json.loads(Path(path).read_text()) for path in args.replot]
@@ -465,15 +559,23 @@ def main() -> None:
         saved = json.loads(Path(args.extend).read_text())
         torch.set_num_threads(args.threads)
         quiet_transformers()
-        model, _ = load(saved["model"])
+        model, tokenizer = load(saved["model"])
         missing = {k: fn for k, fn in library_methods().items() if k not in saved["records"][0]["methods"]}
         for record in saved["records"]:
             for name, fn in missing.items():
                 started = time.process_time()
                 scores = np.asarray(fn(model, record["ids"], record["n"] - 1), dtype=float)
                 record["methods"][name] = measured(record, scores[1:record["n"] - 1], time.process_time() - started)
+        added = list(missing)
+        if args.peers:  # only the peers' columns the saved run lacks
+            lacking = tuple(p for p in PEERS if p not in saved["records"][0]["methods"])
+            notes = peers(saved["records"], args.peers, str(model.name_or_path), tokenizer, lacking)
+            added += list(lacking)
+            saved["timing"] += "".join(f"; {n}" for n in notes)
         load_avg = os.getloadavg()
-        saved["timing"] += (f"; {', '.join(missing) or 'nothing'} added later (load average {load_avg[0]:.2f} "
+        print(f"extend: added {', '.join(added) or 'nothing'}; load average {load_avg[0]:.2f} {load_avg[1]:.2f} "
+              f"{load_avg[2]:.2f}", file=sys.stderr)
+        saved["timing"] += (f"; {', '.join(added) or 'nothing'} added later (load average {load_avg[0]:.2f} "
                             f"{load_avg[1]:.2f} {load_avg[2]:.2f})")
         Path(args.extend).write_text(json.dumps(saved, indent=0))
     else:
@@ -500,12 +602,11 @@ def main() -> None:
             print(f"\r{k + 1}/{len(items)} ({time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f})",
                   end="", flush=True, file=sys.stderr)
         print(file=sys.stderr)
-        if args.peers:
-            contextcite(records, args.peers, str(model.name_or_path))
+        notes = peers(records, args.peers, str(model.name_or_path), tokenizer) if args.peers else []
         load_avg = os.getloadavg()
         timing = (f"{args.threads} torch thread(s), loaded in {loaded:.0f} s, {time.perf_counter() - started:.0f} s wall "
                   f"and {time.process_time() - cpu0:.0f} s CPU in all; load average {load_avg[0]:.2f} "
-                  f"{load_avg[1]:.2f} {load_avg[2]:.2f}")
+                  f"{load_avg[1]:.2f} {load_avg[2]:.2f}" + "".join(f"; {n}" for n in notes))
         saved = {"model": args.model, "model_name": {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma 3 270M "
                  "(Q4_K_M, dequantised)"}[args.model], "timing": timing, "records": records}
         if args.json:
