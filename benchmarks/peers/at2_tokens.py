@@ -29,7 +29,7 @@ What is adapted (a subclass of ``at2.tasks.AttributionTask`` on token ids, ``Tok
   of 16 and the logit of the last real position is read, which is exact under a causal mask;
 - no chat template and no generation: the prompt is the model's raw input, and the "response" is the one
   token the model predicts after it (one target, ``split_target_by="token"``);
-- the model type is passed as ``"llama"`` (AT2 infers it from ``name_or_path``, which does not say llama);
+- the model type is passed from the config (``"llama"`` for SmolLM2, ``"gemma3"`` for Gemma 3; AT2 infers it from ``name_or_path``, which need not say it);
 - the training batch is every training prompt (AT2's default of 512 needs at least 512 prompts);
 - at2's ``nltk.download`` at import (no network here) is neutralised before the import; CPU, float32.
 """
@@ -120,6 +120,13 @@ class TokenTask(AttributionTask):
         return masks, torch.cat(out).float().numpy()
 
 
+def at2_model_type(model) -> str:
+    """AT2's name for the architecture (it would guess from ``name_or_path``): the config's model type,
+    Gemma 3's text-only model under the module name AT2 reads its helpers from."""
+    kind = model.config.model_type
+    return {"gemma3_text": "gemma3"}.get(kind, kind)
+
+
 def argmax_output(model, ids: list[int]) -> int:
     with torch.no_grad():
         return int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
@@ -136,7 +143,7 @@ def train(model, tokenizer, items: list[dict], cache: Path, masks: int, iteratio
     trainer = LinearScoreEstimatorTrainer(
         cache, examples, model, tokenizer,
         lambda ex, m, t: TokenTask(m, t, ex["ids"], ex["output"], ex["sources"]),
-        feature_extractor=AttentionFeatureExtractor(layers, heads, model_type="llama"),
+        feature_extractor=AttentionFeatureExtractor(layers, heads, model_type=at2_model_type(model)),
         split_target_by="token", num_masks=masks)
     # the trainer's generate() step writes these two stores; here the generation is the fixed predicted token
     for name, data in (("generations", {i: "" for i in range(len(examples))}),
