@@ -29,6 +29,8 @@ What is adapted (a subclass of ``at2.tasks.AttributionTask`` on token ids, ``Tok
   of 16 and the logit of the last real position is read, which is exact under a causal mask;
 - no chat template and no generation: the prompt is the model's raw input, and the "response" is the one
   token the model predicts after it (one target, ``split_target_by="token"``);
+- on Gemma 3 under transformers 5, AT2's reads of the rotary embeddings are adapted to the one rotary
+  module that takes the layer type (:func:`gemma3_rotary_for_at2`);
 - the model type is passed from the config (``"llama"`` for SmolLM2, ``"gemma3"`` for Gemma 3; AT2 infers it from ``name_or_path``, which need not say it);
 - the training batch is every training prompt (AT2's default of 512 needs at least 512 prompts);
 - at2's ``nltk.download`` at import (no network here) is neutralised before the import; CPU, float32.
@@ -127,6 +129,19 @@ def at2_model_type(model) -> str:
     return {"gemma3_text": "gemma3"}.get(kind, kind)
 
 
+def gemma3_rotary_for_at2(model) -> None:
+    """AT2 0.0.1 reads Gemma 3's rotary embeddings as transformers 4.x laid them out: a
+    ``rotary_emb_local`` module for the sliding-window layers and ``rotary_emb(x, positions)`` for the
+    global ones. Transformers 5 has one module that takes the layer type. Two thin adapters give AT2 the
+    same (cos, sin) the model itself uses for each layer type; the model's own calls are unchanged."""
+    if at2_model_type(model) != "gemma3" or hasattr(model.model, "rotary_emb_local"):
+        return
+    rotary = model.model.rotary_emb
+    forward = rotary.forward
+    rotary.forward = lambda x, positions, layer_type="full_attention": forward(x, positions, layer_type)
+    model.model.rotary_emb_local = lambda x, positions: forward(x, positions, "sliding_attention")
+
+
 def argmax_output(model, ids: list[int]) -> int:
     with torch.no_grad():
         return int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
@@ -178,6 +193,7 @@ def main() -> None:
               file=sys.stderr)
         sys.exit(2)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    gemma3_rotary_for_at2(model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
