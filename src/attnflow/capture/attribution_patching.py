@@ -79,6 +79,12 @@ class Patching(Ablation):
 CHECKPOINT_FROM = 1024  # positions from which each layer is recomputed in the backward pass (memory: one layer)
 
 
+def long_input(positions: int) -> bool:
+    """Whether a pass over ``positions`` tokens is a long one: checkpointed, attention on SDPA where it
+    can be (read at call time, so tests can lower :data:`CHECKPOINT_FROM`)."""
+    return positions >= CHECKPOINT_FROM
+
+
 class _Pass:
     """The active pass: per layer, the value projection's output and the zero tensor added to it;
     ``checkpoint``: run each decoder layer under activation checkpointing."""
@@ -176,7 +182,7 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     heads = int(config.num_attention_heads)
     n, last = ids.numel(), max(targets)
     device = next(model.parameters()).device
-    checkpoint = last + 1 >= CHECKPOINT_FROM if checkpoint is None else bool(checkpoint)
+    checkpoint = long_input(last + 1) if checkpoint is None else bool(checkpoint)
     keep_cache = keep_cache and not checkpoint
     sdpa = checkpoint if sdpa is None else bool(sdpa)
     state = _Pass(len(found), checkpoint)
