@@ -46,6 +46,7 @@ GRADIENT_PASSES = 12       # a forward + backward method's time in passes (see p
 BYTES_PER_ATTENTION = 48    # a decomposition method's bytes per attention number (see gradient_memory)
 BYTES_AUTOGRAD = 16         # bytes per attention number autograd keeps for one backward pass (see backward_memory)
 BYTES_ONE_LAYER = 40        # the same for the one layer a checkpointed backward pass recomputes at a time
+CHECKPOINTED_SDPA_MARGIN = 1.5  # a checkpointed pass on SDPA: measured peak over the counted tensors (backward_memory)
 BACKWARD_PASSES = 2         # a plain forward + backward method's time in passes (measured 1.8-1.9, see prepare)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -132,16 +133,18 @@ def _element_size(model: Any) -> int:
         return 4
 
 
-def per_source_memory(model: Any, n: int) -> tuple[int, int]:
+def per_source_memory(model: Any, n: int, sdpa: bool = False) -> tuple[int, int]:
     """(fixed bytes, bytes per edited sequence) of a per-source run over ``n`` tokens: the clean prefix
-    cache (kept and copied once per batch) and the clean pass (logits at every position), and per sequence its own cache of up to ``n`` positions,
-    one layer's attention scores over the run (eager attention: scores, softmax and a temporary),
-    its hidden states and feed-forward activations, and the logits it keeps."""
+    cache (kept and copied once per batch) and the clean pass (logits at every position), and per sequence its
+    own cache of up to ``n`` positions, one layer's attention scores over the run (eager attention: scores,
+    softmax and a temporary; none on SDPA, ``sdpa``), its hidden states and feed-forward activations, and the
+    logits it keeps."""
     s, size = _shape(model), _element_size(model)
     kv_token = 2 * s["layers"] * s["kv"] * s["head_dim"] * size
+    scores = 0 if sdpa else 3 * s["heads"] * n * n * size
     # the prefix cache and its copy, and the clean pass over the input (its logits at every position)
-    fixed = 2 * kv_token * n + n * s["vocab"] * size + 3 * s["heads"] * n * n * size
-    per = kv_token * n + 3 * s["heads"] * n * n * size + n * (6 * s["hidden"] + 3 * s["inner"]) * size
+    fixed = 2 * kv_token * n + n * s["vocab"] * size + scores
+    per = kv_token * n + scores + n * (6 * s["hidden"] + 3 * s["inner"]) * size
     per += 2 * s["vocab"] * size
     return fixed, per
 
@@ -178,8 +181,42 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
     s, size = _shape(model), _element_size(model)
     per_token = n * (6 * s["hidden"] + 3 * s["inner"]) * size * 2  # one layer's activations and their gradients
     if keeps == "checkpointed" and n >= CHECKPOINT_FROM:
-        return s["heads"] * n * n * BYTES_ONE_LAYER + per_token + s["layers"] * n * s["hidden"] * size
+        kept = s["layers"] * n * s["hidden"] * size  # every layer's input, kept for the recomputation
+        if not _on_sdpa(model):  # eager attention: one layer's (heads, n, n) weights and softmax graph at a time
+            return s["heads"] * n * n * BYTES_ONE_LAYER + per_token + kept
+        # SDPA: nothing (n, n); every layer's values, their zero leaves and gradients (3 x layers x kv x head dim)
+        values = 3 * s["layers"] * n * s["kv"] * s["head_dim"] * size
+        return int(CHECKPOINTED_SDPA_MARGIN * (per_token + kept + values))
     return s["layers"] * (s["heads"] * n * n * BYTES_AUTOGRAD + per_token)
+
+
+def _on_sdpa(model: Any) -> bool:
+    """Whether a long estimate pass runs ``model``'s attention on SDPA
+    (:func:`attnflow.capture.efficient_attention.why_not`)."""
+    from attnflow.capture.efficient_attention import why_not
+
+    try:
+        return not why_not(model)
+    except AttributeError:  # not a model (no config): assume eager, the larger
+        return False
+
+
+def _budgeted_batch(record: Method, context: Context, n: int, budget: int) -> Context:
+    """The budgeted chooser's exact runs hold a per-source run's memory (:func:`per_source_memory`; on
+    SDPA for a long input, as :mod:`attnflow.capture.budgeted` runs them): their batch is what fits the
+    budget (16 at most), as for ablated flow; even one sequence over the budget is refused."""
+    from dataclasses import replace
+
+    from attnflow.capture.attribution_patching import long_input
+
+    fixed, per = per_source_memory(context.model, n, sdpa=long_input(n) and _on_sdpa(context.model))
+    if fixed + per > budget:
+        raise AttnflowError(
+            f"{record.name} on {n} tokens needs about {_size(fixed + per)} for one exact run, over the "
+            f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text or raise the budget")
+    if context.batch_size:
+        return context
+    return replace(context, batch_size=int(max(1, min(BATCH, (budget - fixed) // per))))
 
 
 def _timed_pass(model: Any, ids: Any) -> float:
@@ -237,7 +274,7 @@ def prepare(record: Method, context: Context) -> Context:
                 "tokens fit), raise the budget if the machine has the memory, or use ablated-flow, whose memory "
                 "the budget bounds")
         if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
-            return context
+            return _budgeted_batch(record, context, n, budget)
         batch, variants, steps = 1, 1, 2
     else:
         fixed, per = per_source_memory(model, n)

@@ -44,9 +44,10 @@ in ``n``. Logits are computed at the target rows only (``logits_to_keep``): ever
 API::
 
     attribution_patching(model, input_ids, targets=None, *, layers="all", readout="logit", tokens=None,
-                         foils=None, keep_cache=False) -> Patching
+                         foils=None, keep_cache=False, checkpoint=None, sdpa=None) -> Patching
     Patching.scores  # (len(targets), 1 or layers, n): the estimate of ablated flow's scores
     Patching.logits  # (len(targets), vocab) the clean logits; Patching.cache: the clean key/value cache
+    Patching.attention  # "sdpa" or the model's own ("eager"): what the pass's attention ran on
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ SDPA computes the same function as eager attention:
 - the model class declares SDPA support (``_supports_sdpa``; Gemma 2 does not: its attention
   logits are soft-capped, ``cap * tanh(s / cap)``, which SDPA cannot apply);
 - the config sets no attention soft-capping (``attn_logit_softcapping``: a Gemma 3 config may);
-- the architecture table applies no mask fixes to the family (:func:`attnflow.capture.architectures.architecture_fixes`).
+- the architecture table applies no mask fixes to the family
+  (:func:`attnflow.capture.architectures.architecture_fixes`).
 
 Sliding windows are honoured: transformers builds the windowed mask for SDPA as it does for eager
 attention (a boolean ``(n, n)`` mask per windowed layer, one byte per entry: 64 MB at 8,192 tokens),
