@@ -16,8 +16,11 @@ what the step adds above the loaded model. Steps:
 - ``forward sdpa``: the same on SDPA (:mod:`attnflow.capture.efficient_attention`), for reference;
 - ``estimate``: :func:`attnflow.capture.attribution_patching.attribution_patching` (the last position;
   from 1,024 tokens checkpointed, attention on SDPA);
+- ``estimate eager`` (``--eager`` sizes): the same pass on eager attention, as it ran before SDPA
+  (checkpointed, one layer's ``(heads, n, n)`` weights at a time), and how far its scores are from the
+  SDPA pass's (max |difference| over max |score|);
 - ``budgeted``: :func:`attnflow.capture.budgeted.budgeted_ablated_flow` at budget 5 (the estimate, then
-  exact runs of the latest tokens and the top ones within 5 passes).
+  exact runs of the latest tokens and the top ones within 5 passes, batches of 16).
 
 Times are wall and CPU seconds of the step, printed as multiples of the ``forward`` step in the same
 process (torch on ``--threads`` threads, 1 by default). ``--explain N``: the end-to-end
@@ -110,7 +113,19 @@ def child(job: dict) -> dict:
     out: dict = {"n": len(ids), "rss_model_gb": _status("VmRSS")}
     out["forward"] = _measured(forward(False))
     out["forward sdpa"] = _measured(forward(True))
-    out["estimate"] = _measured(lambda: {"attention": attribution_patching(model, ids).attention})
+    found = {}
+
+    def estimate(sdpa):
+        def run():
+            found[sdpa] = attribution_patching(model, ids, sdpa=sdpa)
+            return {"attention": found[sdpa].attention}
+        return run
+
+    out["estimate"] = _measured(estimate(None))
+    if job["eager"]:  # the pass as it was before SDPA (checkpointed, eager attention): memory, time, agreement
+        out["estimate eager"] = _measured(estimate(False))
+        a, b = found[None].scores[0, 0], found[False].scores[0, 0]
+        out["estimate eager"]["max_abs_diff_over_max"] = float(abs(a - b).max() / abs(b).max())
     if job["budgeted"]:
         def budgeted():
             found = budgeted_ablated_flow(model, ids, budget=5.0)
@@ -168,7 +183,7 @@ def run_child(job: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-STEPS = ("forward", "forward sdpa", "estimate", "budgeted")
+STEPS = ("forward", "forward sdpa", "estimate", "estimate eager", "budgeted")
 
 
 def main() -> None:
@@ -176,6 +191,8 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="*", type=int, default=[2048, 4096, 8192])
     parser.add_argument("--budgeted", nargs="*", type=int, default=[2048, 4096, 8192],
                         help="the sizes at which the budgeted chooser runs too")
+    parser.add_argument("--eager", nargs="*", type=int, default=[1024, 2048],
+                        help="the sizes at which the estimate also runs on eager attention (as before SDPA)")
     parser.add_argument("--explain", nargs="*", type=int, default=[8192])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=RESULTS)
@@ -191,12 +208,12 @@ def main() -> None:
           f"load average before (1/5/15 min): {load()}")
     print("peak GB = resident memory above the loaded model (VmHWM after a reset), each size in its own process; "
           "x forward = the step's time over one eager forward pass in the same process\n", flush=True)
-    header = f"{'tokens':>6} {'step':<13} {'peak GB':>8} {'wall s':>8} {'x forward':>9} {'cpu x fwd':>9}  notes"
+    header = f"{'tokens':>6} {'step':<14} {'peak GB':>8} {'wall s':>8} {'x forward':>9} {'cpu x fwd':>9}  notes"
     print(header)
     print("-" * len(header))
     results: dict = {"model": "smollm2", "threads": args.threads, "load_before": load(), "sizes": {}}
     for n in args.sizes:
-        got = run_child({"n": n, "threads": args.threads, "budgeted": n in args.budgeted})
+        got = run_child({"n": n, "threads": args.threads, "budgeted": n in args.budgeted, "eager": n in args.eager})
         got["load_after"] = load()
         results["sizes"][str(n)] = got
         if "forward" not in got:
@@ -208,7 +225,7 @@ def main() -> None:
                 continue
             s = got[step]
             notes = ", ".join(f"{k} {v}" for k, v in s.items() if k not in ("peak_gb", "wall_s", "cpu_s"))
-            print(f"{got['n']:>6} {step:<13} {s['peak_gb']:>8.2f} {s['wall_s']:>8.1f} "
+            print(f"{got['n']:>6} {step:<14} {s['peak_gb']:>8.2f} {s['wall_s']:>8.1f} "
                   f"{s['wall_s'] / base['wall_s']:>9.2f} {s['cpu_s'] / base['cpu_s']:>9.2f}  {notes}", flush=True)
         print(f"{'':>6} (load average after: {got['load_after']})", flush=True)
     for n in args.explain:
