@@ -21,7 +21,9 @@ and memory; during it, progress; always, memory held under a budget.
   (:mod:`attnflow.capture.logit_paths`) every layer's attention ``(layers, heads, n, n)`` in float64
   for the decomposition and float32 kept by autograd; AttnLRP autograd's activations of every layer;
   the one-pass estimate (and the budgeted chooser that runs it) one layer's at a time from
-  ``CHECKPOINT_FROM`` positions. None is chunked within a layer, so an input whose estimate exceeds
+  ``CHECKPOINT_FROM`` positions, and there no attention weights at all where it runs attention on SDPA
+  (:mod:`attnflow.capture.efficient_attention`); the budgeted chooser's exact runs, a per-source
+  run's memory, in batches that fit. None is chunked within a layer, so an input whose estimate exceeds
   the budget is refused, saying the estimate, the budget and what to do.
 - **Ctrl-C**: the methods run in Python between layers and batches, so ``KeyboardInterrupt``
   arrives within one layer's work; nothing is written before a result is complete.
@@ -173,7 +175,12 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
     peak RSS above the loaded model): the one-pass estimate 1.0 GB at 512 tokens and 2.9 GB at 1,024
     without checkpointing (14.9 and 10.7 bytes per attention number, activations included), 0.32 GB at
     1,024 checkpointed (34 bytes per attention number of one layer); AttnLRP 2.0 GB and 3.3 GB. The
-    constants keep a margin above those."""
+    constants keep a margin above those. From ``CHECKPOINT_FROM`` on, where the pass runs attention on
+    SDPA (:mod:`attnflow.capture.efficient_attention`), nothing ``(n, n)`` is kept or formed: every
+    layer's input, every layer's values with their zero leaves and gradients, one layer's activations
+    and their gradients. Measured (``benchmarks/long_one_pass.py``, SmolLM2-135M, 8,192 tokens, one
+    thread): 2.19 GB, 1.32 times the tensors counted here (1.66 GB); :data:`CHECKPOINTED_SDPA_MARGIN`
+    1.5 gives 2.49 GB. Before SDPA that pass was modelled at 25 GB (one layer's eager attention)."""
     if keeps == "decomposition":
         return gradient_memory(model, n)
     from attnflow.capture.attribution_patching import CHECKPOINT_FROM
