@@ -48,7 +48,8 @@ GRADIENT_PASSES = 12       # a forward + backward method's time in passes (see p
 BYTES_PER_ATTENTION = 48    # a decomposition method's bytes per attention number (see gradient_memory)
 BYTES_AUTOGRAD = 16         # bytes per attention number autograd keeps for one backward pass (see backward_memory)
 BYTES_ONE_LAYER = 40        # the same for the one layer a checkpointed backward pass recomputes at a time
-CHECKPOINTED_SDPA_MARGIN = 1.5  # a checkpointed pass on SDPA: measured peak over the counted tensors (backward_memory)
+CHECKPOINTED_SDPA_MARGIN = 1.75  # a checkpointed pass on SDPA: measured peak over the counted tensors (backward_memory)
+PER_SOURCE_SDPA_MARGIN = 1.25   # exact runs on SDPA: measured peak over per_source_memory's count (per_source_memory)
 BACKWARD_PASSES = 2         # a plain forward + backward method's time in passes (measured 1.8-1.9, see prepare)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -148,6 +149,9 @@ def per_source_memory(model: Any, n: int, sdpa: bool = False) -> tuple[int, int]
     fixed = 2 * kv_token * n + n * s["vocab"] * size + scores
     per = kv_token * n + scores + n * (6 * s["hidden"] + 3 * s["inner"]) * size
     per += 2 * s["vocab"] * size
+    if sdpa:  # the budgeted chooser's runs, 16 a batch, SmolLM2: measured 1.59 GB at 1,024 and 2.88 GB at 2,048
+        # tokens (benchmarks/long_one_pass.py), the count above gives 1.59 and 3.16 GB
+        fixed, per = int(PER_SOURCE_SDPA_MARGIN * fixed), int(PER_SOURCE_SDPA_MARGIN * per)
     return fixed, per
 
 
@@ -179,8 +183,9 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
     SDPA (:mod:`attnflow.capture.efficient_attention`), nothing ``(n, n)`` is kept or formed: every
     layer's input, every layer's values with their zero leaves and gradients, one layer's activations
     and their gradients. Measured (``benchmarks/long_one_pass.py``, SmolLM2-135M, 8,192 tokens, one
-    thread): 2.19 GB, 1.32 times the tensors counted here (1.66 GB); :data:`CHECKPOINTED_SDPA_MARGIN`
-    1.5 gives 2.49 GB. Before SDPA that pass was modelled at 25 GB (one layer's eager attention)."""
+    thread): 0.25, 0.62 and 2.19 GB at 1,024, 2,048 and 8,192 tokens, 1.18 to 1.48 times the tensors
+    counted here (0.21, 0.42, 1.66 GB); :data:`CHECKPOINTED_SDPA_MARGIN` 1.75 gives 0.36, 0.73 and 2.91
+    GB. Before SDPA that pass was modelled at 25 GB at 8,192 tokens (one layer's eager attention)."""
     if keeps == "decomposition":
         return gradient_memory(model, n)
     from attnflow.capture.attribution_patching import CHECKPOINT_FROM
