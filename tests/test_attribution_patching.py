@@ -121,6 +121,12 @@ def test_the_estimate_is_the_first_order_of_value_zeroing(kind):
     n = len(ids)
     each = attribution_patching(model, ids, targets=[4, n - 1], layers="each")
     every = attribution_patching(model, ids, targets=[4, n - 1])
+    _is_the_first_order(model, kind, ids, each, every)
+
+
+def _is_the_first_order(model, kind, ids, each, every):
+    """Both estimates (per layer, every layer at once) against the oracle's slopes at each target."""
+    n = len(ids)
     assert each.scores.shape == (2, 2, n) and every.scores.shape == (2, 1, n)
     np.testing.assert_allclose(every.scores[:, 0], each.scores.sum(1), atol=1e-12)
     for i, t in enumerate(each.targets):
@@ -191,7 +197,94 @@ def test_checkpointed_layers_give_the_same_estimate(kind):
     model.get_submodule(CASES[kind][2].format(0)).register_forward_hook(lambda *a: calls.append(1))
     plain = attribution_patching(model, ids, targets=[5, 9], layers="each", checkpoint=False)
     assert len(calls) == 1
-    recomputed = attribution_patching(model, ids, targets=[5, 9], layers="each", checkpoint=True, keep_cache=True)
+    recomputed = attribution_patching(model, ids, targets=[5, 9], layers="each", checkpoint=True, keep_cache=True,
+                                      sdpa=False)
     assert len(calls) > 2  # layer 0 ran again in the backward passes
     np.testing.assert_allclose(recomputed.scores, plain.scores, atol=1e-12)
     assert recomputed.cache is None and np.ptp(plain.scores) > 1e-3
+    # on SDPA (the default when checkpointing, where the family allows it): the same up to eager attention's
+    # float32 softmax (most families' eager attention runs it in float32 even in a float64 model; GPT-2's not)
+    fused = attribution_patching(model, ids, targets=[5, 9], layers="each", checkpoint=True)
+    assert fused.attention == ("eager" if kind == "gemma2" else "sdpa")
+    np.testing.assert_allclose(fused.scores, plain.scores, atol=1e-5 * np.abs(plain.scores).max())
+
+
+# ---------------------------------------------------------------- long inputs: attention on SDPA
+# From CHECKPOINT_FROM positions the pass runs attention on torch's scaled_dot_product_attention
+# (attnflow.capture.efficient_attention), whose backward pass keeps no (heads, n, n) weights. The oracle
+# above still runs the model's own eager attention, so agreeing with it also checks that SDPA computes
+# the same function (grouped-query heads, a sliding window shorter than the input, fused projections).
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2", "qwen2", "phi3", "gpt_neox", "gemma2"])
+def test_the_long_input_pass_on_sdpa_is_the_first_order_of_value_zeroing(kind, monkeypatch):
+    from attnflow.capture import attribution_patching as module
+
+    monkeypatch.setattr(module, "CHECKPOINT_FROM", 4)  # tiny inputs take the long-input path
+    model = _build(kind)
+    ids = _ids(10, seed=2)
+    if kind == "mistral":
+        assert model.config.sliding_window < len(ids)  # the window is honoured, not just never reached
+    each = attribution_patching(model, ids, targets=[4, 9], layers="each")
+    every = attribution_patching(model, ids, targets=[4, 9])
+    # Gemma 2 soft-caps its attention logits (SDPA cannot): it stays on eager attention
+    expected = "eager" if kind == "gemma2" else "sdpa"
+    assert each.attention == every.attention == expected
+    assert model.config._attn_implementation == "eager"  # restored after the pass
+    _is_the_first_order(model, kind, ids, each, every)
+
+
+def test_a_soft_capped_config_stays_on_eager_attention():
+    from attnflow.capture.efficient_attention import why_not
+
+    model = _build("gemma3_text")
+    assert why_not(model) == ""
+    model.config.attn_logit_softcapping = 20.0
+    assert "soft-capped" in why_not(model)
+    est = attribution_patching(model, _ids(), checkpoint=True)
+    assert est.attention == "eager"
+    assert "does not support SDPA" in why_not(_build("gemma2"))
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_the_sdpa_pass_never_forms_attention_weights_and_eager_does(kind):
+    """The profiler's operators: on SDPA, the fused kernel forward and backward and no softmax anywhere
+    (the readout is a logit: the only softmax a pass runs is attention's); the eager pass runs one per
+    layer, so the check bites."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = _build(kind)
+    ids = _ids(10)
+
+    def operators(checkpoint):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            est = attribution_patching(model, ids, targets=[9], checkpoint=checkpoint)
+        return est, {e.name for e in prof.events()}
+
+    est, ops = operators(True)
+    assert est.attention == "sdpa"
+    assert {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
+            "aten::_scaled_dot_product_flash_attention_for_cpu_backward"} <= ops
+    assert not any("softmax" in op for op in ops), sorted(op for op in ops if "softmax" in op)
+    est, ops = operators(False)
+    assert est.attention == "eager" and "aten::_softmax" in ops
+    assert "aten::scaled_dot_product_attention" not in ops
+
+
+def test_the_attention_implementation_is_restored_when_the_pass_raises():
+    from attnflow.capture.efficient_attention import KERNEL
+
+    model = _build("llama")
+    seen = []
+
+    def fail(module, args, output):
+        seen.append(model.config._attn_implementation)
+        raise RuntimeError("stop")
+
+    handle = model.get_submodule("model.layers.1.mlp").register_forward_hook(fail)
+    with pytest.raises(RuntimeError, match="stop"):
+        attribution_patching(model, _ids(), checkpoint=True)
+    handle.remove()
+    assert seen == [KERNEL]  # it was on SDPA when it failed
+    assert model.config._attn_implementation == "eager"
+    assert attribution_patching(model, _ids(), checkpoint=True).attention == "sdpa"  # and still works

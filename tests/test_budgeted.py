@@ -4,9 +4,12 @@ other score is the one-pass estimate, and what it spends stays within the budget
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
+from attnflow.capture import budgeted
 from attnflow.capture.attribution_patching import attribution_patching
 from attnflow.capture.budgeted import TAIL, budgeted_ablated_flow
 from attnflow.capture.segments import segments
@@ -120,7 +123,19 @@ def test_a_checkpointed_estimate_pass_keeps_no_cache_and_the_rebuilt_prefixes_ar
     ids = tokenizer(TEXT)["input_ids"]
     plain = budgeted_ablated_flow(model, ids, budget=5)
     monkeypatch.setattr(patching, "CHECKPOINT_FROM", 8)  # this input counts as long
+    kernels = []
+    real = budgeted.efficient_attention
+
+    @contextmanager
+    def spy(model, enabled=True):  # the exact re-scoring runs' attention
+        with real(model, enabled) as kernel:
+            yield kernel
+        kernels.append(kernel)
+
+    monkeypatch.setattr(budgeted, "efficient_attention", spy)
     long = budgeted_ablated_flow(model, ids, budget=5)
     assert long.cost <= 5 and 1 <= long.exact.sum() <= plain.exact.sum()
+    assert kernels and all(k.used and k.calls > 0 for k in kernels)  # on SDPA, as the estimate pass
+    assert model.config._attn_implementation == "eager"
     # prefixes rebuilt in chunks sum in another order than one plain pass (norms and softmax in float32)
     _check_against_oracles(model, "llama", ids, long, atol=1e-5)

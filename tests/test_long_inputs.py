@@ -171,16 +171,18 @@ def test_alti_logit_within_its_budget_estimates_shows_progress_and_stops_on_ctrl
     assert (tmp_path / "r.json").is_file()
 
 
-def _smollm2_shape():
+def _smollm2_shape(sdpa=False):
     """A stand-in with SmolLM2-135M's config (30 layers, 9 heads, 576 hidden, 1,536 inner): the memory
-    model reads only the config (and falls back to float32 without parameters)."""
+    model reads only the config (and falls back to float32 without parameters) and whether a long
+    estimate pass can run its attention on SDPA (``sdpa``: as SmolLM2's Llama class can; False: a
+    family that stays on eager attention, such as Gemma 2)."""
     from types import SimpleNamespace
 
     import transformers
 
     return SimpleNamespace(config=transformers.LlamaConfig(
         hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-        vocab_size=49152))
+        vocab_size=49152), _supports_sdpa=sdpa, set_attn_implementation=lambda name: None)
 
 
 def test_backward_memory_follows_what_the_record_keeps_and_covers_what_was_measured():
@@ -204,6 +206,14 @@ def test_backward_memory_follows_what_the_record_keeps_and_covers_what_was_measu
     # from CHECKPOINT_FROM on, one layer at a time: far below keeping every layer
     assert backward_memory("checkpointed", model, 1024) < backward_memory("autograd", model, 1024) / 5
     assert backward_memory("checkpointed", model, 900) < 8 * 2**30 < backward_memory("decomposition", model, 900)
+    # on SDPA (SmolLM2's own case): measured 2.19 GB at 8,192 tokens (benchmarks/long_one_pass.py), linear in n,
+    # under the default 8 GiB budget where eager attention's one layer at a time is not
+    sdpa = _smollm2_shape(sdpa=True)
+    for n, measured in ((1024, 0.25e9), (2048, 0.62e9), (8192, 2.19e9)):
+        assert backward_memory("checkpointed", sdpa, n) >= measured
+    assert backward_memory("checkpointed", sdpa, 8192) < 8 * 2**30 < backward_memory("checkpointed", model, 8192)
+    assert backward_memory("checkpointed", sdpa, 8192) == pytest.approx(2 * backward_memory("checkpointed", sdpa, 4096),
+                                                                        rel=1e-6)
 
 
 def test_each_method_is_refused_by_its_own_memory_model(monkeypatch):
@@ -224,10 +234,32 @@ def test_each_method_is_refused_by_its_own_memory_model(monkeypatch):
         assert prepare(registry.get(name), context(name)).model is model
     with pytest.raises(AttnflowError, match="alti-logit keeps every layer's attention"):
         prepare(registry.get("alti-logit"), context("alti-logit"))
+
+    def long(model, n=8192):
+        return Context(kind="text", attentions=None, settings=None, rows=[n - 1], model=model, input_ids=np.arange(n))
+
+    # a family on eager attention (Gemma 2's soft-cap): one layer's (heads, n, n) at a time, refused at 8,192
     with pytest.raises(AttnflowError, match=r"ablated-flow-estimate keeps a layer's attention .* at a time: about"):
-        prepare(registry.get("ablated-flow-estimate"),
-                Context(kind="text", attentions=None, settings=None, rows=[8191], model=model,
-                        input_ids=np.arange(8192)))
+        prepare(registry.get("ablated-flow-estimate"), long(model))
+    # on SDPA (SmolLM2's Llama): linear in n, both fit at 8,192 under 8 GiB; the budgeted chooser's exact runs
+    # (a prefix cache copy each) get the batch that fits, fewer than the 16 that fit at 2,048
+    sdpa = _smollm2_shape(sdpa=True)
+    assert prepare(registry.get("ablated-flow-estimate"), long(sdpa)).model is sdpa
+    assert 1 <= prepare(registry.get("ablated-flow-budgeted"), long(sdpa)).batch_size \
+        < prepare(registry.get("ablated-flow-budgeted"), long(sdpa, 2048)).batch_size == 16
+    # the budgeted chooser's runs, 16 a batch: measured 1.59 GB at 1,024 tokens and 2.88 GB at 2,048
+    from attnflow.api.long_inputs import per_source_memory
+
+    for n, measured in ((1024, 1.59e9), (2048, 2.88e9)):
+        fixed, per = per_source_memory(sdpa, n, sdpa=True)
+        assert fixed + 16 * per >= measured
+    # and refused where they do not fit
+    monkeypatch.setenv("ATTNFLOW_MEMORY_BUDGET", "1G")
+    with pytest.raises(AttnflowError, match=r"ablated-flow-estimate keeps .* about .* GiB for 8192 tokens, over the "
+                                            r"1.0 GiB"):
+        prepare(registry.get("ablated-flow-estimate"), long(sdpa))
+    with pytest.raises(AttnflowError, match=r"ablated-flow-budgeted .* 8192 tokens"):
+        prepare(registry.get("ablated-flow-budgeted"), long(sdpa))
 
 
 def test_a_method_over_the_budget_is_refused_before_the_capture_pass(minilm_path, monkeypatch):

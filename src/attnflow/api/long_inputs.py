@@ -21,7 +21,9 @@ and memory; during it, progress; always, memory held under a budget.
   (:mod:`attnflow.capture.logit_paths`) every layer's attention ``(layers, heads, n, n)`` in float64
   for the decomposition and float32 kept by autograd; AttnLRP autograd's activations of every layer;
   the one-pass estimate (and the budgeted chooser that runs it) one layer's at a time from
-  ``CHECKPOINT_FROM`` positions. None is chunked within a layer, so an input whose estimate exceeds
+  ``CHECKPOINT_FROM`` positions, and there no attention weights at all where it runs attention on SDPA
+  (:mod:`attnflow.capture.efficient_attention`); the budgeted chooser's exact runs, a per-source
+  run's memory, in batches that fit. None is chunked within a layer, so an input whose estimate exceeds
   the budget is refused, saying the estimate, the budget and what to do.
 - **Ctrl-C**: the methods run in Python between layers and batches, so ``KeyboardInterrupt``
   arrives within one layer's work; nothing is written before a result is complete.
@@ -46,6 +48,8 @@ GRADIENT_PASSES = 12       # a forward + backward method's time in passes (see p
 BYTES_PER_ATTENTION = 48    # a decomposition method's bytes per attention number (see gradient_memory)
 BYTES_AUTOGRAD = 16         # bytes per attention number autograd keeps for one backward pass (see backward_memory)
 BYTES_ONE_LAYER = 40        # the same for the one layer a checkpointed backward pass recomputes at a time
+CHECKPOINTED_SDPA_MARGIN = 1.75  # a checkpointed pass on SDPA: measured peak over the counted tensors (backward_memory)
+PER_SOURCE_SDPA_MARGIN = 1.25   # exact runs on SDPA: measured peak over per_source_memory's count (per_source_memory)
 BACKWARD_PASSES = 2         # a plain forward + backward method's time in passes (measured 1.8-1.9, see prepare)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -133,17 +137,22 @@ def _element_size(model: Any) -> int:
         return 4
 
 
-def per_source_memory(model: Any, n: int) -> tuple[int, int]:
+def per_source_memory(model: Any, n: int, sdpa: bool = False) -> tuple[int, int]:
     """(fixed bytes, bytes per edited sequence) of a per-source run over ``n`` tokens: the clean prefix
-    cache (kept and copied once per batch) and the clean pass (logits at every position), and per sequence its own cache of up to ``n`` positions,
-    one layer's attention scores over the run (eager attention: scores, softmax and a temporary),
-    its hidden states and feed-forward activations, and the logits it keeps."""
+    cache (kept and copied once per batch) and the clean pass (logits at every position), and per sequence its
+    own cache of up to ``n`` positions, one layer's attention scores over the run (eager attention: scores,
+    softmax and a temporary; none on SDPA, ``sdpa``), its hidden states and feed-forward activations, and the
+    logits it keeps."""
     s, size = _shape(model), _element_size(model)
     kv_token = 2 * s["layers"] * s["kv"] * s["head_dim"] * size
+    scores = 0 if sdpa else 3 * s["heads"] * n * n * size
     # the prefix cache and its copy, and the clean pass over the input (its logits at every position)
-    fixed = 2 * kv_token * n + n * s["vocab"] * size + 3 * s["heads"] * n * n * size
-    per = kv_token * n + 3 * s["heads"] * n * n * size + n * (6 * s["hidden"] + 3 * s["inner"]) * size
+    fixed = 2 * kv_token * n + n * s["vocab"] * size + scores
+    per = kv_token * n + scores + n * (6 * s["hidden"] + 3 * s["inner"]) * size
     per += 2 * s["vocab"] * size
+    if sdpa:  # the budgeted chooser's runs, 16 a batch, SmolLM2: measured 1.59 GB at 1,024 and 2.88 GB at 2,048
+        # tokens (benchmarks/long_one_pass.py), the count above gives 1.59 and 3.16 GB
+        fixed, per = int(PER_SOURCE_SDPA_MARGIN * fixed), int(PER_SOURCE_SDPA_MARGIN * per)
     return fixed, per
 
 
@@ -171,7 +180,13 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
     peak RSS above the loaded model): the one-pass estimate 1.0 GB at 512 tokens and 2.9 GB at 1,024
     without checkpointing (14.9 and 10.7 bytes per attention number, activations included), 0.32 GB at
     1,024 checkpointed (34 bytes per attention number of one layer); AttnLRP 2.0 GB and 3.3 GB. The
-    constants keep a margin above those."""
+    constants keep a margin above those. From ``CHECKPOINT_FROM`` on, where the pass runs attention on
+    SDPA (:mod:`attnflow.capture.efficient_attention`), nothing ``(n, n)`` is kept or formed: every
+    layer's input, every layer's values with their zero leaves and gradients, one layer's activations
+    and their gradients. Measured (``benchmarks/long_one_pass.py``, SmolLM2-135M, 8,192 tokens, one
+    thread): 0.25, 0.62 and 2.19 GB at 1,024, 2,048 and 8,192 tokens, 1.18 to 1.48 times the tensors
+    counted here (0.21, 0.42, 1.66 GB); :data:`CHECKPOINTED_SDPA_MARGIN` 1.75 gives 0.36, 0.73 and 2.91
+    GB. Before SDPA that pass was modelled at 25 GB at 8,192 tokens (one layer's eager attention)."""
     if keeps == "decomposition":
         return gradient_memory(model, n)
     from attnflow.capture.attribution_patching import CHECKPOINT_FROM
@@ -179,8 +194,38 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
     s, size = _shape(model), _element_size(model)
     per_token = n * (6 * s["hidden"] + 3 * s["inner"]) * size * 2  # one layer's activations and their gradients
     if keeps == "checkpointed" and n >= CHECKPOINT_FROM:
-        return s["heads"] * n * n * BYTES_ONE_LAYER + per_token + s["layers"] * n * s["hidden"] * size
+        kept = s["layers"] * n * s["hidden"] * size  # every layer's input, kept for the recomputation
+        if not _on_sdpa(model):  # eager attention: one layer's (heads, n, n) weights and softmax graph at a time
+            return s["heads"] * n * n * BYTES_ONE_LAYER + per_token + kept
+        # SDPA: nothing (n, n); every layer's values, their zero leaves and gradients (3 x layers x kv x head dim)
+        values = 3 * s["layers"] * n * s["kv"] * s["head_dim"] * size
+        return int(CHECKPOINTED_SDPA_MARGIN * (per_token + kept + values))
     return s["layers"] * (s["heads"] * n * n * BYTES_AUTOGRAD + per_token)
+
+
+def _on_sdpa(model: Any) -> bool:
+    """Whether a long estimate pass runs ``model``'s attention on SDPA
+    (:func:`attnflow.capture.efficient_attention.why_not`)."""
+    from attnflow.capture.efficient_attention import why_not
+
+    try:
+        return not why_not(model)
+    except AttributeError:  # not a model (no config): assume eager, the larger
+        return False
+
+
+def _budgeted_batch(record: Method, context: Context, n: int, budget: int) -> Context:
+    """The budgeted chooser's exact runs hold a per-source run's memory (:func:`per_source_memory`; on
+    SDPA for a long input, as :mod:`attnflow.capture.budgeted` runs them): their batch is what fits the
+    budget (16 at most), as for ablated flow; even one sequence over the budget is refused."""
+    from dataclasses import replace
+
+    from attnflow.capture.attribution_patching import long_input
+
+    fixed, per = per_source_memory(context.model, n, sdpa=long_input(n) and _on_sdpa(context.model))
+    if context.batch_size:  # one run over the budget was refused before (refuse_over_budget)
+        return context
+    return replace(context, batch_size=int(max(1, min(BATCH, (budget - fixed) // per))))
 
 
 def _timed_pass(model: Any, ids: Any) -> float:
@@ -232,6 +277,15 @@ def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, 
                 f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text (about {longest} "
                 "tokens fit), raise the budget if the machine has the memory, or use ablated-flow, whose memory "
                 "the budget bounds")
+        if record.cost == BUDGETED:  # and its exact runs (on SDPA for a long input, as the chooser runs them)
+            from attnflow.capture.attribution_patching import long_input
+
+            fixed, per = per_source_memory(model, explained, sdpa=long_input(explained) and _on_sdpa(model))
+            if fixed + per > budget:
+                raise AttnflowError(
+                    f"{record.name} on {explained} tokens needs about {_size(fixed + per)} for one exact run, over "
+                    f"the {_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text or raise "
+                    "the budget")
         return
     fixed, per = per_source_memory(model, explained)
     if fixed + per > budget:
@@ -259,7 +313,7 @@ def prepare(record: Method, context: Context) -> Context:
     if record.cost in (FORWARD_BACKWARD, BUDGETED):
         memory = backward_memory(record.keeps, model, len(ids))
         if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
-            return context
+            return _budgeted_batch(record, context, n, budget)
         # one forward pass, then one backward pass per row (each about a pass) or one for every row
         batch, variants, steps = 1, 1, 1 + len(rows) if record.backward_per_row else 2
     else:

@@ -35,14 +35,19 @@ Cost: one forward pass with autograd recording, then one backward pass per targe
 share the forward pass). Memory: the recorded activations of one pass (eager attention keeps each
 layer's ``(heads, n, n)`` weights for the backward pass) unless each layer is checkpointed (from
 :data:`CHECKPOINT_FROM` positions by default): then only each layer's input is kept and one layer's
-activations at a time are recomputed in the backward pass.
+activations at a time are recomputed in the backward pass, and attention runs on SDPA where it is the
+same function (:mod:`attnflow.capture.efficient_attention`: value zeroing needs gradients through
+attention, not its weights), so no ``(heads, n, n)`` tensor is formed at all and memory grows linearly
+in ``n``. Logits are computed at the target rows only (``logits_to_keep``): every position's would be
+``n x vocab`` (1.6 GB at 8,192 tokens of a 49,152-token vocabulary).
 
 API::
 
     attribution_patching(model, input_ids, targets=None, *, layers="all", readout="logit", tokens=None,
-                         foils=None, keep_cache=False) -> Patching
+                         foils=None, keep_cache=False, checkpoint=None, sdpa=None) -> Patching
     Patching.scores  # (len(targets), 1 or layers, n): the estimate of ablated flow's scores
     Patching.logits  # (len(targets), vocab) the clean logits; Patching.cache: the clean key/value cache
+    Patching.attention  # "sdpa" or the model's own ("eager"): what the pass's attention ran on
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ import torch
 
 from attnflow.capture.ablation import LAYER_MODES, Ablation, _check, _projections, _readout
 from attnflow.capture.architectures import architecture_fixes
+from attnflow.capture.efficient_attention import efficient_attention
 from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
 from attnflow.errors import AttnflowError
 
@@ -68,9 +74,16 @@ class Patching(Ablation):
 
     logits: torch.Tensor | None = None
     cache: Any = field(default=None, repr=False)
+    attention: str = "eager"  # what the pass's attention ran on: "sdpa" (counted calls) or the model's own
 
 
 CHECKPOINT_FROM = 1024  # positions from which each layer is recomputed in the backward pass (memory: one layer)
+
+
+def long_input(positions: int) -> bool:
+    """Whether a pass over ``positions`` tokens is a long one: checkpointed, attention on SDPA where it
+    can be (read at call time, so tests can lower :data:`CHECKPOINT_FROM`)."""
+    return positions >= CHECKPOINT_FROM
 
 
 class _Pass:
@@ -143,7 +156,7 @@ def _detached(cache: Any) -> Any:
 def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, layers: str = "all",
                          readout: str = "logit", tokens: Any = None, foils: Any = None,
                          keep_cache: bool = False, checkpoint: bool | None = None,
-                         progress: Any = None) -> Patching:
+                         sdpa: bool | None = None, progress: Any = None) -> Patching:
     """The one-pass estimate of ablated flow (see the module docstring).
 
     input_ids: ``(n,)`` or ``(1, n)`` token ids of a causal decoder. targets: positions explained
@@ -154,6 +167,9 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
         not with checkpointing (a recomputed layer would write its cache twice): then ``cache`` is None.
     checkpoint: recompute each layer in the backward pass instead of keeping its activations (memory
         bounded by one layer's; about a third more time); None: from :data:`CHECKPOINT_FROM` positions.
+    sdpa: run attention on torch's scaled_dot_product_attention for the pass where it computes the same
+        function (:mod:`attnflow.capture.efficient_attention`): no ``(heads, n, n)`` weights kept or
+        recomputed; None: when checkpointing. ``Patching.attention`` says what the pass ran on.
     progress: ``progress(done, total)`` after the forward pass and after each target's backward pass
         (``total = 1 + len(targets)``).
 
@@ -169,11 +185,15 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     heads = int(config.num_attention_heads)
     n, last = ids.numel(), max(targets)
     device = next(model.parameters()).device
-    checkpoint = last + 1 >= CHECKPOINT_FROM if checkpoint is None else bool(checkpoint)
+    checkpoint = long_input(last + 1) if checkpoint is None else bool(checkpoint)
     keep_cache = keep_cache and not checkpoint
+    sdpa = checkpoint if sdpa is None else bool(sdpa)
     state = _Pass(len(found), checkpoint)
     keep = last + 1 - min(targets)
-    with torch.enable_grad(), architecture_fixes(model), scoped(_ACTIVE, state):
+    # checkpointed (long inputs): attention on SDPA where it is the same function (no (heads, n, n) weights
+    # kept or recomputed in the backward pass); the backward passes run inside the block, which recompute layers
+    with torch.enable_grad(), architecture_fixes(model), efficient_attention(model, sdpa) as kernel, \
+            scoped(_ACTIVE, state):
         out = model(input_ids=ids[None, :last + 1].to(device), use_cache=keep_cache, logits_to_keep=keep)
         logits = out.logits[0, [t - last - 1 + keep for t in targets]]
         explained = (logits.detach().argmax(-1).cpu() if tokens is None
@@ -206,4 +226,6 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     clean = _readout(clean_logits, explained, foil_ids, readout)
     return Patching(scores=scores, targets=targets, tokens=[int(c) for c in explained.tolist()],
                     clean=clean.numpy(), readout=readout, method="ablated-flow-estimate", logits=clean_logits,
-                    cache=_detached(out.past_key_values) if keep_cache else None)
+                    cache=_detached(out.past_key_values) if keep_cache else None,
+                    attention="sdpa" if kernel.calls else str(getattr(model.config, "_attn_implementation", None)
+                                                              or "eager"))

@@ -54,7 +54,8 @@ import numpy as np
 
 from attnflow.capture.ablation import BATCH, Progress, _check
 from attnflow.capture.architectures import layer_windows
-from attnflow.capture.attribution_patching import attribution_patching
+from attnflow.capture.attribution_patching import attribution_patching, long_input
+from attnflow.capture.efficient_attention import efficient_attention
 from attnflow.capture.span_ablation import SpanAblation, ablate_spans, checked_spans
 from attnflow.errors import AttnflowError
 
@@ -129,9 +130,11 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
 
     def rescore(chosen: list[int]) -> None:
         nonlocal spent, run
-        found = ablate_spans(model, ids, [spans[k] for k in chosen], sorted_targets, readout=readout,
-                             tokens=explained, foils=foils, batch_size=batch_size, cache=est.cache,
-                             clean_logits=clean_logits)
+        # a long input's runs on SDPA too (where it is eager's function): no (rows, heads, positions, n) scores
+        with efficient_attention(model, long_input(m)):
+            found = ablate_spans(model, ids, [spans[k] for k in chosen], sorted_targets, readout=readout,
+                                 tokens=explained, foils=foils, batch_size=batch_size, cache=est.cache,
+                                 clean_logits=clean_logits)
         trial_starts = [spans[k][0] for k in chosen]
         spent += prefix(trial_starts) + run_cost(trial_starts, last)
         run += found.steps
