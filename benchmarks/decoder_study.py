@@ -5,6 +5,7 @@
         [--peers /work/venvs/peers/bin/python]
     python benchmarks/decoder_study.py --extend out.json   # add methods merged since the run to it
     python benchmarks/decoder_study.py --extend out.json --peers PYTHON   # and the peers' columns it lacks
+    python benchmarks/decoder_study.py --extend out.json --inseq /work/venvs/inseq/bin/python   # inseq's value zeroing
     python benchmarks/decoder_study.py --replot out.json [part2.json] --markdown out.md   # tables again, no model
     python benchmarks/decoder_study.py --replot out.json --figure study.png   # the figure, no model
 
@@ -19,7 +20,12 @@ sources and deletion (benchmarks/peers/contextcite_tokens.py says what is adapte
 per attention head is learnt from 32 deletion ablations of each of 168 training prompts disjoint from the
 study's (:func:`at2_training_texts`), then scores a prompt from one pass (benchmarks/peers/at2_tokens.py
 says what is adapted; the trained weights are cached under .cache/at2/ and the training's CPU cost is
-written into the run's timing line). AT2's cost class is not "one pass": it is not a candidate for the
+written into the run's timing line). ``--inseq``, a venv with ``inseq==0.7.1`` (``--no-deps``) and
+``transformers==4.53.3`` (its value zeroing fails on transformers 5): inseq's value zeroing of the explained
+token (one forward pass per prompt token, each zeroing that token's values in every layer; cosine distance
+of each block's output, rows normalised, layers averaged as inseq aggregates by default), on prompts of at
+most 64 tokens (a 253-token prompt took 331 s CPU on this box; longer ones show "–");
+benchmarks/peers/inseq_tokens.py says what is adapted. AT2's cost class is not "one pass": it is not a candidate for the
 best one-pass goal below, which is about the library's methods.
 
 Per prompt: the explained output is the token the model predicts after the prompt (its argmax at the
@@ -78,7 +84,7 @@ COST = {"raw": "one pass", "rollout": "one pass", "flow": "one pass (+ max-flow)
         PRIORS[0]: "free", PRIORS[1]: "free", "ablated flow": "n batched passes", "logit attribution": "one pass",
         "alti-logit": "one pass", "ablated flow estimate": "fwd + bwd",
         "ablated flow budgeted (5)": "≤ 5 passes", "attnlrp": "fwd + bwd", "contextcite-64": "64 passes",
-        "at2": "1 pass + trained head weights"}
+        "at2": "1 pass + trained head weights", "inseq value zeroing": "n passes"}
 PAPER = ("raw", "rollout", "flow")
 
 
@@ -245,6 +251,25 @@ def contextcite(records: list[dict], python: str, model_dir: str, ablations: int
         record["methods"][f"contextcite-{ablations}"] = measured(record, np.asarray(peer["scores"]), peer["cpu_s"])
 
 
+INSEQ = "inseq value zeroing"  # the column --inseq adds
+
+
+def inseq_value_zeroing(records: list[dict], python: str, model_dir: str, max_tokens: int = 64) -> str:
+    """inseq 0.7.1's value zeroing on every prompt of at most ``max_tokens`` tokens, token sources
+    (positions 1 .. n-2), in the inseq venv (benchmarks/peers/inseq_tokens.py says what is adapted;
+    layers reduced by inseq's default aggregation, the mean). Longer prompts get NaN (a "–" cell):
+    it costs one forward pass per prompt token. Joins each record; returns a note for the timing line."""
+    found = run_peer(records, python, "inseq_tokens.py", model_dir, ["--max-tokens", str(max_tokens)])
+    for record, peer in zip(records, found):
+        if peer["scores"] is None:
+            record["methods"][INSEQ] = {key: float("nan") for key in
+                                        ("deletion", "replacement", "partial", "partial_replacement", "position", "cpu_s")}
+        else:
+            record["methods"][INSEQ] = measured(record, np.asarray(peer["scores"]), peer["cpu_s"])
+    skipped = sum(peer["scores"] is None for peer in found)
+    return f"{INSEQ} on prompts of <= {max_tokens} tokens ({skipped} longer ones left out)"
+
+
 def at2_training_texts(seed: int = 6) -> list[str]:
     """AT2's training prompts (168 texts, 4-150 SmolLM2 tokens, mean 42), disjoint from the study's:
     prefixes of the prose and dialogue of benchmarks/texts.py cut at a random word (60), retrieved-document
@@ -358,6 +383,12 @@ def _cell(values: np.ndarray, ci: bool = True) -> str:
     return f"{v.mean():+.2f}" + (f" [{lo:+.2f}, {hi:+.2f}]" if np.isfinite(lo) else "")
 
 
+def _ms(cpu_s: np.ndarray) -> str:
+    """Mean CPU milliseconds over the prompts a method ran on ("–" where it ran on none)."""
+    v = cpu_s[np.isfinite(cpu_s)]
+    return f"{1000 * v.mean():.0f}" if len(v) else "–"
+
+
 def better_prior(records: list[dict], key: str = "deletion") -> str:
     return max(PRIORS, key=lambda p: np.nanmean(_values(records, p, key)))
 
@@ -379,12 +410,12 @@ def overall_table(records: list[dict], title: str) -> list[str]:
              "(share ≥ 0.9 in size) | margin over better prior (deletion) | CPU ms / prompt |",
              "|---|---|---|---|---|---|---|---|"]
     for m in methods_of(records):
-        cpu = 1000 * np.mean(_values(records, m, "cpu_s"))
+        cpu = _ms(_values(records, m, "cpu_s"))
         lines.append(f"| {m} | {COST.get(m, '?')} | {_cell(_values(records, m, 'deletion'))} "
                      f"| {_cell(_values(records, m, 'replacement'))} | {_cell(_values(records, m, 'partial'))} "
                      f"| {_cell(_values(records, m, 'position'), ci=False)} "
                      f"({np.mean(np.abs(_values(records, m, 'position')) >= POSITION_NOTE):.0%}) "
-                     f"| {_cell(margin(records, m)) if m not in PRIORS else '–'} | {cpu:.0f} |")
+                     f"| {_cell(margin(records, m)) if m not in PRIORS else '–'} | {cpu} |")
     return lines
 
 
@@ -418,7 +449,7 @@ def band_table(records: list[dict]) -> list[str]:
         for lo, hi in bands:
             rs = [r for r in records if lo <= r["n"] <= hi]
             cells.append(f"{_cell(_values(rs, m, 'deletion'), ci=False)} / {_cell(_values(rs, m, 'partial'), ci=False)}"
-                         f" / {1000 * np.mean(_values(rs, m, 'cpu_s')):.0f}")
+                         f" / {_ms(_values(rs, m, 'cpu_s'))}")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return lines
 
@@ -550,6 +581,11 @@ def main() -> None:
                         help="the peers venv's python (context-cite 0.0.4, at2 0.0.1): adds ContextCite with 64 "
                              "ablations and AT2 (trained first, then cached); with --extend, only the peers the "
                              "saved run lacks")
+    parser.add_argument("--inseq", default=None, metavar="PYTHON",
+                        help="the inseq venv's python (inseq 0.7.1, transformers 4.53.3): adds inseq's value zeroing "
+                             "on prompts of <= --inseq-max-tokens tokens; with --extend, only if the saved run lacks it")
+    parser.add_argument("--inseq-max-tokens", type=int, default=64,
+                        help="inseq's value zeroing skips longer prompts (one forward pass per token); 0: no limit")
     args = parser.parse_args()
     if args.replot:
         parts = [json.loads(Path(path).read_text()) for path in args.replot]
@@ -572,6 +608,10 @@ def main() -> None:
             notes = peers(saved["records"], args.peers, str(model.name_or_path), tokenizer, lacking)
             added += list(lacking)
             saved["timing"] += "".join(f"; {n}" for n in notes)
+        if args.inseq and INSEQ not in saved["records"][0]["methods"]:
+            saved["timing"] += "; " + inseq_value_zeroing(saved["records"], args.inseq, str(model.name_or_path),
+                                                         args.inseq_max_tokens)
+            added.append(INSEQ)
         load_avg = os.getloadavg()
         print(f"extend: added {', '.join(added) or 'nothing'}; load average {load_avg[0]:.2f} {load_avg[1]:.2f} "
               f"{load_avg[2]:.2f}", file=sys.stderr)
@@ -603,6 +643,8 @@ def main() -> None:
                   end="", flush=True, file=sys.stderr)
         print(file=sys.stderr)
         notes = peers(records, args.peers, str(model.name_or_path), tokenizer) if args.peers else []
+        if args.inseq:
+            notes.append(inseq_value_zeroing(records, args.inseq, str(model.name_or_path), args.inseq_max_tokens))
         load_avg = os.getloadavg()
         timing = (f"{args.threads} torch thread(s), loaded in {loaded:.0f} s, {time.perf_counter() - started:.0f} s wall "
                   f"and {time.process_time() - cpu0:.0f} s CPU in all; load average {load_avg[0]:.2f} "
