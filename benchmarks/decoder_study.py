@@ -258,7 +258,7 @@ def inseq_value_zeroing(records: list[dict], python: str, model_dir: str, max_to
     """inseq 0.7.1's value zeroing on every prompt of at most ``max_tokens`` tokens, token sources
     (positions 1 .. n-2), in the inseq venv (benchmarks/peers/inseq_tokens.py says what is adapted;
     layers reduced by inseq's default aggregation, the mean). Longer prompts get NaN (a "–" cell):
-    it costs one forward pass per prompt token. Joins each record; returns a note for the timing line."""
+    it costs one forward pass per prompt token; so do prompts whose output inseq cannot attribute (EOS). Joins each record; returns a note for the timing line."""
     found = run_peer(records, python, "inseq_tokens.py", model_dir, ["--max-tokens", str(max_tokens)])
     for record, peer in zip(records, found):
         if peer["scores"] is None:
@@ -266,8 +266,10 @@ def inseq_value_zeroing(records: list[dict], python: str, model_dir: str, max_to
                                         ("deletion", "replacement", "partial", "partial_replacement", "position", "cpu_s")}
         else:
             record["methods"][INSEQ] = measured(record, np.asarray(peer["scores"]), peer["cpu_s"])
-    skipped = sum(peer["scores"] is None for peer in found)
-    return f"{INSEQ} on prompts of <= {max_tokens} tokens ({skipped} longer ones left out)"
+    longer = sum(len(r["ids"]) > max_tokens > 0 for r in records)
+    other = sum(peer["scores"] is None for peer in found) - longer
+    return (f"{INSEQ} on prompts of <= {max_tokens} tokens ({longer} longer ones left out"
+            + (f", {other} whose output is EOS or whose text does not encode back to the ids" if other else "") + ")")
 
 
 def at2_training_texts(seed: int = 6) -> list[str]:
@@ -389,6 +391,12 @@ def _ms(cpu_s: np.ndarray) -> str:
     return f"{1000 * v.mean():.0f}" if len(v) else "–"
 
 
+def _share(position: np.ndarray) -> str:
+    """Share of the prompts a method ran on whose ranking follows position (|rho| >= POSITION_NOTE)."""
+    v = position[np.isfinite(position)]
+    return f"{np.mean(np.abs(v) >= POSITION_NOTE):.0%}" if len(v) else "–"
+
+
 def better_prior(records: list[dict], key: str = "deletion") -> str:
     return max(PRIORS, key=lambda p: np.nanmean(_values(records, p, key)))
 
@@ -414,7 +422,7 @@ def overall_table(records: list[dict], title: str) -> list[str]:
         lines.append(f"| {m} | {COST.get(m, '?')} | {_cell(_values(records, m, 'deletion'))} "
                      f"| {_cell(_values(records, m, 'replacement'))} | {_cell(_values(records, m, 'partial'))} "
                      f"| {_cell(_values(records, m, 'position'), ci=False)} "
-                     f"({np.mean(np.abs(_values(records, m, 'position')) >= POSITION_NOTE):.0%}) "
+                     f"({_share(_values(records, m, 'position'))}) "
                      f"| {_cell(margin(records, m)) if m not in PRIORS else '–'} | {cpu} |")
     return lines
 

@@ -26,7 +26,8 @@ What is adapted: the model is attnflow's float32 SmolLM2 copy, a transformers-5 
 tokenizer is built from ``tokenizer.json`` and ``rope_theta = 1e5`` is set by hand (4.53 does not read
 the new rope format and would use 1e4); inseq takes text, so the prompt is the decoded ids, and a prompt
 whose decode/encode round trip (with or without the output appended) does not give the study's ids back
-is skipped (``scores`` null; counted in the log line; none of the 73 SmolLM2 prompts is); a source's score is the aggregated score of its positions (summed; the study's sources are single
+is skipped (``scores`` null; counted in the log line; none of the 73 SmolLM2 prompts is), and so is a
+prompt whose explained token is the EOS token (inseq drops it from the attributed steps; 1 of the 73); a source's score is the aggregated score of its positions (summed; the study's sources are single
 tokens). Batch size 1.
 """
 
@@ -71,6 +72,8 @@ def attribute(explainer, tokenizer, ids: list[int], output: int, sources: list[l
     found = explainer.attribute(prompt, generated_texts=full, show_progress=False)
     seq = found.sequence_attributions[0]
     raw = seq.target_attributions  # (n + 1, 1, layers): rows = attributed positions, NaN at the output itself
+    if raw.shape[1] == 0:
+        return None  # the explained token is the EOS token, which inseq leaves out of the attributed steps
     assert raw.shape[0] == len(ids) + 1 and raw.shape[1] == 1, raw.shape
     scores = seq.aggregate().target_attributions[:len(ids), 0]  # inseq's default: mean over layers
     scores = torch.nan_to_num(scores.double())
@@ -95,7 +98,7 @@ def main() -> None:
         unmatched += scores is None
         print(f"\rinseq value zeroing {k + 1}/{len(items)}", end="", file=sys.stderr, flush=True)
     print(f"\ninseq value zeroing: {len(items) - skipped - unmatched} prompts, {unmatched} skipped (their text does "
-          f"not encode back to the study's ids), {skipped} over {limit} tokens skipped", file=sys.stderr)
+          f"not encode back to the study's ids, or the output is EOS), {skipped} over {limit} tokens skipped", file=sys.stderr)
     with open(target, "w") as f:
         json.dump(out, f)
 
