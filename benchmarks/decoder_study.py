@@ -478,6 +478,8 @@ def one_pass(m: str) -> bool:
 
 
 def goals(records: list[dict]) -> list[str]:
+    if not any(r["split"] == "dev" for r in records):  # a part of a run with held-out prompts only (--kinds long)
+        return ["No dev prompts in this set: no method is recommended from it (join it to the rest with --replot)."]
     best = recommend(records)
     out = [f"Recommended (highest mean ρ vs deletion on the {sum(r['split'] == 'dev' for r in records)} dev "
            f"prompts among methods whose partial ρ given position is above 0 with its interval): **{best}**."]
