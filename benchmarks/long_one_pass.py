@@ -39,9 +39,7 @@ import gc
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -175,13 +173,10 @@ def explain_child(job: dict) -> dict:
 
 
 def run_child(job: dict) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json", mode="w", delete=False) as f:
-        json.dump(job, f)
-    proc = subprocess.run([sys.executable, __file__, "--child", f.name], capture_output=True, text=True)
-    os.unlink(f.name)
-    if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    sys.path.insert(0, HERE)
+    from memory import run_child as fresh_process  # noqa: E402
+
+    return fresh_process(job, __file__)
 
 
 STEPS = ("forward", "forward sdpa", "estimate", "estimate eager", "budgeted")

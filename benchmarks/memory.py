@@ -137,13 +137,15 @@ def child(job: dict) -> dict:
     return out
 
 
-def run_child(job: dict) -> dict:
+def run_child(job: dict, script: str = __file__) -> dict:
+    """``script --child JOB.json`` in a fresh interpreter (its peak memory is its own): the JSON its
+    last stdout line prints, or ``{"error": its last stderr line}`` (benchmarks/long_one_pass.py too)."""
     with tempfile.NamedTemporaryFile(suffix=".json", mode="w", delete=False) as f:
         json.dump(job, f)
-    proc = subprocess.run([sys.executable, __file__, "--child", f.name], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, script, "--child", f.name], capture_output=True, text=True)
     os.unlink(f.name)
     if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
