@@ -214,17 +214,23 @@ def _on_sdpa(model: Any) -> bool:
         return False
 
 
-def _budgeted_batch(record: Method, context: Context, n: int, budget: int) -> Context:
-    """The budgeted chooser's exact runs hold a per-source run's memory (:func:`per_source_memory`; on
-    SDPA for a long input, as :mod:`attnflow.capture.budgeted` runs them): their batch is what fits the
-    budget (16 at most), as for ablated flow; even one sequence over the budget is refused."""
-    from dataclasses import replace
-
+def _exact_run_memory(model: Any, n: int) -> tuple[int, int]:
+    """:func:`per_source_memory` of the budgeted chooser's exact runs over ``n`` tokens: on SDPA for a
+    long input where the model can be, as :mod:`attnflow.capture.budgeted` runs them."""
     from attnflow.capture.attribution_patching import long_input
 
-    fixed, per = per_source_memory(context.model, n, sdpa=long_input(n) and _on_sdpa(context.model))
-    if context.batch_size:  # one run over the budget was refused before (refuse_over_budget)
+    return per_source_memory(model, n, sdpa=long_input(n) and _on_sdpa(model))
+
+
+def _budgeted_batch(context: Context, n: int, budget: int) -> Context:
+    """The budgeted chooser's exact runs hold a per-source run's memory (:func:`_exact_run_memory`):
+    their batch is what fits the budget (16 at most), as for ablated flow (one run over the budget was
+    refused before, by :func:`refuse_over_budget`)."""
+    from dataclasses import replace
+
+    if context.batch_size:
         return context
+    fixed, per = _exact_run_memory(context.model, n)
     return replace(context, batch_size=int(max(1, min(BATCH, (budget - fixed) // per))))
 
 
@@ -277,10 +283,8 @@ def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, 
                 f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text (about {longest} "
                 "tokens fit), raise the budget if the machine has the memory, or use ablated-flow, whose memory "
                 "the budget bounds")
-        if record.cost == BUDGETED:  # and its exact runs (on SDPA for a long input, as the chooser runs them)
-            from attnflow.capture.attribution_patching import long_input
-
-            fixed, per = per_source_memory(model, explained, sdpa=long_input(explained) and _on_sdpa(model))
+        if record.cost == BUDGETED:  # and its exact runs
+            fixed, per = _exact_run_memory(model, explained)
             if fixed + per > budget:
                 raise AttnflowError(
                     f"{record.name} on {explained} tokens needs about {_size(fixed + per)} for one exact run, over "
@@ -310,10 +314,10 @@ def prepare(record: Method, context: Context) -> Context:
     budget = memory_budget()
     model = context.model
     refuse_over_budget(record, model, len(ids), n, budget)
-    if record.cost in (FORWARD_BACKWARD, BUDGETED):
+    if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
+        return _budgeted_batch(context, n, budget)
+    if record.cost == FORWARD_BACKWARD:
         memory = backward_memory(record.keeps, model, len(ids))
-        if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
-            return _budgeted_batch(record, context, n, budget)
         # one forward pass, then one backward pass per row (each about a pass) or one for every row
         batch, variants, steps = 1, 1, 1 + len(rows) if record.backward_per_row else 2
     else:
