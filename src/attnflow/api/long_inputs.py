@@ -283,18 +283,14 @@ def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, 
                 f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text (about {longest} "
                 "tokens fit), raise the budget if the machine has the memory, or use ablated-flow, whose memory "
                 "the budget bounds")
-        if record.cost == BUDGETED:  # and its exact runs
-            fixed, per = _exact_run_memory(model, explained)
-            if fixed + per > budget:
-                raise AttnflowError(
-                    f"{record.name} on {explained} tokens needs about {_size(fixed + per)} for one exact run, over "
-                    f"the {_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text or raise "
-                    "the budget")
-        return
-    fixed, per = per_source_memory(model, explained)
+        if record.cost != BUDGETED:
+            return
+    # one edited sequence (the budgeted chooser: one of its exact runs) must fit
+    fixed, per = _exact_run_memory(model, explained) if record.cost == BUDGETED else per_source_memory(model, explained)
     if fixed + per > budget:
+        run = "one exact run" if record.cost == BUDGETED else "one edited sequence"
         raise AttnflowError(
-            f"{record.name} on {explained} tokens needs about {_size(fixed + per)} for one edited sequence, over the "
+            f"{record.name} on {explained} tokens needs about {_size(fixed + per)} for {run}, over the "
             f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text or raise the "
             "budget")
 
