@@ -837,13 +837,15 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     return out.reshape(len(layers), len(positions), n)
 
 
-def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarray:
-    """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``)."""
+def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray, cancel: np.ndarray | None = None) -> np.ndarray:
+    """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``); ``cancel``
+    as in :func:`solve` (read between sinks)."""
     out = np.zeros(a.shape[-1])
     a = engine.capacities(a)
+    cancel = engine.never() if cancel is None else cancel
     graph = graph_of(a)
-    _source_row(graph, top, q, np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS, engine.never())
+    _source_row(graph, top, q, np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS, cancel)
     left = np.flatnonzero(out < 0)
-    if len(left):
-        engine._source_sinks(a, top, q, left, out, engine.never())
+    if len(left) and not cancel[0]:
+        engine._source_sinks(a, top, q, left, out, cancel)
     return out[sinks]

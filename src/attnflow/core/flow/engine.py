@@ -413,8 +413,9 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     return out.reshape(len(layers), len(positions), n)
 
 
-def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray) -> np.ndarray:
-    """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``)."""
+def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray, cancel: np.ndarray | None = None) -> np.ndarray:
+    """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``); ``cancel``
+    as in :func:`solve` (read between sinks)."""
     out = np.zeros(a.shape[-1])
-    _source_sinks(capacities(a), top, q, np.asarray(sinks, dtype=np.int64), out, never())
+    _source_sinks(capacities(a), top, q, np.asarray(sinks, dtype=np.int64), out, never() if cancel is None else cancel)
     return out[sinks]
