@@ -328,8 +328,14 @@ def main() -> None:
                              "attnflow.explain with flow against rollout; rows: the CLS rows; full: full maps; "
                              "memory: 4,096 tokens")
     parser.add_argument("--sizes", nargs="*", default=None, help="with rows: only these sizes, e.g. 6x512")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="numba threads for our solvers (default: numba's, one per core); issue 31 measured "
+                             "its baseline with 1, which makes CPU time the work done: on a machine whose cores "
+                             "share execution units, two threads on one row cost up to 1.8x the CPU of one")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.threads:
+        numba.set_num_threads(args.threads)
     if args.only == "batched":
         cpu_vs_gpu(args.device or ("cuda" if torch.cuda.is_available() else "cpu"), args.quick)
         return

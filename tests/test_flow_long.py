@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 
@@ -94,6 +95,28 @@ def test_worker_thread_gives_the_same_numbers(monkeypatch):
     assert started == [1] and rec.calls[-1] == (12, 12)
     expected = attnflow.flow(batch, positions=[0, 6], mask=mask, solver="networkx")
     np.testing.assert_allclose(got, expected, atol=1e-9)
+
+
+def test_worker_thread_keeps_the_callers_numba_threads(monkeypatch):
+    """numba's thread count is per thread and a new thread starts with every core: a shard or a
+    benchmark that set 1 must not get all cores on a long flow."""
+    import numba
+
+    seen = []
+
+    def probe(a, layers, positions, progress=None, cancel=None):
+        seen.append((threading.current_thread().name, numba.get_num_threads()))
+        return np.zeros((len(layers), len(positions), a.shape[-1]))
+
+    monkeypatch.setitem(SOLVERS, "probe", probe)
+    monkeypatch.setattr(flowrun, "INTERRUPT_SECONDS", -1.0)
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        attnflow.flow(random_attention(np.random.default_rng(4), layers=2, heads=1, n=6), solver="probe")
+    finally:
+        numba.set_num_threads(before)
+    assert seen and all(name == "attnflow-flow" and threads == 1 for name, threads in seen), seen
 
 
 def test_worker_failure_is_raised_in_the_caller(monkeypatch):

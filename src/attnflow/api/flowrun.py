@@ -14,7 +14,9 @@ runner; the api passes :func:`run`, which
    the job's cancel flag between sinks, so on Ctrl-C (``KeyboardInterrupt`` lands in the waiting
    thread at once) the flag is set, the solver stops after the sink it is on, and
    ``KeyboardInterrupt`` is raised. A progress callback that raises (the app's cancel) is called
-   from the waiting thread every slice and stops the run the same way.
+   from the waiting thread every slice and stops the run the same way. numba's thread count is
+   per thread (a new thread starts with all cores): the solve gets the caller's, so that a batch
+   shard, the app or a benchmark that set it keeps it on long flows too.
 
 No second interpreter, no files, no signals: the solve shares the caller's memory and its compiled
 code. Short runs (the common case: a row of a sentence) run on the calling thread, with nothing
@@ -100,9 +102,13 @@ def in_thread(job: FlowJob) -> None:
         tick(k)
 
     job.tick = ticking
+    numba = sys.modules.get("numba")  # loaded with a compiled solver; the others never read it
+    threads = numba.get_num_threads() if numba is not None else None
 
     def work() -> None:
         try:
+            if threads is not None:
+                numba.set_num_threads(threads)
             job.run()
         except BaseException as exc:  # raised in the caller's thread below
             failed.append(exc)
