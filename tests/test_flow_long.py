@@ -119,6 +119,30 @@ def test_worker_thread_keeps_the_callers_numba_threads(monkeypatch):
     assert seen and all(name == "attnflow-flow" and threads == 1 for name, threads in seen), seen
 
 
+def test_ctrl_c_inside_a_compiled_call_on_the_calling_thread_is_a_keyboard_interrupt(monkeypatch):
+    """A short flow runs on the calling thread; Ctrl-C landing inside a numba call there comes out
+    of the call as SystemError caused by KeyboardInterrupt (seen in CI on the SmolLM2 CLI flow),
+    which must reach the caller as KeyboardInterrupt (the CLI's exit 130, nothing written)."""
+
+    def interrupted(a, layers, positions, progress=None, cancel=None):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError("CPUDispatcher(<function sums>) returned a result with an exception set") from exc
+
+    monkeypatch.setitem(SOLVERS, "interrupted", interrupted)
+    monkeypatch.setattr(flowrun, "INTERRUPT_SECONDS", 1e9)  # the calling thread
+    with pytest.raises(KeyboardInterrupt):
+        attnflow.flow(random_attention(np.random.default_rng(5), layers=2, heads=1, n=6), solver="interrupted")
+
+    def broken(a, layers, positions, progress=None, cancel=None):
+        raise SystemError("a SystemError of its own")
+
+    monkeypatch.setitem(SOLVERS, "broken", broken)
+    with pytest.raises(SystemError, match="of its own"):
+        attnflow.flow(random_attention(np.random.default_rng(5), layers=2, heads=1, n=6), solver="broken")
+
+
 def test_worker_failure_is_raised_in_the_caller(monkeypatch):
     monkeypatch.setattr(flowrun, "INTERRUPT_SECONDS", -1.0)
     att = random_attention(np.random.default_rng(4), layers=2, heads=1, n=6)

@@ -16,7 +16,10 @@ runner; the api passes :func:`run`, which
    ``KeyboardInterrupt`` is raised. A progress callback that raises (the app's cancel) is called
    from the waiting thread every slice and stops the run the same way. numba's thread count is
    per thread (a new thread starts with all cores): the solve gets the caller's, so that a batch
-   shard, the app or a benchmark that set it keeps it on long flows too.
+   shard, the app or a benchmark that set it keeps it on long flows too. A run on the calling
+   thread stops at Ctrl-C after the solver call it is in; a ``KeyboardInterrupt`` that lands inside
+   a compiled call comes out of numba as a ``SystemError`` caused by it, and is raised as the
+   ``KeyboardInterrupt`` it is.
 
 No second interpreter, no files, no signals: the solve shares the caller's memory and its compiled
 code. Short runs (the common case: a row of a sentence) run on the calling thread, with nothing
@@ -31,6 +34,7 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
+from contextlib import contextmanager
 from typing import Any
 
 from attnflow.core.flow import FlowCancelled, FlowJob
@@ -56,6 +60,24 @@ def run(job: FlowJob) -> FlowEstimate | None:
 
         if not warmup.compiled():
             notice()
+    with _keyboard_interrupts():
+        return _run(job)
+
+
+@contextmanager
+def _keyboard_interrupts():
+    """Ctrl-C that lands while the calling thread is inside a compiled (numba) call surfaces as
+    ``SystemError: ... returned a result with an exception set``, the ``KeyboardInterrupt`` as its
+    cause: raise the ``KeyboardInterrupt`` itself, which the CLI and the app handle."""
+    try:
+        yield
+    except SystemError as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
+
+
+def _run(job: FlowJob) -> FlowEstimate | None:
     graph, inside = job.first_graph()
     layers = [int(x) for x in job.layers]
     n = graph.shape[-1]
