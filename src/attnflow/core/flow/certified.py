@@ -434,9 +434,9 @@ def _push_relabel(nv, n, net, labels, s, t, target, arcs, stats, lowest):
     work = 0
     budget = 2 * nv + 4 * arcs
     floor = 0  # no active node below this label
-    pushes = 0
+    pushed = stats[0] + lowest  # the push count at which the lowest-first order ends
     while True:
-        if pushes < lowest:
+        if stats[0] < pushed:
             while floor <= highest and ahead[floor] < 0:
                 floor += 1
             if floor > highest:
@@ -504,7 +504,6 @@ def _push_relabel(nv, n, net, labels, s, t, target, arcs, stats, lowest):
             r = res[e]
             if r > 0.0 and d[u] == d[v] + 1:
                 stats[0] += 1
-                pushes += 1
                 idle = ex[v] == 0.0
                 push(res, e, res, e ^ 1, cp[e >> 1], ex, u, v)  # the pair's residuals sum to the capacity
                 if v == t:
