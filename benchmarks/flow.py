@@ -334,7 +334,9 @@ def main() -> None:
                              "share execution units, two threads on one row cost up to 1.8x the CPU of one")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.threads:
+    if args.threads is not None:
+        if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
+            parser.error(f"--threads must be between 1 and {numba.config.NUMBA_NUM_THREADS}")
         numba.set_num_threads(args.threads)
     if args.only == "batched":
         cpu_vs_gpu(args.device or ("cuda" if torch.cuda.is_available() else "cpu"), args.quick)
