@@ -110,6 +110,22 @@ def test_auto_races_per_layer_on_full_maps_and_stays_exact() -> None:
     np.testing.assert_allclose(auto.solve(a, *everything), engine.solve(a, *everything), rtol=0, atol=TOL)
 
 
+def test_a_full_map_prepares_its_graph_once(monkeypatch) -> None:
+    # The race's rows and the rest of every layer share one certified.graph_of (hubs, heavy arcs,
+    # sums: O(L n^2)); before, each raced row and each layer's rest prepared it again.
+    rng = np.random.default_rng(13)
+    a = capacities(rng, 4, auto.RACE_ROWS, "stochastic")
+    calls = []
+    prepare = certified.graph_of
+    monkeypatch.setattr(certified, "graph_of", lambda x: calls.append(1) or prepare(x))
+    everything = np.arange(4), np.arange(auto.RACE_ROWS)
+    got = auto.solve(a, *everything)
+    assert len(calls) == 1
+    np.testing.assert_allclose(got, oracle.solve(a, *everything), rtol=0, atol=TOL)
+    name, rows = auto.race(a, 2, np.array([0, 5]), graph=prepare(a))
+    np.testing.assert_allclose(rows, oracle.solve(a, np.array([2]), np.array([0, 5]))[0], rtol=0, atol=TOL)
+
+
 @pytest.fixture(scope="module")
 def minilm_attention(minilm_path):
     """Real attention: all-MiniLM-L6-v2 (6 layers, 12 heads) on a few texts, ``[(layers, heads, n, n)]``."""

@@ -33,16 +33,23 @@ RACE_ROWS = 16
 SAMPLE = 4
 
 
-def race(a: np.ndarray, layer: int, positions: np.ndarray,
-         cancel: np.ndarray | None = None) -> tuple[str, np.ndarray]:
+def race(a: np.ndarray, layer: int, positions: np.ndarray, cancel: np.ndarray | None = None,
+         graph: certified.Graph | None = None) -> tuple[str, np.ndarray]:
     """Both solvers on every token of the sources ``(layer + 1, p)`` for ``p`` in ``positions``,
     timed in process CPU time: the faster's name and its rows ``(len(positions), n)`` (both are
-    the exact flow). ``cancel``: as in :func:`attnflow.core.flow.oracle.solve`."""
+    the exact flow). ``cancel``: as in :func:`attnflow.core.flow.oracle.solve`; ``graph``:
+    :func:`.certified.graph_of` of ``a``, prepared once by the caller (else here, inside the
+    certified solver's time, once for all the rows)."""
     sinks = np.arange(a.shape[-1])
     times, rows = {}, {}
-    for name, run in (("certified", certified.solve_sinks), ("engine", engine.solve_sinks)):
+    for name in ("certified", "engine"):
         start = time.process_time()
-        rows[name] = np.stack([run(a, layer + 1, int(p), sinks, cancel) for p in positions])
+        if name == "certified":
+            graph = certified.graph_of(a) if graph is None else graph
+            rows[name] = np.stack([certified.solve_sinks(a, layer + 1, int(p), sinks, cancel, graph)
+                                   for p in positions])
+        else:
+            rows[name] = np.stack([engine.solve_sinks(a, layer + 1, int(p), sinks, cancel) for p in positions])
         times[name] = time.process_time() - start
     best = min(times, key=times.get)
     return best, rows[best]
@@ -56,17 +63,20 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     if len(positions) < RACE_ROWS:
         return certified.solve(a, layers, positions, progress, cancel=cancel)
     out = np.zeros((len(layers), len(positions), a.shape[-1]))
+    graph = certified.graph_of(a)  # one preparation for every layer, race and rest alike
     sample = np.unique(np.linspace(0, len(positions) - 1, SAMPLE + 2).round().astype(np.int64)[1:-1])
     rest = np.setdiff1d(np.arange(len(positions)), sample)
     for i, layer in enumerate(layers):
         if layer < 2:
-            out[i] = certified.solve(a, np.array([layer]), positions, progress, cancel=cancel)[0]
+            out[i] = certified.solve(a, np.array([layer]), positions, progress, cancel=cancel, graph=graph)[0]
             continue
-        name, out[i, sample] = race(a, int(layer), positions[sample], cancel)
+        name, out[i, sample] = race(a, int(layer), positions[sample], cancel, graph)
         if cancel is not None and cancel[0]:
             break
         if progress is not None:
             progress(len(sample))
-        use = certified if name == "certified" else engine
-        out[i, rest] = use.solve(a, np.array([layer]), positions[rest], progress, cancel=cancel)[0]
+        if name == "certified":
+            out[i, rest] = certified.solve(a, np.array([layer]), positions[rest], progress, cancel=cancel, graph=graph)[0]
+        else:
+            out[i, rest] = engine.solve(a, np.array([layer]), positions[rest], progress, cancel=cancel)[0]
     return out

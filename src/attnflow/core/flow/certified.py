@@ -790,15 +790,16 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, stats: np.ndarray | None = None,
-          rounds: int = ROUNDS, cancel: np.ndarray | None = None) -> np.ndarray:
+          rounds: int = ROUNDS, cancel: np.ndarray | None = None, graph: Graph | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`. ``stats`` (optional, ``(6,)``
     int64) accumulates pushes, relabels, global relabels, cut checks, sinks left to the engine
     and learned arcs; ``rounds``: cut-generation rounds per sink before it goes to the engine;
-    ``cancel``: as in :func:`attnflow.core.flow.oracle.solve`."""
+    ``cancel``: as in :func:`attnflow.core.flow.oracle.solve`; ``graph``: :func:`graph_of` of
+    ``a`` when the caller already has it (a caller that solves one graph in parts)."""
     a = engine.capacities(a)
     cancel = engine.never() if cancel is None else cancel
     n = a.shape[-1]
-    graph = graph_of(a)
+    graph = graph_of(a) if graph is None else graph
     tops = np.repeat(np.asarray(layers, dtype=np.int64) + 1, len(positions))
     qs = np.tile(np.asarray(positions, dtype=np.int64), len(layers))
     out = np.zeros((len(tops), n))
@@ -836,13 +837,14 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     return out.reshape(len(layers), len(positions), n)
 
 
-def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray, cancel: np.ndarray | None = None) -> np.ndarray:
+def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray, cancel: np.ndarray | None = None,
+                graph: Graph | None = None) -> np.ndarray:
     """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``); ``cancel``
-    as in :func:`solve` (read between sinks)."""
+    and ``graph`` as in :func:`solve` (``cancel`` is read between sinks)."""
     out = np.zeros(a.shape[-1])
     a = engine.capacities(a)
     cancel = engine.never() if cancel is None else cancel
-    graph = graph_of(a)
+    graph = graph_of(a) if graph is None else graph
     _source_row(graph, top, q, np.asarray(sinks, dtype=np.int64), out, np.zeros(6, np.int64), ROUNDS, cancel)
     left = np.flatnonzero(out < 0)
     if len(left) and not cancel[0]:
