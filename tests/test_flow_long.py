@@ -71,6 +71,27 @@ def test_calibrated_estimate_counts_the_work_and_says_how(monkeypatch):
     assert small.how == "3 rows timed" or small.how == "1 rows timed" or small.how.endswith("rows timed")
 
 
+def test_the_estimate_times_six_layers_of_three_inner_positions(monkeypatch):
+    # A row's cost is not monotone in its layer and differs between positions: a full map's
+    # estimate from three layers of the middle position was up to 2x short (issue 31).
+    monkeypatch.setattr(estimates, "CALIBRATE_ABOVE", 0.0)
+    rng = np.random.default_rng(4)
+    n = 40
+    a = np.stack([0.5 * w + 0.5 * np.eye(n) for w in rng.dirichlet(np.full(n, 0.3), size=(12, n))])
+    seen = []
+
+    def solve(a, layers, positions, progress=None, cancel=None):
+        seen.append((a.shape[-1], int(layers[0]), int(positions[0])))
+        return engine.solve(a, layers, positions)
+
+    found = estimates.estimate(solve, a, list(range(12)), list(range(n)))
+    own_size = [(layer, q) for size, layer, q in seen if size == n]
+    assert sorted(own_size) == sorted((layer, q) for layer in (0, 2, 4, 7, 9, 11) for q in (10, 20, 29))
+    assert found.how == "18 rows timed" and len(found.layer_seconds) == 12 and found.positions == n
+    one = estimates.estimate(solve, a, [3, 5], [7])  # one position, two layers: both timed
+    assert one.how == "2 rows timed"
+
+
 def test_progress_gets_the_estimate_first_then_ticks_per_layer():
     att = random_attention(np.random.default_rng(2), layers=4, heads=2, n=12)
     rec = Recorder()

@@ -4,8 +4,9 @@ Flow costs one max-flow per (row, input token), a row being one (target position
 one graph (per example, per head when heads are not fused): ``rows x n`` max-flows, each on a graph
 of up to ``layer x n^2`` arcs. No formula predicts a max-flow solver's time on real attention well
 (it depends on how peaky the attention is and how much each warm start saves), so the estimate is
-measured: three rows (the lowest, a middle and the highest requested layer) are timed with the
-same solver on the same attention cut down to 16, 32, 64, ... tokens (evenly spaced tokens, rows
+measured: rows at up to six requested layers (the lowest, the highest and others spread between)
+and up to three requested positions (spread inside the requested ones) are timed with the same
+solver on the same attention cut down to 16, 32, 64, ... tokens (evenly spaced tokens, rows
 re-normalised; a causal map stays causal), doubling while the next size fits a time budget (10 % of
 a rough guess of the run, between 0.5 and 3 s per size); the growth exponent ``alpha`` is
 fitted from the CPU times of the last two sizes (clipped to [1, 4]; CPU time barely moves when other
@@ -17,6 +18,13 @@ to 128 tokens are timed at their own size when the budget allows. The rough gues
 On MiniLM and SmolLM2 inputs of 128 to 512 tokens (benchmarks/long_flow.py) the real time was 0.4 to
 1.0 times the estimate: it errs long, most on decoders, whose flow grows more slowly at larger sizes
 than the small calibration graphs show. Treat it as an order of magnitude.
+
+Why six layers and three positions (issue 31): a row's cost is not monotone in its layer (on MiniLM
+the middle layers' rows cost 2-3x the top layer's) and differs between positions, so three layers
+of one position gave full maps (MiniLM, 117 tokens, every position of every layer) estimates up to
+2 times too short (wall/estimate 0.97 to 2.03 on four kinds of text); six layers of three positions
+gave 0.80 to 1.27, for about 1 s of a 30 s run (`benchmarks/flow.py --only full` prints the ratio;
+docs/long-inputs.md).
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ CALIBRATION_SHARE = 0.1  # calibration may take this share of the (guessed) run
 CALIBRATION_MAX = 3.0  # and at most this long for one size
 CALIBRATE_ABOVE = 0.5  # seconds (cheap guess) above which the estimate is measured
 WARN_SECONDS = 10.0  # Python flow() warns when a run is estimated to take longer than this
+SAMPLE_LAYERS = 6  # requested layers timed (the rest interpolated)
+SAMPLE_POSITIONS = 3  # requested positions timed per layer (their mean stands for every position)
 
 
 @dataclass(frozen=True)
@@ -109,8 +119,19 @@ def subgraph(a: np.ndarray, size: int, position: int) -> tuple[np.ndarray, int]:
 
 
 def _spread(layers: Sequence[int], k: int) -> list[int]:
+    """``k`` of the values, the lowest and the highest among them, the others evenly between."""
     ordered = sorted(set(int(x) for x in layers))
     picks = np.linspace(0, len(ordered) - 1, min(k, len(ordered))).round().astype(int)
+    return [ordered[i] for i in sorted(set(picks.tolist()))]
+
+
+def _inside(positions: Sequence[int], k: int) -> list[int]:
+    """``k`` of the values evenly inside them (the ends left out when there are more than ``k``:
+    the first and last tokens are often special, ``[CLS]``, ``[SEP]``, a sink)."""
+    ordered = sorted(set(int(x) for x in positions))
+    if len(ordered) <= k:
+        return ordered
+    picks = np.linspace(0, len(ordered) - 1, k + 2)[1:-1].round().astype(int)
     return [ordered[i] for i in sorted(set(picks.tolist()))]
 
 
@@ -126,10 +147,24 @@ def _time_rows(solve: Callable, a: np.ndarray, layers: list[int], position: int)
     return times, time.process_time() - cpu
 
 
-def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: int,
+def _time_positions(solve: Callable, a: np.ndarray, size: int, layers: list[int],
+                    positions: list[int]) -> tuple[list[float], float]:
+    """:func:`_time_rows` on ``size`` tokens of ``a`` around each position: the mean wall time per
+    layer over the positions, and the CPU time of them all."""
+    walls, spent = [], 0.0
+    for position in positions:
+        sub, q = (a, position) if size == a.shape[-1] else subgraph(a, size, position)
+        times, cpu = _time_rows(solve, sub, layers, q)
+        walls.append(times)
+        spent += cpu
+    return list(np.mean(walls, axis=0)), spent
+
+
+def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: int | Sequence[int],
               per_layer_rows: int, budget: float = CALIBRATION_SECONDS) -> FlowEstimate:
     """Measure the time of ``per_layer_rows`` rows at each of ``layers`` of graph ``a`` ``(L, n, n)``
-    (float64, padding removed) with ``solve`` (the contract of :func:`attnflow.core.flow.oracle.solve`).
+    (float64, padding removed) with ``solve`` (the contract of :func:`attnflow.core.flow.oracle.solve`),
+    timing rows of ``position`` (one, or a few standing for all: their mean time per layer).
 
     Sizes 32, 64, 128, ... tokens are tried in turn (the input's own size when it is at most
     ``CALIBRATION_TOKENS``, else up to half of it) while the next size is expected to take at most
@@ -137,8 +172,9 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
     on larger ones, closer to the input (the growth exponent often falls as graphs grow)."""
     n = a.shape[-1]
     layers = [int(x) for x in layers]
-    sampled = _spread(layers, 3)
-    solve(subgraph(a, min(n, 4), position)[0], np.array(sampled[-1:]), np.array([0]))  # compile / load caches
+    positions = [int(position)] if np.ndim(position) == 0 else [int(p) for p in position]
+    sampled = _spread(layers, SAMPLE_LAYERS)
+    solve(subgraph(a, min(n, 4), positions[0])[0], np.array(sampled[-1:]), np.array([0]))  # compile / load caches
     if n <= CALIBRATION_TOKENS:
         sizes = [s for s in (16, 32, 64) if s < n] + [n]
     else:  # never the input itself: doubling up to half its size at most (16 is all overheads)
@@ -146,8 +182,7 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
     measured: list[tuple] = []  # (size, seconds of all rows, of the top row, of one row per layer)
     cpu: list[float] = []  # CPU seconds of the sampled rows at each size
     for size in sizes:
-        sub, q = (a, position) if size == n else subgraph(a, size, position)
-        times, spent = _time_rows(solve, sub, sampled, q)
+        times, spent = _time_positions(solve, a, size, sampled, positions)
         per_layer = np.interp(layers, sampled, times)  # row time grows with the layer (graph depth)
         measured.append((size, float(per_layer.sum()) * per_layer_rows, max(times), tuple(per_layer)))
         cpu.append(spent)
@@ -157,14 +192,15 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
     rows = len(layers) * per_layer_rows
     size, seconds, longest, per_layer = measured[-1]
     scale = 1.0
+    timed = len(sampled) * len(positions)
     if size == n:
-        how = f"{len(sampled)} rows timed"
+        how = f"{timed} rows timed"
     else:
         (s0, *_), (s1, *_) = measured[-2], measured[-1]
         # the growth from CPU time (steady on a shared machine), the level from wall time
         alpha = float(np.clip(math.log(max(cpu[-1], 1e-9) / max(cpu[-2], 1e-9)) / math.log(s1 / s0), 1.0, 4.0))
         scale = (n / s1) ** alpha
-        how = f"{len(sampled)} rows timed on {s0} and {s1} of the {n:,} tokens; time grows as n^{alpha:.1f}"
+        how = f"{timed} rows timed on {s0} and {s1} of the {n:,} tokens; time grows as n^{alpha:.1f}"
     return FlowEstimate(rows=rows, tokens=n, max_flows=rows * n, seconds=seconds * scale,
                         longest_row=longest * scale, how=how, layer_seconds=tuple(t * scale for t in per_layer),
                         positions=per_layer_rows)  # one graph's positions: estimate() says how many
@@ -183,6 +219,6 @@ def estimate(solve: Callable, a: np.ndarray, layers: Sequence[int], positions: S
                             longest_row=guess_seconds(n, [max(layers)], 1), how="rough guess, not timed",
                             layer_seconds=tuple(guess_seconds(n, [layer], 1) for layer in layers),
                             positions=len(positions))
-    middle = sorted(int(p) for p in positions)[len(positions) // 2]
     budget = float(np.clip(CALIBRATION_SHARE * guess, CALIBRATION_SECONDS, CALIBRATION_MAX))
-    return replace(calibrate(solve, a, layers, middle, per_layer_rows, budget), positions=len(positions))
+    timed = _inside(positions, SAMPLE_POSITIONS)
+    return replace(calibrate(solve, a, layers, timed, per_layer_rows, budget), positions=len(positions))
