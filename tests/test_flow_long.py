@@ -92,6 +92,23 @@ def test_the_estimate_times_six_layers_of_three_inner_positions(monkeypatch):
     assert one.how == "2 rows timed"
 
 
+def test_the_longest_row_is_the_slowest_position_not_the_mean(monkeypatch):
+    # longest_row decides whether a job runs where Ctrl-C can stop it: the slowest timed row counts.
+    monkeypatch.setattr(estimates, "CALIBRATE_ABOVE", 0.0)
+    n = 20
+    a = np.stack([np.full((n, n), 1.0 / n)] * 3)
+    slow = estimates._inside(range(n), estimates.SAMPLE_POSITIONS)[1]
+
+    def solve(a, layers, positions, progress=None, cancel=None):
+        if a.shape[-1] == n and int(positions[0]) == slow:
+            time.sleep(0.06)
+        return np.zeros((len(layers), len(positions), a.shape[-1]))
+
+    found = estimates.estimate(solve, a, [0, 1, 2], list(range(n)))
+    assert found.how == "9 rows timed"
+    assert found.longest_row >= 0.06 > max(found.layer_seconds)
+
+
 def test_progress_gets_the_estimate_first_then_ticks_per_layer():
     att = random_attention(np.random.default_rng(2), layers=4, heads=2, n=12)
     rec = Recorder()

@@ -148,16 +148,16 @@ def _time_rows(solve: Callable, a: np.ndarray, layers: list[int], position: int)
 
 
 def _time_positions(solve: Callable, a: np.ndarray, size: int, layers: list[int],
-                    positions: list[int]) -> tuple[list[float], float]:
+                    positions: list[int]) -> tuple[list[float], float, float]:
     """:func:`_time_rows` on ``size`` tokens of ``a`` around each position: the mean wall time per
-    layer over the positions, and the CPU time of them all."""
+    layer over the positions, the longest single row, and the CPU time of them all."""
     walls, spent = [], 0.0
     for position in positions:
         sub, q = (a, position) if size == a.shape[-1] else subgraph(a, size, position)
         times, cpu = _time_rows(solve, sub, layers, q)
         walls.append(times)
         spent += cpu
-    return list(np.mean(walls, axis=0)), spent
+    return list(np.mean(walls, axis=0)), float(np.max(walls)), spent
 
 
 def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: int | Sequence[int],
@@ -179,12 +179,12 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
         sizes = [s for s in (16, 32, 64) if s < n] + [n]
     else:  # never the input itself: doubling up to half its size at most (16 is all overheads)
         sizes = [s for s in (32, 64, 128, 256, 512, 1024) if s <= n // 2]
-    measured: list[tuple] = []  # (size, seconds of all rows, of the top row, of one row per layer)
+    measured: list[tuple] = []  # (size, seconds of all rows, of the longest timed row, of one row per layer)
     cpu: list[float] = []  # CPU seconds of the sampled rows at each size
     for size in sizes:
-        times, spent = _time_positions(solve, a, size, sampled, positions)
-        per_layer = np.interp(layers, sampled, times)  # row time grows with the layer (graph depth)
-        measured.append((size, float(per_layer.sum()) * per_layer_rows, max(times), tuple(per_layer)))
+        times, longest, spent = _time_positions(solve, a, size, sampled, positions)
+        per_layer = np.interp(layers, sampled, times)  # the layers between timed ones
+        measured.append((size, float(per_layer.sum()) * per_layer_rows, longest, tuple(per_layer)))
         cpu.append(spent)
         growth = cpu[-1] / max(cpu[-2], 1e-9) if len(cpu) >= 2 else 8.0
         if len(cpu) >= 2 and sum(times) * max(growth, 2.0) > budget:  # the next size would not fit
