@@ -50,6 +50,8 @@ from attnflow.core.fusion import augmented  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import inputs  # noqa: E402
 import texts  # noqa: E402
+from long_flow import Recorder  # noqa: E402
+
 
 def random_attention(rng: np.random.Generator, layers: int, n: int) -> np.ndarray:
     return rng.dirichlet(np.ones(n), size=(layers, 12, n))
@@ -257,23 +259,10 @@ def print_rows(rows: list[dict], what: str, need: float) -> dict:
     return worst
 
 
-class Estimated:
-    """A progress callback that keeps the estimate ``attnflow.flow`` hands it before solving."""
-
-    def __init__(self) -> None:
-        self.found = None
-
-    def __call__(self, done: int, total: int) -> None:
-        pass
-
-    def estimate(self, found) -> None:
-        self.found = found
-
-
 def full_map(item: inputs.Input) -> dict:
     """The full map as a user runs it (the estimate's calibration included in the time), and the
     estimate's seconds: what a user was told to expect."""
-    told = Estimated()
+    told = Recorder()  # keeps the estimate flow() hands it before solving
     mine, t = clock(lambda: attnflow.flow(item.w, normalize=False, solver="auto", progress=told))
     return dict(name=item.name, size=item.size, t=t, load=load(), values=mine, estimate=told.found.seconds)
 
