@@ -23,6 +23,7 @@ row was still a coin toss where the two are within 1.5x of each other.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -38,18 +39,14 @@ def race(a: np.ndarray, layer: int, positions: np.ndarray, cancel: np.ndarray | 
     """Both solvers on every token of the sources ``(layer + 1, p)`` for ``p`` in ``positions``,
     timed in process CPU time: the faster's name and its rows ``(len(positions), n)`` (both are
     the exact flow). ``cancel``: as in :func:`attnflow.core.flow.oracle.solve`; ``graph``:
-    :func:`.certified.graph_of` of ``a``, prepared once by the caller (else here, inside the
-    certified solver's time, once for all the rows)."""
+    :func:`.certified.graph_of` of ``a`` when the caller has it (prepared here otherwise, once for
+    all the rows and outside either solver's time)."""
     sinks = np.arange(a.shape[-1])
+    graph = certified.graph_of(a) if graph is None else graph
     times, rows = {}, {}
-    for name in ("certified", "engine"):
+    for name, run in (("certified", partial(certified.solve_sinks, graph=graph)), ("engine", engine.solve_sinks)):
         start = time.process_time()
-        if name == "certified":
-            graph = certified.graph_of(a) if graph is None else graph
-            rows[name] = np.stack([certified.solve_sinks(a, layer + 1, int(p), sinks, cancel, graph)
-                                   for p in positions])
-        else:
-            rows[name] = np.stack([engine.solve_sinks(a, layer + 1, int(p), sinks, cancel) for p in positions])
+        rows[name] = np.stack([run(a, layer + 1, int(p), sinks, cancel) for p in positions])
         times[name] = time.process_time() - start
     best = min(times, key=times.get)
     return best, rows[best]
@@ -64,19 +61,17 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
         return certified.solve(a, layers, positions, progress, cancel=cancel)
     out = np.zeros((len(layers), len(positions), a.shape[-1]))
     graph = certified.graph_of(a)  # one preparation for every layer, race and rest alike
+    solvers = {"certified": partial(certified.solve, graph=graph), "engine": engine.solve}
     sample = np.unique(np.linspace(0, len(positions) - 1, SAMPLE + 2).round().astype(np.int64)[1:-1])
     rest = np.setdiff1d(np.arange(len(positions)), sample)
     for i, layer in enumerate(layers):
         if layer < 2:
-            out[i] = certified.solve(a, np.array([layer]), positions, progress, cancel=cancel, graph=graph)[0]
+            out[i] = solvers["certified"](a, np.array([layer]), positions, progress, cancel=cancel)[0]
             continue
         name, out[i, sample] = race(a, int(layer), positions[sample], cancel, graph)
         if cancel is not None and cancel[0]:
             break
         if progress is not None:
             progress(len(sample))
-        if name == "certified":
-            out[i, rest] = certified.solve(a, np.array([layer]), positions[rest], progress, cancel=cancel, graph=graph)[0]
-        else:
-            out[i, rest] = engine.solve(a, np.array([layer]), positions[rest], progress, cancel=cancel)[0]
+        out[i, rest] = solvers[name](a, np.array([layer]), positions[rest], progress, cancel=cancel)[0]
     return out
