@@ -97,7 +97,7 @@ def test_the_longest_row_is_the_slowest_position_not_the_mean(monkeypatch):
     monkeypatch.setattr(estimates, "CALIBRATE_ABOVE", 0.0)
     n = 20
     a = np.stack([np.full((n, n), 1.0 / n)] * 3)
-    slow = estimates._inside(range(n), estimates.SAMPLE_POSITIONS)[1]
+    slow = estimates._spread(range(n), estimates.SAMPLE_POSITIONS, ends=False)[1]
 
     def solve(a, layers, positions, progress=None, cancel=None):
         if a.shape[-1] == n and int(positions[0]) == slow:

@@ -118,21 +118,16 @@ def subgraph(a: np.ndarray, size: int, position: int) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(sub), int(np.flatnonzero(keep == position)[0])
 
 
-def _spread(layers: Sequence[int], k: int) -> list[int]:
-    """``k`` of the values, the lowest and the highest among them, the others evenly between."""
-    ordered = sorted(set(int(x) for x in layers))
-    picks = np.linspace(0, len(ordered) - 1, min(k, len(ordered))).round().astype(int)
-    return [ordered[i] for i in sorted(set(picks.tolist()))]
-
-
-def _inside(positions: Sequence[int], k: int) -> list[int]:
-    """``k`` of the values evenly inside them (the ends left out when there are more than ``k``:
-    the first and last tokens are often special, ``[CLS]``, ``[SEP]``, a sink)."""
-    ordered = sorted(set(int(x) for x in positions))
-    if len(ordered) <= k:
-        return ordered
-    picks = np.linspace(0, len(ordered) - 1, k + 2)[1:-1].round().astype(int)
-    return [ordered[i] for i in sorted(set(picks.tolist()))]
+def _spread(values: Sequence[int], k: int, ends: bool = True) -> list[int]:
+    """``k`` of the values, evenly spread: the lowest and the highest among them and the others
+    between, or with ``ends=False`` evenly inside them (the ends left out when there are more than
+    ``k``: the first and last tokens are often special, ``[CLS]``, ``[SEP]``, a sink)."""
+    ordered = sorted(set(int(x) for x in values))
+    if ends or len(ordered) <= k:
+        picks = np.linspace(0, len(ordered) - 1, min(k, len(ordered)))
+    else:
+        picks = np.linspace(0, len(ordered) - 1, k + 2)[1:-1]
+    return [ordered[i] for i in sorted(set(picks.round().astype(int).tolist()))]
 
 
 def _time_rows(solve: Callable, a: np.ndarray, layers: list[int], position: int) -> tuple[list[float], float]:
@@ -220,5 +215,5 @@ def estimate(solve: Callable, a: np.ndarray, layers: Sequence[int], positions: S
                             layer_seconds=tuple(guess_seconds(n, [layer], 1) for layer in layers),
                             positions=len(positions))
     budget = float(np.clip(CALIBRATION_SHARE * guess, CALIBRATION_SECONDS, CALIBRATION_MAX))
-    timed = _inside(positions, SAMPLE_POSITIONS)
+    timed = _spread(positions, SAMPLE_POSITIONS, ends=False)
     return replace(calibrate(solve, a, layers, timed, per_layer_rows, budget), positions=len(positions))
