@@ -319,8 +319,14 @@ def test_long_run_warns_with_the_estimate(monkeypatch):
         warnings.simplefilter("error")
         attnflow.flow(att, positions=[1])  # short: no warning at the default threshold
     monkeypatch.setattr(flowrun, "WARN_SECONDS", 0.0)
-    with pytest.warns(LongFlowWarning, match=r"attention flow: 2 rows x 8 tokens = 16 max-flows, estimated .*Ctrl-C"):
+    with pytest.warns(LongFlowWarning, match=r"attention flow: 2 rows x 8 tokens = 16 max-flows, estimated .*"
+                                             r"pass progress=\.\.\. to follow it; Ctrl-C stops it"):
         attnflow.flow(att, positions=[1])
+    # a caller who passed a progress callback already follows it: no advice to pass one
+    with pytest.warns(LongFlowWarning) as caught:
+        attnflow.flow(att, positions=[1], progress=lambda done, total: None)
+    message = str(caught[0].message)
+    assert "estimated" in message and message.endswith("; Ctrl-C stops it") and "progress=" not in message
 
 
 def _interrupt(cmd: list[str], ready: bytes, env: dict) -> tuple[int, str]:

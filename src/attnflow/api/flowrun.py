@@ -88,7 +88,8 @@ def _run(job: FlowJob) -> FlowEstimate | None:
         if callable(notify):
             notify(found)
         if found.seconds > WARN_SECONDS:
-            warnings.warn(LongFlowWarning(f"{found}; pass progress=... to follow it; Ctrl-C stops it"), stacklevel=5)
+            hint = "" if job.progress is not None else "; pass progress=... to follow it"
+            warnings.warn(LongFlowWarning(f"{found}{hint}; Ctrl-C stops it"), stacklevel=5)
     longest = found.longest_row if found is not None else guess_seconds(n, [max(layers)], 1)
     if longest * min(len(job.positions), 8) > INTERRUPT_SECONDS:
         in_thread(job)
