@@ -22,6 +22,7 @@ from test_report_browser import ARGS, CHROMIUM, RTOL, Page, browser_api
 
 import attnflow
 from attnflow.app.process import AppProcess
+from attnflow.core.methods import FLOW_ALL_MAX
 from attnflow.models import bundled_model_path
 
 torch.set_num_threads(1)
@@ -301,6 +302,9 @@ def test_a_long_flow_shows_progress_blocks_nobody_and_cancels(server, browser):
     slow = AppPage(browser, server)
     slow.choose("minilm")
     slow.page.fill("#text", long_text)
+    # the box's label says where it starts to matter: flow covers every token up to FLOW_ALL_MAX anyway
+    assert slow.page.text_content("#flow-all-label") == \
+        f"flow for every token above {FLOW_ALL_MAX} tokens too (slow)"
     slow.page.check("#flow-all")
     slow.run()
     slow.page.wait_for_function("() => document.getElementById('progress-text').textContent.includes('attention flow')",

@@ -18,6 +18,7 @@ from typing import Any
 from attnflow.api.honest import PAPER_ONLY
 from attnflow.config import registry
 from attnflow.config.settings import OPTIONS, choices
+from attnflow.core.methods import FLOW_ALL_MAX
 from attnflow.errors import AttnflowError
 
 # name -> (label, api keyword arguments) added to explain_maps / generate / explain_image: from Settings.
@@ -65,7 +66,7 @@ def tables() -> dict[str, Any]:
                      "max": OPTIONS["residual"].bounds[1]},
         "causal_norms": list(CAUSAL_NORMS),
         "limits": {"chars": MAX_CHARS, "text_tokens": MAX_TEXT_TOKENS, "new_tokens": MAX_NEW_TOKENS,
-                   "image_bytes": MAX_IMAGE_BYTES},
+                   "image_bytes": MAX_IMAGE_BYTES, "flow_all_tokens": FLOW_ALL_MAX},
     }
 
 

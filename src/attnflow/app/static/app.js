@@ -338,6 +338,8 @@
     Object.assign($("residual"), { min: options.residual.min, max: options.residual.max,
                                    value: options.residual.default });
     options.causal_norms.forEach((c) => option($("causal-norm"), c, c));
+    // flow is computed for every token up to this length anyway; the box asks for it above
+    $("flow-all-label").textContent = `flow for every token above ${options.limits.flow_all_tokens} tokens too (slow)`;
     options.filters.forEach((f) => {
       const label = document.createElement("label");
       label.className = "check";
