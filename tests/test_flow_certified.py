@@ -103,27 +103,75 @@ def test_cut_bound_finds_the_binding_cut_on_hand_made_graphs() -> None:
 def test_auto_races_per_layer_on_full_maps_and_stays_exact() -> None:
     rng = np.random.default_rng(12)
     a = capacities(rng, 4, auto.RACE_ROWS, "stochastic")
-    name, row = auto.race(a, 3, np.array([0]))
-    assert name in ("certified", "engine")
-    np.testing.assert_allclose(row, oracle.solve(a, np.array([3]), np.array([0]))[0], rtol=0, atol=TOL)
+    per_pair, rows = auto.race(a, 3, np.array([0, 7, 9]))
+    assert set(per_pair) == {"certified", "engine"} and all(t >= 0 for t in per_pair.values())
+    np.testing.assert_allclose(rows, oracle.solve(a, np.array([3]), np.array([0, 7, 9]))[0], rtol=0, atol=TOL)
+    alone, rows = auto.race(a, 3, np.array([4]), names=("certified",))
+    assert list(alone) == ["certified"]
+    np.testing.assert_allclose(rows, oracle.solve(a, np.array([3]), np.array([4]))[0], rtol=0, atol=TOL)
+    # a solver that can no longer beat the time to beat stops between rows: no time, no rows
+    beaten, rows = auto.race(a, 3, np.array([0, 7, 9]), beat=-1.0)  # a time nobody beats
+    assert beaten == {"certified": np.inf, "engine": np.inf} and rows is None
     everything = np.arange(4), np.arange(auto.RACE_ROWS)
     np.testing.assert_allclose(auto.solve(a, *everything), engine.solve(a, *everything), rtol=0, atol=TOL)
 
 
 def test_a_full_map_prepares_its_graph_once(monkeypatch) -> None:
     # The race's rows and the rest of every layer share one certified.graph_of (hubs, heavy arcs,
-    # sums: O(L n^2)); before, each raced row and each layer's rest prepared it again.
+    # sums: O(L n^2)); before, each raced row and each layer's rest prepared it again. Each raced
+    # layer's reversed graph (auto.reversed_graph) is another graph, prepared once too.
     rng = np.random.default_rng(13)
     a = capacities(rng, 4, auto.RACE_ROWS, "stochastic")
     calls = []
     prepare = certified.graph_of
-    monkeypatch.setattr(certified, "graph_of", lambda x: calls.append(1) or prepare(x))
+    monkeypatch.setattr(certified, "graph_of", lambda x: calls.append(x.shape[0]) or prepare(x))
     everything = np.arange(4), np.arange(auto.RACE_ROWS)
     got = auto.solve(a, *everything)
-    assert len(calls) == 1
+    assert sorted(calls) == [3, 4, 4]  # the graph, and the reversed ones of layers 3 and 4 (raced)
     np.testing.assert_allclose(got, oracle.solve(a, *everything), rtol=0, atol=TOL)
-    name, rows = auto.race(a, 2, np.array([0, 5]), graph=prepare(a))
+    _, rows = auto.race(a, 2, np.array([0, 5]), graph=prepare(a))
     np.testing.assert_allclose(rows, oracle.solve(a, np.array([2]), np.array([0, 5]))[0], rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("kind", ["stochastic", "causal", "sparse"])
+def test_a_reversed_graph_holds_the_map_transposed(kind: str) -> None:
+    # Flow from (top, j) to (0, q) with every arc turned round = flow from (top, q) to (0, j).
+    rng = np.random.default_rng(21)
+    a = capacities(rng, 4, 9, kind)
+    for top in (3, 4):
+        b = auto.reversed_graph(a, top)
+        assert b.shape == (top, 9, 9) and b.flags.c_contiguous
+        want = oracle.solve(a, np.array([top - 1]), np.arange(9))[0]
+        np.testing.assert_allclose(oracle.solve(b, np.array([top - 1]), np.arange(9))[0], want.T, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("backwards", [True, False])
+def test_a_full_map_layer_goes_the_way_its_race_says_and_stays_exact(monkeypatch, backwards: bool) -> None:
+    # auto.solve races forwards (rows) and backwards (columns, on the reversed graph) and gives the
+    # rest of the layer to the faster per pair: make one direction win and check the whole map.
+    rng = np.random.default_rng(22)
+    n = auto.RACE_ROWS
+    a = capacities(rng, 4, n, "causal")
+    real = auto.race
+    seen = []
+
+    def rigged(graph, layer, positions, cancel=None, prepared=None, names=("certified", "engine"), beat=np.inf):
+        per_pair, rows = real(graph, layer, positions, cancel, prepared, names, beat)
+        reverse = graph is not a
+        seen.append((reverse, names))
+        return {name: (0.0 if reverse == backwards else 1.0) for name in per_pair}, rows
+
+    monkeypatch.setattr(auto, "race", rigged)
+    solved = []
+    for module in (certified, engine):
+        solve = module.solve
+        monkeypatch.setattr(module, "solve", lambda g, *args, solve=solve, **kw: solved.append(g is a) or solve(g, *args, **kw))
+    everything = np.arange(4), np.arange(n)
+    np.testing.assert_allclose(auto.solve(a, *everything), oracle.solve(a, *everything), rtol=0, atol=TOL)
+    # layers 3 and 4 each raced the certified solver backwards, then both forwards
+    assert seen == [(True, ("certified",)), (False, ("certified", "engine"))] * 2
+    # layers 1 and 2 (closed forms) on the graph itself, then each raced layer's rest the way that won
+    assert solved == [True, True, not backwards, not backwards]
 
 
 @pytest.fixture(scope="module")
