@@ -14,7 +14,8 @@ of issue 31 is printed met or missed from this run, judged on the **worst** inpu
   scipy Dinic, on every kind of the corpus: real attention of the bundled model (up to 64 tokens),
   MiniLM (6 layers) and SmolLM2 (its first 12 or 6 layers) on prose, dialogue, code and a list;
   peaky Dirichlet(0.1-0.3) rows of 4 heads; smooth Dirichlet(1) rows of 12 heads;
-- full maps (every target of every layer), MiniLM 117 tokens, each text kind;
+- full maps (every target of every layer), MiniLM 117 tokens, each text kind; each raced layer of
+  them solved forwards, backwards and by ``"auto"`` (``--only ways``);
 - ``attnflow.explain`` with flow against rollout on 512 MiniLM tokens of each text kind;
 - peak memory of a 4,096-token flow against the maps' size (a fresh process).
 
@@ -267,6 +268,30 @@ def full_map(item: inputs.Input) -> dict:
     return dict(name=item.name, size=item.size, t=t, load=load(), values=mine, estimate=told.found.seconds)
 
 
+def ways_case(item: inputs.Input) -> list[dict]:
+    """Each raced layer (sources at layers 3..L) of a full map solved each way, CPU time: the
+    certified solver and the engine forwards, the certified solver backwards (``auto.reversed_graph``),
+    and ``"auto"`` (both races and the rest), all on the same capacities."""
+    from attnflow.core.flow import auto, certified, engine
+
+    a = engine.capacities(fused(item.w))
+    n = a.shape[-1]
+    everything = np.arange(n)
+    out = []
+    for layer in range(2, a.shape[0]):
+        got = {}
+        for name, run in (("certified", lambda: certified.solve(a, np.array([layer]), everything)),
+                          ("engine", lambda: engine.solve(a, np.array([layer]), everything)),
+                          ("backwards", lambda: certified.solve(auto.reversed_graph(a, layer + 1), np.array([layer]),
+                                                                everything)[0].T[None]),
+                          ("auto", lambda: auto.solve(a, np.array([layer]), everything))):
+            values, t = clock(run)
+            got[name] = (t[1], values)
+        gap = max(float(np.abs(v - got["certified"][1]).max()) for _, v in got.values())
+        out.append(dict(layer=layer + 1, gap=gap, load=load(), **{k: v[0] for k, v in got.items()}))
+    return out
+
+
 def memory_child(n: int, layers: int) -> None:
     """In a fresh process: peak resident memory of ``attnflow.flow`` on ``layers`` float32 maps of
     ``n`` tokens, heads fused as capture stores them, above the resident size before the call;
@@ -328,9 +353,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer kinds (a smoke run)")
     parser.add_argument("--device", default=None, help="with --only batched: the torch device (cuda)")
-    parser.add_argument("--only", choices=["batched", "explain", "rows", "full", "memory"], default=None,
+    parser.add_argument("--only", choices=["batched", "explain", "rows", "full", "ways", "memory"], default=None,
                         help="batched: the batched torch solver on --device against the CPU solver; explain: "
                              "attnflow.explain with flow against rollout; rows: the CLS rows; full: full maps; "
+                             "ways: each layer of a full map forwards, backwards and as auto solves it; "
                              "memory: 4,096 tokens")
     parser.add_argument("--sizes", nargs="*", default=None, help="with rows: only these sizes, e.g. 6x512")
     parser.add_argument("--threads", type=int, default=None,
@@ -379,6 +405,22 @@ def main() -> None:
         goals.append(f"full map MiniLM {full_n} tokens of prose <= 5 s cpu: {prose['t'][1]:.1f} s cpu "
                      f"({prose['t'][0]:.1f} s wall) -> {'met' if prose['t'][1] <= 5 else 'missed'}; worst text kind "
                      f"{worst['name']} {worst['t'][1]:.1f} s cpu -> {'met' if worst['t'][1] <= 5 else 'missed'}")
+    if args.only in (None, "ways"):
+        print(f"\nfull map layers each way, MiniLM 117 tokens, cpu s (best forwards: the faster of certified and engine "
+              "forwards, known only after running both)")
+        print(f"  {'input':<18} {'layer':>5} {'certified':>9} {'engine':>7} {'backwards':>9} {'auto':>6} "
+              f"{'best fwd/auto':>13} {'max |diff|':>10} {'load':>14}")
+        total = {}
+        for item in inputs.corpus(6, 117, models=("minilm",), kinds=kinds, peaks=(0.2,), random=not args.quick):
+            for r in ways_case(item):
+                fwd = min(r["certified"], r["engine"])
+                sums = total.setdefault(item.name, [0.0, 0.0])
+                sums[0] += fwd
+                sums[1] += r["auto"]
+                print(f"  {item.name:<18} {r['layer']:>5} {r['certified']:9.2f} {r['engine']:7.2f} {r['backwards']:9.2f} "
+                      f"{r['auto']:6.2f} {fwd / r['auto']:12.2f}x {r['gap']:10.1e} {r['load']:>14}", flush=True)
+        for name, (fwd, mine) in total.items():
+            print(f"  {name:<18} layers 3-6: best forwards {fwd:.1f} s, auto {mine:.1f} s ({fwd / mine:.2f}x)")
     if args.only in (None, "explain"):
         big = 96 if args.quick else 512
         calls = [explain_call(big, kind) for kind in kinds]
