@@ -21,8 +21,8 @@ import torch
 from test_report_browser import ARGS, CHROMIUM, RTOL, Page, browser_api
 
 import attnflow
+from attnflow.api import FLOW_ALL_MAX
 from attnflow.app.process import AppProcess
-from attnflow.core.methods import FLOW_ALL_MAX
 from attnflow.models import bundled_model_path
 
 torch.set_num_threads(1)

@@ -15,10 +15,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnflow.api import FLOW_ALL_MAX
 from attnflow.api.honest import PAPER_ONLY
 from attnflow.config import registry
 from attnflow.config.settings import OPTIONS, choices
-from attnflow.core.methods import FLOW_ALL_MAX
 from attnflow.errors import AttnflowError
 
 # name -> (label, api keyword arguments) added to explain_maps / generate / explain_image: from Settings.
