@@ -406,8 +406,8 @@ def main() -> None:
                      f"({prose['t'][0]:.1f} s wall) -> {'met' if prose['t'][1] <= 5 else 'missed'}; worst text kind "
                      f"{worst['name']} {worst['t'][1]:.1f} s cpu -> {'met' if worst['t'][1] <= 5 else 'missed'}")
     if args.only in (None, "ways"):
-        print(f"\nfull map layers each way, MiniLM 117 tokens, cpu s (best forwards: the faster of certified and engine "
-              "forwards, known only after running both)")
+        print("\nfull map layers each way, MiniLM 117 tokens, cpu s (best forwards: the faster of certified and "
+              "engine forwards, known only after running both)")
         print(f"  {'input':<18} {'layer':>5} {'certified':>9} {'engine':>7} {'backwards':>9} {'auto':>6} "
               f"{'best fwd/auto':>13} {'max |diff|':>10} {'load':>14}")
         total = {}
@@ -417,8 +417,9 @@ def main() -> None:
                 sums = total.setdefault(item.name, [0.0, 0.0])
                 sums[0] += fwd
                 sums[1] += r["auto"]
-                print(f"  {item.name:<18} {r['layer']:>5} {r['certified']:9.2f} {r['engine']:7.2f} {r['backwards']:9.2f} "
-                      f"{r['auto']:6.2f} {fwd / r['auto']:12.2f}x {r['gap']:10.1e} {r['load']:>14}", flush=True)
+                print(f"  {item.name:<18} {r['layer']:>5} {r['certified']:9.2f} {r['engine']:7.2f} "
+                      f"{r['backwards']:9.2f} {r['auto']:6.2f} {fwd / r['auto']:12.2f}x {r['gap']:10.1e} "
+                      f"{r['load']:>14}", flush=True)
         for name, (fwd, mine) in total.items():
             print(f"  {name:<18} layers 3-6: best forwards {fwd:.1f} s, auto {mine:.1f} s ({fwd / mine:.2f}x)")
     if args.only in (None, "explain"):

@@ -164,8 +164,11 @@ def test_a_full_map_layer_goes_the_way_its_race_says_and_stays_exact(monkeypatch
     monkeypatch.setattr(auto, "race", rigged)
     solved = []
     for module in (certified, engine):
-        solve = module.solve
-        monkeypatch.setattr(module, "solve", lambda g, *args, solve=solve, **kw: solved.append(g is a) or solve(g, *args, **kw))
+        def spied(g, *args, solve=module.solve, **kw):
+            solved.append(g is a)
+            return solve(g, *args, **kw)
+
+        monkeypatch.setattr(module, "solve", spied)
     everything = np.arange(4), np.arange(n)
     np.testing.assert_allclose(auto.solve(a, *everything), oracle.solve(a, *everything), rtol=0, atol=TOL)
     # layers 3 and 4 each raced the certified solver backwards, then both forwards

@@ -31,9 +31,9 @@ engine forwards is mostly the fastest. So a full map (every position requested) 
 too, first, the certified solver on ``SAMPLE`` columns (kept); the forward race follows, each
 solver stopped between two rows once it can no longer beat the fastest so far (the engine at the
 top layers costs 2-3x the certified solver, and racing it to the end there cost a sixth of the
-layer), and the rest of the layer goes to the direction and solver with the lowest time per pair. (The engine backwards was the fastest of the
-four on 4 of those 16 layers, by 1.02-1.21x over the next; it is not raced: 4 more rows in every
-layer for a small gain in a few.)
+layer), and the rest of the layer goes to the direction and solver with the lowest time per pair.
+(The engine backwards was the fastest of the four on 4 of those 16 layers, by 1.02-1.21x over the
+next; it is not raced: 4 more rows in every layer for a small gain in a few.)
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _sample(count: int) -> np.ndarray:
 
 
 def _layer(a: np.ndarray, layer: int, positions: np.ndarray, graph: certified.Graph,
-           progress: Callable[[int], None] | None, cancel: np.ndarray | None) -> np.ndarray:
+           progress: Callable[[int], None] | None, cancel: np.ndarray) -> np.ndarray:
     """One layer of a full map ``(len(positions), n)``: when ``positions`` is every token, the
     certified solver backwards on ``SAMPLE`` columns (:func:`reversed_graph`: sources at input
     tokens, every position a sink), then the race forwards (sources at ``positions``, every sink,
@@ -114,12 +114,12 @@ def _layer(a: np.ndarray, layer: int, positions: np.ndarray, graph: certified.Gr
         out[:, tokens] = columns.T
         ways[("backwards", "certified")] = (b, b_graph, back["certified"])
         beat = back["certified"]
-    if not (cancel is not None and cancel[0]):
+    if not cancel[0]:
         forward, rows = race(a, layer, positions[sample], cancel, graph, beat=beat)
         if rows is not None:
             out[sample] = rows
         ways.update({("forwards", name): (a, graph, seconds) for name, seconds in forward.items()})
-    if cancel is not None and cancel[0]:
+    if cancel[0]:
         return out
     if progress is not None:
         progress(len(sample))
@@ -138,6 +138,7 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
     """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
     a = engine.capacities(a)
+    cancel = engine.never() if cancel is None else cancel
     layers, positions = np.asarray(layers), np.asarray(positions)
     if len(positions) < RACE_ROWS:
         return certified.solve(a, layers, positions, progress, cancel=cancel)
@@ -148,6 +149,6 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
             out[i] = certified.solve(a, np.array([layer]), positions, progress, cancel=cancel, graph=graph)[0]
         else:
             out[i] = _layer(a, int(layer), positions, graph, progress, cancel)
-        if cancel is not None and cancel[0]:
+        if cancel[0]:
             break
     return out
