@@ -70,7 +70,8 @@ def alti_contributions(attentions: torch.Tensor, values: torch.Tensor, w_o: Any,
     """ALTI's ``C_l (L, n, n)`` (rows: positions ``t``, columns: contributing tokens ``j``), rows
     summing to one. ``w_o (L, D, H, d)`` (or a list of ``L`` such ``(D, H, d)``): each head's slice of
     the output projection;
-    ``residual (L, n, D)``: each layer's input. ``chunk`` rows of ``t`` at a time (memory ``chunk n D``).
+    ``residual (L, n, D)``: each layer's input. ``w_o`` may stay on the model's device (views of its
+    weights); it is read where ``values`` are. ``chunk`` rows of ``t`` at a time (memory ``chunk n D``).
     Computed in ``dtype`` (float32 by default: contributions only weigh the exact per-layer totals,
     whose sums do not depend on them) and returned as float64. ``L n (H d D + n H D)`` multiply-adds."""
     n_layers, heads, n, _ = attentions.shape
@@ -80,7 +81,7 @@ def alti_contributions(attentions: torch.Tensor, values: torch.Tensor, w_o: Any,
     x = residual.to(dtype)
     for layer in range(n_layers):
         # (H, n, d) @ (H, d, D): each token's transformed value per head
-        f = torch.bmm(v[layer].transpose(0, 1), w_o[layer].to(dtype).permute(1, 2, 0))
+        f = torch.bmm(v[layer].transpose(0, 1), w_o[layer].to(device=v.device, dtype=dtype).permute(1, 2, 0))
         f_by_source = f.transpose(0, 1)  # (j, H, D)
         for start in range(0, n, chunk):
             rows = slice(start, min(n, start + chunk))
