@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from attnflow.api.models import Loaded
-from attnflow.capture.load import is_encoder_decoder_path, model_task
+from attnflow.capture.load import is_encoder_decoder_path, model_task, output_cache
 from attnflow.capture.text import encode, is_causal, max_length
 from attnflow.errors import AttnflowError
 
@@ -165,7 +165,7 @@ def model_predict(model: Any, decoder: bool, batch_size: int | None = None, *, l
         head = torch.tensor([rows[0][:p]], dtype=torch.long, device=device)
         out = model(input_ids=head, attention_mask=torch.ones_like(head), use_cache=True,
                     **({"logits_to_keep": 1} if last_only else {}))
-        past = out.get("cache", None) or out.get("past_key_values", None)
+        past = output_cache(out)
         if len(rows) > 1:  # this pass's own cache: repeated in place, once per row
             past.batch_repeat_interleave(len(rows))
         tail = torch.tensor([r[p:] for r in rows], dtype=torch.long, device=device)

@@ -63,6 +63,7 @@ from attnflow.capture.ablation import LAYER_MODES, Ablation, _check, _projection
 from attnflow.capture.architectures import architecture_fixes
 from attnflow.capture.efficient_attention import efficient_attention
 from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
+from attnflow.capture.load import output_cache
 from attnflow.errors import AttnflowError
 
 
@@ -226,6 +227,6 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     clean = _readout(clean_logits, explained, foil_ids, readout)
     return Patching(scores=scores, targets=targets, tokens=[int(c) for c in explained.tolist()],
                     clean=clean.numpy(), readout=readout, method="ablated-flow-estimate", logits=clean_logits,
-                    cache=_detached(out.past_key_values) if keep_cache else None,
+                    cache=_detached(output_cache(out)) if keep_cache else None,
                     attention="sdpa" if kernel.calls else str(getattr(model.config, "_attn_implementation", None)
                                                               or "eager"))

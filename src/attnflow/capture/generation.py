@@ -35,7 +35,7 @@ import torch
 
 from attnflow.capture.architectures import architecture_fixes, layer_windows, refuse_unsupported
 from attnflow.capture.hooks import checked_weights, pending_norms, replay_attentions, streamable_modules, streaming
-from attnflow.capture.load import ensure_eager
+from attnflow.capture.load import ensure_eager, output_cache
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion, fuse_heads
@@ -254,7 +254,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
                                    attention_mask=enc["attention_mask"].to(device), **kwargs)
     cache = logits = None
     if keep_cache:
-        cache, logits = sequences.past_key_values, torch.stack([x[0] for x in sequences.logits]).detach().cpu()
+        cache, logits = output_cache(sequences), torch.stack([x[0] for x in sequences.logits]).detach().cpu()
         sequences = sequences.sequences
     new_ids = sequences[0, m:].tolist()
     n_new = len(new_ids)

@@ -95,6 +95,14 @@ def quiet_transformers() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
+def output_cache(out: Any) -> Any:
+    """The key/value cache a model's output (or ``generate``'s) carries: its ``cache`` field under
+    transformers >= 5.24, ``past_key_values`` before (reading the old name under 5.24 logs a deprecation
+    warning the user would see)."""
+    fields = getattr(type(out), "__dataclass_fields__", {})
+    return getattr(out, "cache" if "cache" in fields else "past_key_values", None)
+
+
 def ensure_eager(model: Any) -> Any:
     """Switch ``model`` to eager attention: under sdpa/flash, transformers returns no attention weights."""
     config = getattr(model, "config", None)
