@@ -532,3 +532,21 @@ def test_python_device_loads_by_name_there_and_leaves_a_loaded_model_where_it_is
     model, tokenizer = attnflow.load_model(minilm_path)
     with pytest.raises(AttnflowError, match="the model passed is on cpu, and device 'cuda' was asked for"):
         attnflow.explain("the keys", model, tokenizer=tokenizer, device="cuda")
+
+
+def test_the_gpu_benchmark_runs_every_case_on_the_cpu(minilm_path, tmp_path):
+    """benchmarks/gpu.py runs only where a GPU is (rarely lent): each of its cases runs here on the CPU,
+    on a tiny decoder saved to a folder, so a case the API refuses (as ``paper_only`` beside a decoder
+    method once was) is found before a GPU is."""
+    import sys
+
+    from factory import saved, tiny_decoder
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import gpu
+
+    folder = saved(*tiny_decoder(minilm_path), tmp_path / "decoder")
+    todo = gpu.cases(folder, long_text="the keys to the cabinet " * 3, short="the keys to the cabinet", new_tokens=2)
+    assert len(todo) >= 4 and any(label.startswith("defaults:") for label, _ in todo)
+    for label, run in todo:
+        assert gpu.difference(run("cpu"), run("cpu")) == "0.0e+00", label
