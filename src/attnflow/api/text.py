@@ -356,7 +356,8 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
 
     paper_only: a decoder explaining its last position also computes ablated flow (value zeroing,
         the method the decoder study found faithful; :mod:`attnflow.api.honest`) beside ``method``,
-        unless True: then the requested methods alone (CLI ``--paper-only``).
+        unless True: then the requested methods alone, which must be the paper's (raw, rollout, flow; another is
+        refused as a contradiction); CLI ``--paper-only``.
     spans: decoders: "word", "sentence", a list of passages of the text (or character ranges), or a
         file of passages: ablated flow, its estimate and the budgeted method remove each span at once
         and every token carries its span's score (:mod:`attnflow.api.spans`); default each token.
