@@ -35,7 +35,8 @@ def main() -> None:
     model, tokenizer = attnflow.load_model("smollm2")
     n = len(tokenizer(TEXT)["input_ids"])
     print(f"SmolLM2-135M, {n} tokens, {args.threads} torch thread(s)")
-    print("| run | explain_maps (report) CPU s (wall) | of it, faithfulness on the fly CPU s (wall) | extra / maps | load |")
+    print("| run | explain_maps (report) CPU s (wall) | of it, faithfulness on the fly CPU s (wall) "
+          "| extra / maps | load |")
     print("|---|---|---|---|---|")
     for run in range(args.repeat):
         cpu, wall = time.process_time(), time.perf_counter()
@@ -49,8 +50,8 @@ def main() -> None:
         assert "faithfulness" in again.meta
         maps = whole[0] - extra[0]
         a, b, c = os.getloadavg()
-        print(f"| {run + 1} | {whole[0]:.2f} ({whole[1]:.2f}) | {extra[0]:.2f} ({extra[1]:.2f}) | {extra[0] / maps:.2f} "
-              f"| {a:.2f} {b:.2f} {c:.2f} |")
+        print(f"| {run + 1} | {whole[0]:.2f} ({whole[1]:.2f}) | {extra[0]:.2f} ({extra[1]:.2f}) "
+              f"| {extra[0] / maps:.2f} | {a:.2f} {b:.2f} {c:.2f} |")
 
 
 if __name__ == "__main__":
