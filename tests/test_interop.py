@@ -64,11 +64,11 @@ def test_a_bridge_as_a_model_is_refused_with_what_to_pass(decoder, bridge):
 
 
 def test_an_nnsight_trace_and_model_give_explains_scores(decoder):
-    from nnsight import LanguageModel
+    from nnsight import TransformersModel  # nnsight 0.8's name for LanguageModel (deprecated, warns)
 
     model, tokenizer = decoder
     expected = attnflow.explain(TEXT, model, tokenizer=tokenizer, method=["rollout", "flow"])
-    traced = LanguageModel(copy.deepcopy(model), tokenizer=tokenizer)
+    traced = TransformersModel(copy.deepcopy(model), tokenizer=tokenizer, task="text-generation")
     with traced.trace(tokenizer(TEXT, return_tensors="pt")["input_ids"], output_attentions=True):
         output = traced.output.save()
     found = attnflow.explain_attentions(output.attentions, expected.sources, methods=["rollout", "flow"])
