@@ -295,10 +295,12 @@ def test_two_pages_at_once_get_their_own_results(server, browser, smollm2):
     assert log.count("loaded SmolLM2") == 1 and log.count("loaded agreement") == 1, log
 
 
-def test_a_long_flow_shows_progress_blocks_nobody_and_cancels(server, browser):
+def test_a_long_flow_shows_progress_blocks_nobody_and_cancels(server, browser, minilm):
     # ~470 tokens, flow for every one of them: minutes of work, so it is surely running while the
     # other page gets its answer (at 158 tokens it takes only a few seconds on this machine)
     long_text = " ".join(["the keys to the cabinet are on the table near the old door"] * 36)
+    model, tokenizer = minilm
+    explained = attnflow.explain(long_text, model, tokenizer=tokenizer, method=["rollout", "flow"])
     slow = AppPage(browser, server)
     slow.choose("minilm")
     slow.page.fill("#text", long_text)
@@ -311,6 +313,15 @@ def test_a_long_flow_shows_progress_blocks_nobody_and_cancels(server, browser):
                                 timeout=120_000)
     assert slow.page.is_visible("#cancel")
     assert "left" in slow.page.text_content("#progress-text")  # an estimate of the time left
+    # a first look while the rest runs: the report with flow for the explained target ([CLS]) alone
+    slow.page.wait_for_selector("body[data-report='preview']", state="attached", timeout=120_000)
+    assert slow.page.get_attribute("body", "data-state") == "running"
+    assert slow.frame_attr("target") == "0" and slow.frame_attr("method") == "rollout"
+    slow.frame.locator("#methods button[data-method='flow']").click()
+    assert "partial" in slow.frame.locator("#methods button[data-method='flow']").get_attribute("class")
+    for layer in (0, 5):
+        slow.set_frame_layer(layer)
+        np.testing.assert_allclose(slow.frame_scores(), explained.row("flow")[layer], rtol=RTOL, atol=1e-9)
 
     # Meanwhile another page loads and gets its own (quick) result.
     quick = AppPage(browser, server)
@@ -323,14 +334,47 @@ def test_a_long_flow_shows_progress_blocks_nobody_and_cancels(server, browser):
 
     slow.page.click("#cancel")
     slow.wait("cancelled", timeout=60_000)
-    assert slow.message() == "cancelled"
-    assert slow.page.is_hidden("#report") and slow.page.is_hidden("#busy")
+    # the first look stays: what was computed is not thrown away
+    assert slow.message() == "cancelled: the report shows flow for the explained target only"
+    assert slow.page.is_visible("#report") and slow.page.is_hidden("#busy")
+    assert slow.frame_attr("method") == "flow"
     job = slow.page.get_attribute("body", "data-job")
     assert slow.fetch_json(f"api/jobs/{job}")["state"] == "cancelled"
     slow.clean()
     quick.clean()
     slow.close()
     quick.close()
+
+
+def test_the_first_look_gives_way_to_the_whole_map_where_the_reader_was(server, browser, minilm):
+    # 108 tokens of prose: flow for every target takes seconds after the first look (the explained target)
+    text = ("When the museum reopened after the long winter, the curators moved the bronze horses from the "
+            "courtyard into the east gallery, where the light from the tall windows falls on them in the "
+            "afternoon. Visitors had complained for years that the statues were hard to see; now a bench "
+            "faces them, and a small card explains who cast them, where they stood before, and why the "
+            "restorers left the green patina on the manes untouched. The guards say that children now stop "
+            "longer there than anywhere else in the building.")
+    model, tokenizer = minilm
+    page = AppPage(browser, server)
+    page.choose("minilm")
+    page.page.fill("#text", text)
+    page.run()
+    page.page.wait_for_selector("body[data-report='preview']", state="attached", timeout=120_000)
+    assert page.page.get_attribute("body", "data-state") == "running", "the whole map came before the reader chose"
+    page.frame.locator("#methods button[data-method='flow']").click()
+    page.frame.locator(".tok[data-kind='input'][data-index='7']").click()  # another target than [CLS]
+    page.set_frame_layer(3)
+    chosen = page.frame.locator(".tok[data-kind='input'][data-index='7']").text_content().strip()
+    assert page.page.get_attribute("body", "data-state") == "running", "the whole map came before the reader chose"
+    page.wait(timeout=300_000)
+    page.wait_report()
+    assert (page.frame_attr("method"), page.frame_attr("target"), page.frame_attr("layer")) == ("flow", "7", "3")
+    assert "partial" not in (page.frame.locator("#methods button[data-method='flow']").get_attribute("class") or "")
+    expected = attnflow.explain(text, model, tokenizer=tokenizer, method="flow", target=7)
+    assert expected.sources[7] == chosen
+    np.testing.assert_allclose(page.frame_scores(), expected.row()[3], rtol=RTOL, atol=1e-9)
+    page.clean()
+    page.close()
 
 
 def test_bad_input_is_a_message_never_a_trace(server, browser):
@@ -537,6 +581,16 @@ def test_seeded_sampling_is_reproducible(server, smollm2):
     assert first["state"] == "done" and first["tokens"] == second["tokens"] == expected.targets
 
 
+def test_a_job_without_a_first_look_says_so_in_one_line(server):
+    done = _job(server, {"model": "agreement", "text": "the keys to the cabinet", "methods": ["rollout"]})
+    assert done["state"] == "done"
+    for path in ("report.html?preview=1", "result.json?preview=1&download=1"):
+        status, _, body = _request(server, f"api/jobs/{done['id']}/{path}")
+        assert status == 400 and json.loads(body) == {"error": "the job is done; it has no first look"}
+    status, _, body = _request(server, f"api/jobs/{done['id']}/report.html")
+    assert status == 200 and b"attnflow-data" in body
+
+
 def test_requests_are_checked_with_a_sentence_each():
     from attnflow.app import options
     from attnflow.errors import AttnflowError
@@ -559,6 +613,51 @@ def test_requests_are_checked_with_a_sentence_each():
     assert options.top_options(["content_only", "sink"]) == {"content_only": True, "skip": [0]}
     with pytest.raises(AttnflowError, match="filter must be one of"):
         options.top_options(["nonsense"])
+
+
+def test_a_first_look_waits_a_second_gives_way_to_the_result_and_outlives_a_cancel(monkeypatch):
+    import threading
+    import time
+
+    from factory import text_result
+
+    from attnflow.app import jobs
+    from attnflow.app.jobs import Job, JobStore
+
+    monkeypatch.setattr(jobs, "PREVIEW_AFTER", 0.3)
+    first, whole = text_result(["a", "b", "c"]), text_result(["a", "b", "c"])
+    release = threading.Event()
+
+    def work(job):
+        job.show(first)
+        while not release.wait(0.01):
+            job.check()
+        return whole
+
+    def until(condition):
+        deadline = time.monotonic() + 10
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert condition()
+
+    store = JobStore(workers=2)
+    job = store.submit(Job("text", "m"), work)
+    until(lambda: job.preview is first)
+    assert not job.preview_due()  # a rest that follows at once would only make the report flicker
+    assert job.size == sum(b.values.nbytes for b in first.blocks.values())
+    until(job.preview_due)
+    assert "attnflow-data" in job.report(preview=True)
+    release.set()
+    until(lambda: job.state == "done")
+    assert job.result is whole and job.preview is None and not job.preview_due()
+
+    release.clear()
+    stopped = store.submit(Job("text", "m"), work)
+    until(lambda: stopped.preview is first)
+    stopped.cancel()
+    until(lambda: stopped.state == "cancelled")
+    assert stopped.preview is first and stopped.result is None and not stopped.preview_due()
+    store.shutdown()
 
 
 def test_a_job_whose_page_went_away_cancels_itself():

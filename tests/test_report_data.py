@@ -150,6 +150,56 @@ def test_explain_maps_agrees_with_explain_for_every_method(minilm):
             np.testing.assert_allclose(maps.row(method, target), expected.row(), atol=tolerance)
 
 
+def test_a_preview_has_flow_for_the_explained_target_before_the_rest(minilm, smollm2, monkeypatch):
+    from attnflow.api import text as api_text
+
+    model, tokenizer = minilm
+    text = "The keys to the cabinet are here"
+    seen = []
+
+    def preview(result):
+        seen.append((result, flows.copy()))
+
+    flows = []
+    real = api_text._blocks
+
+    def counted(attentions, methods, rows_for, *args, **kwargs):  # which flow rows each pass asked for
+        flows.extend(rows_for(m) for m in methods if m == "flow")
+        return real(attentions, methods, rows_for, *args, **kwargs)
+
+    monkeypatch.setattr(api_text, "_blocks", counted)
+    maps = attnflow.explain_maps(text, model, tokenizer=tokenizer, target=3, methods=("raw", "rollout", "flow"),
+                                 preview=preview)
+    n = maps.n_sources
+    assert len(seen) == 1
+    first, asked = seen[0]
+    assert asked == [[3]]  # when it was handed over, flow had run for the explained target alone
+    assert first.computed["flow"].targets == (3,) and first.target == 3 and first.methods == maps.methods
+    assert first.computed["raw"].targets == first.computed["rollout"].targets == tuple(range(n))
+    assert maps.computed["flow"].targets == tuple(range(n))
+    for method in ("raw", "rollout", "flow"):
+        np.testing.assert_allclose(first.row(method, 3), maps.row(method, 3), atol=0)
+    np.testing.assert_allclose(first.row("rollout", 5), maps.row("rollout", 5), atol=0)
+
+    # nothing left for later: no preview (no flow; flow for the target alone; above FLOW_ALL_MAX tokens)
+    seen.clear()
+    attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("raw", "rollout"), preview=preview)
+    attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("flow",), flow_targets="target", preview=preview)
+    monkeypatch.setattr(api_text, "FLOW_ALL_MAX", 4)
+    attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("rollout", "flow"), preview=preview)
+    assert seen == []
+
+    # a decoder's first look has its defaults, and the faithfulness numbers only in the whole result
+    monkeypatch.undo()
+    lm, lm_tokenizer = smollm2
+    whole = attnflow.explain_maps("The keys to the cabinet", lm, tokenizer=lm_tokenizer,
+                                  methods=("rollout", "flow"), preview=preview)
+    first = seen[0][0]
+    assert first.methods == whole.methods and "ablated-flow" in first.methods
+    assert "faithfulness" in whole.meta and "faithfulness" not in first.meta
+    np.testing.assert_allclose(first.row("ablated-flow"), whole.row("ablated-flow"), atol=0)
+
+
 def test_explain_attentions_equals_the_core_methods():
     torch.manual_seed(1)
     att = torch.rand(3, 2, 6, 6).softmax(-1)

@@ -241,10 +241,11 @@ def refuse_norm_with_gradients(methods: Sequence[str], settings: Settings) -> No
 
 def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, methods: list[str], shown: str,
              targets: Any, flow_targets: str, progress: Progress | None, paper_only: bool,
-             measured: bool, spans: Any = None) -> Attribution:
+             measured: bool, spans: Any = None, preview: Callable[[Attribution], None] | None = None) -> Attribution:
     """Capture, then the honest policy (:mod:`attnflow.api.honest`), decided before the result is
     built: the decoder defaults beside ``methods`` unless ``paper_only``, and, when ``measured``
-    (a report's maps), the on-the-fly faithfulness numbers of a short input."""
+    (a report's maps), the on-the-fly faithfulness numbers of a short input. ``preview``: see
+    :func:`attribute`."""
     from attnflow.api.honest import text_methods
 
     check_methods(methods, settings, model)  # a named model's kind from its config, before it loads
@@ -260,7 +261,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
                                   paper_only=paper_only, n_tokens=len(run.maps.tokens))
     methods, added = [m for m in methods if m not in left_out], [m for m in added if m not in left_out]
     return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
-                     progress=progress, explained_only=added, measured=measured, spans=spans)
+                     progress=progress, explained_only=added, measured=measured, spans=spans, preview=preview)
 
 
 def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[int], lm: bool, settings: Settings,
@@ -297,21 +298,38 @@ def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[i
 
 def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: str, targets: Any, flow_targets: str,
               progress: Progress | None, explained_only: Sequence[str] = (), measured: bool = False,
-              spans: Any = None) -> Attribution:
+              spans: Any = None, preview: Callable[[Attribution], None] | None = None) -> Attribution:
     """The methods on one prepared input (the part of :func:`explain` / :func:`explain_maps` after
     capture; ``attnflow batch`` calls it on each text of a batched forward pass); ``explained_only``
     methods for the explained target alone; ``measured``: with the on-the-fly faithfulness numbers
     (:func:`attnflow.api.honest.faithfulness_record`) when they apply. ``spans``: see
     :mod:`attnflow.api.spans` (``result.meta["spans"]`` then lists the token groups, ``"span_labels"``
-    their text, ``"span_methods"`` the methods that scored them)."""
+    their text, ``"span_methods"`` the methods that scored them).
+
+    ``preview``: called once with a first result before the methods whose cost grows with every
+    target (flow: one max-flow per target, source and layer) are computed for more targets than the
+    explained one: that result holds them for the explained target alone (as above
+    ``FLOW_ALL_MAX`` tokens) and every other method in full, without the faithfulness numbers. An
+    app shows it while the rest runs (on MiniLM at 117 tokens, flow for every target is ~25 s of
+    CPU; for the explained one, well under a second). Not called when nothing is left to do later."""
     from attnflow.api.spans import groups_for
 
     rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens), explained_only)
     found = groups_for(spans, run.text, run.tokenizer, len(run.maps.tokens))
     notes: dict[str, Any] = {} if found is None else {
         "spans": found[0], "span_labels": found[1], "span_methods": [m for m in methods if registry.get(m).spans]}
-    blocks = _blocks(run.maps, methods, rows_for, settings, progress, run=run,
+    later = [] if preview is None else [m for m in methods if registry.get(m).rows == registry.WHILE_CHEAP
+                                        and rows_for(m) != [run.target]]
+
+    def first_rows(method: str) -> list[int]:
+        return [run.target] if method in later else rows_for(method)
+
+    blocks = _blocks(run.maps, methods, first_rows, settings, progress, run=run,
                      spans=None if found is None else found[0], notes=notes)
+    if later:
+        preview(_text_result(run.maps, dict(blocks), target=run.target, method=shown, text=run.text,
+                             prediction=run.prediction, model=run.name, params=settings.as_dict(), notes=dict(notes)))
+        blocks.update(_blocks(run.maps, later, rows_for, settings, progress, run=run))
 
     def built(faithfulness: dict | None = None) -> Attribution:
         return _text_result(run.maps, blocks, target=run.target, method=shown, text=run.text,
@@ -446,7 +464,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  truncate: bool = UNSET, progress: Progress | None = None,
                  causal_norm: str | None = UNSET, targets: str = "auto", weighting: str = UNSET,
                  settings: Settings | None = None, paper_only: bool = PAPER_ONLY, device: str = UNSET,
-                 spans: Any = None) -> Attribution:
+                 spans: Any = None, preview: Callable[[Attribution], None] | None = None) -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
     ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
@@ -457,7 +475,9 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     ``paper_only`` as in :func:`explain` (the decoder defaults for the explained target alone). A
     short input (at most ``attnflow.api.honest.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
     prediction head carries the on-the-fly faithfulness numbers in ``meta["faithfulness"]``, which
-    the report shows."""
+    the report shows. ``preview(result)``: called first with flow for the explained target alone and
+    every other method in full, when flow for more targets is still to come (what the app shows
+    while the rest runs; see :func:`attribute`)."""
     settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
                               solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
@@ -470,7 +490,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     info = _inspected(model)
     return _explain(text, model if info is None else info, tokenizer, settings, methods=names, shown=shown,
                     targets=targets, flow_targets=flow_targets, progress=progress, paper_only=paper_only,
-                    measured=True, spans=spans)
+                    measured=True, spans=spans, preview=preview)
 
 
 def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int | None = None,

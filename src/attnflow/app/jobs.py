@@ -22,6 +22,9 @@ from typing import Any
 from attnflow.errors import AttnflowError
 
 TERMINAL = ("done", "error", "cancelled")
+# A first look (flow for the explained target, the rest still running) reaches the page once it has
+# stood this long unreplaced: a rest that follows within a second would only make the report flicker.
+PREVIEW_AFTER = 1.0
 
 
 class Cancelled(Exception):
@@ -42,6 +45,7 @@ class Job:
         self.tokens: list[str] = []
         self.progress: dict[str, Any] | None = None
         self.result: Any = None
+        self.preview: Any = None  # a first look at the result while the rest runs (see :meth:`show`)
         self.error: str | None = None
         self.finished_at: float | None = None
         self.version = 0  # bumped on every change, so a stream knows when to send
@@ -50,6 +54,8 @@ class Job:
         self._seen: float | None = None  # when a page last followed the event stream
         self._lock = threading.Lock()
         self._report: str | None = None
+        self._preview_report: str | None = None
+        self._preview_at = 0.0
 
     # ------------------------------------------------------------------------------- from the work
 
@@ -69,6 +75,15 @@ class Job:
         self.check()
         with self._lock:
             self.tokens.append(token)
+            self.version += 1
+
+    def show(self, result: Any) -> None:
+        """A first look at the result (an :class:`~attnflow.results.Attribution` with flow for the
+        explained target alone) while the rest is computed; kept if the job is then cancelled."""
+        self.check()
+        with self._lock:
+            self.preview, self._preview_report = result, None
+            self._preview_at = time.monotonic()
             self.version += 1
 
     def progress_callback(self, what: str, unit: str = "rows") -> Callable[[int, int], None]:
@@ -106,16 +121,27 @@ class Job:
                     "status": self.status, "tokens": list(self.tokens), "progress": self.progress,
                     "error": self.error, "version": self.version}
 
+    def preview_due(self) -> bool:
+        """Whether a page following the job should be sent its first look now (:data:`PREVIEW_AFTER`)."""
+        with self._lock:
+            return self.preview is not None and self.state == "running" \
+                and time.monotonic() - self._preview_at >= PREVIEW_AFTER
+
     @property
     def size(self) -> int:
-        """Bytes its result and report hold (0 without a result)."""
-        if self.result is None:
+        """Bytes its result (or first look) and report hold (0 without either)."""
+        shown = self.result if self.result is not None else self.preview
+        if shown is None:
             return 0
-        scores = sum(block.values.nbytes for block in self.result.blocks.values())
-        return scores + len(self._report or "")
+        scores = sum(block.values.nbytes for block in shown.blocks.values())
+        return scores + len(self._report or "") + len(self._preview_report or "")
 
-    def report(self) -> str:
-        """The result's self-contained HTML report (made once)."""
+    def report(self, preview: bool = False) -> str:
+        """The result's self-contained HTML report (made once); ``preview``: the first look's."""
+        if preview:
+            if self._preview_report is None:
+                self._preview_report = self.preview.to_html()
+            return self._preview_report
         if self._report is None:
             self._report = self.result.to_html()
         return self._report
@@ -123,6 +149,8 @@ class Job:
     def _finish(self, state: str, result: Any = None, error: str | None = None) -> None:
         with self._lock:
             self.state, self.result, self.error = state, result, error
+            if state == "done":  # the whole result replaces the first look
+                self.preview, self._preview_report = None, None
             self.status = {"done": "done", "cancelled": "cancelled", "error": "failed"}[state]
             self.finished_at = time.monotonic()
             self.version += 1

@@ -9,7 +9,9 @@ Routes (all under the page's own origin; the page fetches nothing else):
     GET  /api/jobs/{id}            the job's state;  GET /api/jobs/{id}/events streams it (server-sent events)
     POST /api/jobs/{id}/cancel     stop it
     GET  /api/jobs/{id}/report.html   the result's self-contained report (the views' own page)
-    GET  /api/jobs/{id}/result.json   the result's JSON (?download=1 for both: as a file)
+    GET  /api/jobs/{id}/result.json   the result's JSON (?download=1 for both: as a file; ?preview=1
+                                   for both: the first look, flow for the explained target alone,
+                                   streamed as a "preview" event while flow for the others runs)
     GET  /api/jobs/{id}/top        a generated token's top prompt tokens (Attribution.top)
 
 Every response carries a Content-Security-Policy that allows this origin only (the report: nothing
@@ -113,6 +115,18 @@ def _finished(request: Request) -> Job:
     return job
 
 
+def _shown(request: Request) -> tuple[Job, Any, bool]:
+    """The job, and the result a report or JSON request asks for: ``?preview=1`` the first look (flow
+    for the explained target alone; there while the rest runs, and after a cancel), else the result."""
+    if not request.query_params.get("preview"):
+        job = _finished(request)
+        return job, job.result, False
+    job = _job_of(request)
+    if job.preview is None:
+        raise AttnflowError(f"the job is {job.state}; it has no first look")
+    return job, job.preview, True
+
+
 async def page(request: Request) -> Response:
     return Response(_static("index.html"), media_type="text/html; charset=utf-8")
 
@@ -173,9 +187,12 @@ async def events(request: Request) -> Response:
 
     async def stream() -> Any:
         nonlocal sent
-        version, status, progress = -1, None, None
+        version, status, progress, previewed = -1, None, None, False
         while True:
             job.seen()
+            if not previewed and job.preview_due():
+                previewed = True
+                yield _sse("preview", _summary(job.preview))
             snap = job.snapshot()
             if snap["version"] != version:
                 version = snap["version"]
@@ -189,7 +206,7 @@ async def events(request: Request) -> Response:
                     progress = snap["progress"]
                     yield _sse("progress", progress)
                 if snap["state"] == "done":
-                    yield _sse("done", _summary(job))
+                    yield _sse("done", _summary(job.result))
                     return
                 if snap["state"] in TERMINAL:  # "failed", not "error": EventSource fires its own "error"
                     yield _sse("failed" if snap["state"] == "error" else "cancelled", {"error": snap["error"]})
@@ -205,18 +222,18 @@ def _attachment(request: Request, name: str) -> dict[str, str]:
 
 
 async def result_json(request: Request) -> Response:
-    job = _finished(request)
-    text = await run_in_threadpool(job.result.to_json)
+    job, result, _ = _shown(request)
+    text = await run_in_threadpool(result.to_json)
     return Response(text, media_type="application/json",
-                    headers=_attachment(request, f"attnflow-{job.result.kind}.json"))
+                    headers=_attachment(request, f"attnflow-{result.kind}.json"))
 
 
 async def report(request: Request) -> Response:
-    job = _finished(request)
-    text = await run_in_threadpool(job.report)
+    job, result, preview = _shown(request)
+    text = await run_in_threadpool(job.report, preview)
     return Response(text, media_type="text/html; charset=utf-8",
                     headers={"Content-Security-Policy": REPORT_POLICY, "X-Frame-Options": "SAMEORIGIN",
-                             **_attachment(request, f"attnflow-{job.result.kind}.html")})
+                             **_attachment(request, f"attnflow-{result.kind}.html")})
 
 
 async def top(request: Request) -> Response:
@@ -276,8 +293,7 @@ def create_app(catalog: Catalog, store: JobStore, *, loopback: bool = True) -> A
     return _Guard(app, loopback)
 
 
-def _summary(job: Job) -> dict[str, Any]:
-    r = job.result
+def _summary(r: Any) -> dict[str, Any]:
     return {"kind": r.kind, "methods": r.methods, "targets": r.targets, "prediction": r.prediction,
             "input_length": r.input_length, "n_layers": r.n_layers, "target": r.target}
 

@@ -41,11 +41,16 @@ def explain_text(job: Job, loaded: Loaded, request: TextRequest) -> Any:
     with loaded.lock.shared(job.check, _waiting(job)):
         slow = any(registry.get(m).cost == registry.MAX_FLOW for m in request.methods)
         job.say("explaining" + (" (attention flow: see the progress bar)" if slow else ""))
+
+        def first_look(result: Any) -> None:  # flow for the explained target; the page shows it after a second
+            job.show(result)
+            job.say("computing flow for every other target (see the progress bar)")
+
         # the honest defaults and a short input's faithfulness numbers are the api's (attnflow.api.honest)
         return explain_maps(request.text, loaded.model, tokenizer=loaded.tokenizer, methods=request.methods,
                             flow_targets="all" if request.flow_all else "auto", head_fusion=request.head_fusion,
                             residual=request.residual, progress=job.progress_callback("attention flow"),
-                            paper_only=request.paper_only, **request.extra)
+                            paper_only=request.paper_only, preview=first_look, **request.extra)
 
 
 def _streamer(job: Job, tokenizer: Any, total: int) -> Any:

@@ -8,7 +8,7 @@
   const PATH = "__path__"; // the model list's "type a folder" entry
   let options = null;
   let models = [];
-  let job = null; // {id, kind, source, result, selected}
+  let job = null; // {id, kind, source, result, preview, selected}
 
   const display = (t) => (t === "" ? "\u2205" : t.replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5"));
 
@@ -164,7 +164,7 @@
   function follow(id, kind, prompt) {
     if (job && job.source) job.source.close();
     clearResult();
-    job = { id, kind, source: null, result: null, selected: null };
+    job = { id, kind, source: null, result: null, preview: null, selected: null };
     document.body.dataset.job = id;
     setState("running");
     $("status").textContent = "starting";
@@ -181,9 +181,14 @@
     on("status", (d) => { $("status").textContent = d.status; });
     on("token", (d) => addToken(d.index, d.token));
     on("progress", showProgress);
+    on("preview", (d) => showPreview(mine, d));
     on("done", (d) => { source.close(); finish(mine, d); });
     on("failed", (d) => { source.close(); setState("error"); say(d.error); });
-    on("cancelled", () => { source.close(); setState("cancelled"); say("cancelled", "info"); });
+    on("cancelled", () => {
+      source.close();
+      setState("cancelled");
+      say(mine.preview ? "cancelled: the report shows flow for the explained target only" : "cancelled", "info");
+    });
     source.onerror = () => {
       if (source.readyState === EventSource.CLOSED && document.body.dataset.state === "running") {
         setState("error");
@@ -218,17 +223,50 @@
     try { await post(`api/jobs/${encodeURIComponent(job.id)}/cancel`); } catch (err) { say(err.message); }
   }
 
+  // A first look while flow for the other targets runs: the report with flow for the explained
+  // target alone (the server sends it once it has stood a second without the whole result).
+  function showPreview(mine, summary) {
+    mine.preview = summary;
+    showReport(mine, "?preview=1", "preview");
+  }
+
+  function showReport(mine, query, kind) {
+    const base = `api/jobs/${encodeURIComponent(mine.id)}`;
+    const sep = query ? "&" : "?";
+    $("download-json").href = `${base}/result.json${query}${sep}download=1`;
+    $("download-html").href = `${base}/report.html${query}${sep}download=1`;
+    $("downloads").hidden = false;
+    const carried = shownView(); // what the reader chose in the first look, carried into the whole report
+    delete document.body.dataset.report;
+    const frame = $("report");
+    frame.hidden = false;
+    frame.onload = () => watchReport(mine, kind, carried);
+    frame.src = `${base}/report.html${query}`;
+  }
+
+  function shownView() {
+    const doc = $("report").hidden ? null : $("report").contentDocument;
+    if (!doc || !doc.body || doc.body.dataset.ready !== "1") return null;
+    const d = doc.body.dataset;
+    return { target: d.target, method: d.method, layer: d.layer };
+  }
+
+  function restoreView(doc, view) {
+    const button = doc.querySelector(`#methods button[data-method='${CSS.escape(view.method)}']`);
+    if (button && !button.disabled && doc.body.dataset.method !== view.method) button.click();
+    const tok = doc.querySelector(`.tok[data-kind='input'][data-index='${CSS.escape(view.target)}']`);
+    if (tok && doc.body.dataset.target !== view.target) tok.click();
+    const slider = doc.getElementById("layer");
+    if (slider && doc.body.dataset.layer !== view.layer) {
+      slider.value = String(Number(view.layer) + 1);
+      slider.dispatchEvent(new Event("input"));
+    }
+  }
+
   function finish(mine, summary) {
     mine.result = summary;
     setState("done");
-    const base = `api/jobs/${encodeURIComponent(mine.id)}`;
-    $("download-json").href = `${base}/result.json?download=1`;
-    $("download-html").href = `${base}/report.html?download=1`;
-    $("downloads").hidden = false;
-    const frame = $("report");
-    frame.hidden = false;
-    frame.onload = () => watchReport(mine);
-    frame.src = `${base}/report.html`;
+    showReport(mine, "", "ready");
     if (mine.kind === "decoder") {
       $("live").querySelectorAll(".tok").forEach((t) => { t.tabIndex = 0; t.classList.add("clickable"); });
       if (summary.targets.length) select(0, true);
@@ -237,9 +275,10 @@
 
   // The report is the views' own page in a same-origin frame: follow its chosen target (a click on
   // a generated token there updates the bars here) and size the frame to its content.
-  function watchReport(mine) {
+  function watchReport(mine, kind, carried) {
     const doc = $("report").contentDocument;
     if (!doc || !doc.body || job !== mine) return;
+    if (carried && mine.kind === "text" && doc.body.dataset.ready === "1") restoreView(doc, carried);
     const fit = () => { $("report").style.height = `${doc.documentElement.scrollHeight + 4}px`; };
     new ResizeObserver(fit).observe(doc.body);
     fit();
@@ -250,7 +289,7 @@
       }).observe(doc.body, { attributes: true, attributeFilter: ["data-target"] });
       syncReport(mine);
     }
-    if (doc.body.dataset.ready === "1") document.body.dataset.report = "ready";
+    if (doc.body.dataset.ready === "1") document.body.dataset.report = kind;
   }
 
   function syncReport(mine) {
