@@ -128,6 +128,10 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - a model that is not installed is reported, not fatal
             print(f"{name:10} skipped: {exc}")
             continue
+        unmatched = [o for o in args.only if not any(label.startswith(o) for label, _ in todo)]
+        if unmatched:
+            raise SystemExit(f"benchmarks/gpu.py: no case starts with {', '.join(unmatched)}; the cases: "
+                             + "; ".join(label for label, _ in todo))
         for label, run in todo:
             if args.only and not label.startswith(tuple(args.only)):
                 continue
