@@ -181,7 +181,7 @@
     on("status", (d) => { $("status").textContent = d.status; });
     on("token", (d) => addToken(d.index, d.token));
     on("progress", showProgress);
-    on("preview", (d) => showPreview(mine, d));
+    on("preview", (d) => { if (!mine.preview) showPreview(mine, d); }); // once, also after a reconnect
     on("done", (d) => { source.close(); finish(mine, d); });
     on("failed", (d) => { source.close(); setState("error"); say(d.error); });
     on("cancelled", () => {
