@@ -181,6 +181,9 @@ def test_a_preview_has_flow_for_the_explained_target_before_the_rest(minilm, smo
         np.testing.assert_allclose(first.row(method, 3), maps.row(method, 3), atol=0)
     np.testing.assert_allclose(first.row("rollout", 5), maps.row("rollout", 5), atol=0)
 
+    with pytest.raises(AttnflowError, match="preview must be a function of the first result"):
+        attnflow.explain_maps(text, model, tokenizer=tokenizer, preview="yes")
+
     # nothing left for later: no preview (no flow; flow for the target alone; above FLOW_ALL_MAX tokens)
     seen.clear()
     attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("raw", "rollout"), preview=preview)

@@ -484,6 +484,8 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     names, shown = _shown(methods, method)
     if paper_only:
         check_paper_only(names)
+    if preview is not None and not callable(preview):
+        raise AttnflowError(f"preview must be a function of the first result (or None); got {type(preview).__name__}")
     if targets not in ("auto", "all"):
         raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} "
                             "(use explain for one target)")
