@@ -262,3 +262,13 @@ def test_causal_cut_family_is_a_cut_and_no_looser(layers: int, n: int, kind: str
     not_causal = a.copy()
     not_causal[0, 0, n - 1] = 0.1
     assert cuts.live_totals(not_causal, cuts.sums(not_causal)[1]).shape == (0, 0)
+
+
+def test_the_kernels_python_calls_release_the_gil():
+    # Python calls these directly, for seconds at a time on long inputs (solve_sinks, the race of
+    # "auto", the engine's leftovers). Holding the GIL meanwhile froze every other thread: the app's
+    # server stopped serving its pages' event streams and took a running flow for an abandoned page.
+    from attnflow.core.flow import certified, engine
+
+    for kernel in (engine._source_sinks, engine._rows, engine._rows_serial, certified._source_row, certified._tasks):
+        assert kernel.targetoptions.get("nogil"), f"{kernel.py_func.__name__} holds the GIL"

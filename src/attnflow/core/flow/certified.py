@@ -661,7 +661,7 @@ def graph_of(a: np.ndarray) -> Graph:
                  live_totals(a, col_sums))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # called from Python too (solve_sinks): see engine._source_sinks
 def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
     """Flow from ``(top, q)`` to each token in ``sinks`` (one warm chain) into ``out``; -1 marks a
     sink left to the dense engine. ``stats``: pushes, relabels, global relabels, cut checks,

@@ -315,7 +315,10 @@ def _source_row(a, top, q0, part, parts, out, cancel):
     _source_sinks(a, top, q0, np.arange(part, a.shape[1], parts), out, cancel)
 
 
-@njit(cache=True)
+# nogil: Python calls it directly (solve_sinks, the certified solver's leftovers, the race), for seconds
+# at a time on long inputs; holding the GIL there froze every other thread (the app's server stopped
+# answering and a page's job was taken for abandoned).
+@njit(cache=True, nogil=True)
 def _source_sinks(a, top, q0, sinks, out, cancel):
     """Max flow from ``(top, q0)`` to each input token in ``sinks`` (one warm chain), into ``out``;
     returns early, between sinks, once ``cancel[0]`` is set (by another thread)."""
