@@ -324,23 +324,21 @@ def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: s
     def first_rows(method: str) -> list[int]:
         return [run.target] if method in later else rows_for(method)
 
-    blocks = _blocks(run.maps, methods, first_rows, settings, progress, run=run,
-                     spans=None if found is None else found[0], notes=notes)
-    if later:
-        preview(_text_result(run.maps, dict(blocks), target=run.target, method=shown, text=run.text,
-                             prediction=run.prediction, model=run.name, params=settings.as_dict(), notes=dict(notes)))
-        blocks.update(_blocks(run.maps, later, rows_for, settings, progress, run=run))
-
-    def built(faithfulness: dict | None = None) -> Attribution:
+    def built(blocks: dict[str, Block], faithfulness: dict | None = None) -> Attribution:
         return _text_result(run.maps, blocks, target=run.target, method=shown, text=run.text,
                             prediction=run.prediction, model=run.name, params=settings.as_dict(),
                             faithfulness=faithfulness, notes=notes)
 
+    blocks = _blocks(run.maps, methods, first_rows, settings, progress, run=run,
+                     spans=None if found is None else found[0], notes=notes)
+    if later:
+        preview(built(dict(blocks)))
+        blocks.update(_blocks(run.maps, later, rows_for, settings, progress, run=run))
     if not measured:
-        return built()
+        return built(blocks)
     from attnflow.api.honest import faithfulness_record
 
-    return built(faithfulness_record(built(), run.model, run.tokenizer))
+    return built(blocks, faithfulness_record(built(blocks), run.model, run.tokenizer))
 
 
 def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = UNSET,
