@@ -623,6 +623,7 @@ def test_a_first_look_waits_a_second_gives_way_to_the_result_and_outlives_a_canc
 
     from attnflow.app import jobs
     from attnflow.app.jobs import Job, JobStore
+    from attnflow.errors import AttnflowError
 
     monkeypatch.setattr(jobs, "PREVIEW_AFTER", 0.3)
     first, whole = text_result(["a", "b", "c"]), text_result(["a", "b", "c"])
@@ -650,6 +651,8 @@ def test_a_first_look_waits_a_second_gives_way_to_the_result_and_outlives_a_canc
     release.set()
     until(lambda: job.state == "done")
     assert job.result is whole and job.preview is None and not job.preview_due()
+    with pytest.raises(AttnflowError, match="the job is done; it has no first look"):  # a page asking late
+        job.report(preview=True)
 
     release.clear()
     stopped = store.submit(Job("text", "m"), work)

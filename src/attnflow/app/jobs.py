@@ -137,11 +137,19 @@ class Job:
         return scores + len(self._report or "") + len(self._preview_report or "")
 
     def report(self, preview: bool = False) -> str:
-        """The result's self-contained HTML report (made once); ``preview``: the first look's."""
+        """The result's self-contained HTML report (made once); ``preview``: the first look's, which
+        the whole result may replace while it is being made (then a one-line error)."""
         if preview:
-            if self._preview_report is None:
-                self._preview_report = self.preview.to_html()
-            return self._preview_report
+            with self._lock:
+                shown, made = self.preview, self._preview_report
+            if shown is None:
+                raise AttnflowError(f"the job is {self.state}; it has no first look")
+            if made is None:
+                made = shown.to_html()
+                with self._lock:
+                    if self.preview is shown:
+                        self._preview_report = made
+            return made
         if self._report is None:
             self._report = self.result.to_html()
         return self._report
