@@ -277,7 +277,7 @@ def test_the_sdpa_pass_never_forms_attention_weights_and_eager_does(kind):
 
 
 def test_the_attention_implementation_is_restored_when_the_pass_raises():
-    from attnflow.capture.efficient_attention import KERNEL
+    from attnflow.hf.points import installed_on
 
     model = _build("llama")
     seen = []
@@ -290,6 +290,6 @@ def test_the_attention_implementation_is_restored_when_the_pass_raises():
     with pytest.raises(RuntimeError, match="stop"):
         attribution_patching(model, _ids(), checkpoint=True)
     handle.remove()
-    assert seen == [KERNEL]  # it was on SDPA when it failed
-    assert model.config._attn_implementation == "eager"
+    assert seen == ["attnflow_eager"]  # it was on the hook points' dispatching attention (SDPA) when it failed
+    assert model.config._attn_implementation == "eager" and installed_on(model) == {}
     assert attribution_patching(model, _ids(), checkpoint=True).attention == "sdpa"  # and still works

@@ -19,7 +19,6 @@ without one (older code such as Falcon, Bloom, DeBERTa-v2) fall back to ``output
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -27,10 +26,11 @@ from typing import Any
 
 import torch
 
+from attnflow.capture.architectures import FIXES, architecture
 from attnflow.core.fusion import fuse_heads
 from attnflow.core.weighting import norm_weighted
 from attnflow.errors import AttnflowError
-from attnflow.hf.points import AttentionModule, attention_modules
+from attnflow.hf.points import AttentionModule, attention_modules, receiving
 
 
 def streamable_modules(model: Any) -> list[AttentionModule]:
@@ -135,82 +135,67 @@ class Reducer:
         target[:, 0] = fuse_heads(w.to(dtype=torch.float32), self.head_fusion).to(device="cpu")
 
 
-_ACTIVE: ContextVar[Any] = ContextVar("attnflow_streaming", default=None)
-_INSTALL = threading.Lock()
-
-
-def _install_capture_hooks(model: Any, modules: list[AttentionModule]) -> None:
-    """Hooks that hand each forward call's attention to the receiver active in the calling thread
-    (:func:`streaming`), installed once per model and left in place, as transformers does for its
-    own recorder: hooks added and removed per call would race when several threads share a model
-    (the app runs jobs in parallel on one), and a hook that finds no receiver returns at once."""
-    with _INSTALL:
-        if getattr(model, "_attnflow_streaming_layers", None) == len(modules):
-            return
-        for layer, found in enumerate(modules):
-            found.module.register_forward_hook(_layer_hook(layer, found.index))
-        model.register_forward_hook(_end_hook)
-        model._attnflow_streaming_layers = len(modules)
-
-
-def _install_values(model: Any, projections: list[Any]) -> None:
-    """Hooks on the value projections (norm weighting), installed once per model like :func:`_install_capture_hooks`;
-    they hand the projection's output to the active receiver only when it asks for values."""
-    with _INSTALL:
-        if getattr(model, "_attnflow_value_layers", None) == len(projections):
-            return
-        for layer, projection in enumerate(projections):
-            projection.value.register_forward_hook(_value_hook(layer))
-        model._attnflow_value_layers = len(projections)
-
-
-def _value_hook(layer: int) -> Any:
-    def hook(module: Any, args: Any, output: Any) -> None:
-        receiver = _ACTIVE.get()
-        if receiver is not None and getattr(receiver, "projections", None) is not None:
-            receiver.values(layer, output)
-    return hook
-
-
-def _layer_hook(layer: int, index: int) -> Any:
-    def hook(module: Any, args: Any, output: Any) -> None:
-        receiver = _ACTIVE.get()
-        if receiver is not None:
+def _receivers(modules: list[AttentionModule], receiver: Any) -> dict[str, Any]:
+    """The named points a streaming receiver takes: each layer's attention module (its weights at
+    ``output[index]``), each value projection when it weights by norms, and the whole model's output."""
+    def layer_hook(layer: int, index: int) -> Any:
+        def hook(module: Any, args: Any, output: Any) -> None:
             receiver.layer(layer, output[index] if isinstance(output, (tuple, list)) else output)
-    return hook
+        return hook
 
+    def value_hook(layer: int) -> Any:
+        return lambda module, args, output: receiver.values(layer, output)
 
-def _end_hook(module: Any, args: Any, output: Any) -> None:
-    receiver = _ACTIVE.get()
-    if receiver is not None and module is receiver.model:
+    def end_hook(module: Any, args: Any, output: Any) -> None:
         receiver.end_call(output)
+
+    wanted: dict[str, Any] = {f"layers.{i}.attn": layer_hook(i, found.index) for i, found in enumerate(modules)}
+    if modules and getattr(receiver, "projections", None) is not None:
+        wanted.update({f"layers.{i}.attn.value": value_hook(i) for i in range(len(modules))})
+    wanted["output"] = end_hook
+    return wanted
 
 
 @contextmanager
 def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iterator[Any]:
-    """For the duration of the block, every forward call of ``model`` in this thread hands layer
-    ``i``'s attention (``output[index]`` of ``modules[i]``) to ``receiver.layer(i, weights)`` and,
-    once the whole model has run, its output to ``receiver.end_call(output)``. A receiver with
-    ``projections`` (norm weighting) also gets each value projection's output first:
-    ``receiver.values(i, output)``."""
-    _install_capture_hooks(model, modules)
-    if getattr(receiver, "projections", None) is not None:
-        _install_values(model, receiver.projections)
+    """For the duration of the block, every forward call of ``model`` in this thread runs on eager
+    attention and hands layer ``i``'s attention (``output[index]`` of ``modules[i]``, the model's
+    ``layers.i.attn`` hook points) to ``receiver.layer(i, weights)`` and, once the whole model has
+    run, its output to ``receiver.end_call(output)``. A receiver with ``projections`` (norm
+    weighting) also gets each value projection's output first: ``receiver.values(i, output)``.
+    ``modules`` empty (a model whose classes declare none): eager attention and the end call only.
+    The model is as it was after the block (:mod:`attnflow.hf.points`)."""
     receiver.model = model
-    token = _ACTIVE.set(receiver)
-    try:
+    with receiving(model, _receivers(modules, receiver), attention="eager"):
         yield receiver
-    finally:
-        _ACTIVE.reset(token)
+
+
+def eager(model: Any) -> Any:
+    """The model on eager attention (which returns weights) for a block with no receivers: transformers'
+    own ``output_attentions`` tuple, for models whose classes declare no attention modules."""
+    return receiving(model, {}, attention="eager")
 
 
 @contextmanager
 def scoped(variable: ContextVar[Any], value: Any) -> Iterator[None]:
     """Set ``variable`` (which hooks installed once on a model read) for the duration of one pass, and
-    restore it after, also when the pass fails: how ablation's edits and logit paths' frozen state
-    reach their persistent hooks."""
+    restore it after, also when the pass fails (ablation's edits, one batch at a time, reach the
+    receivers of its scope this way)."""
     token = variable.set(value)
     try:
         yield
     finally:
         variable.reset(token)
+
+
+@contextmanager
+def architecture_fixes(model: Any) -> Iterator[None]:
+    """Apply the architecture table's ``fixes`` for ``model`` (:data:`attnflow.capture.architectures.FIXES`:
+    receivers on its ``fixes`` hook point, before each module they correct runs) for the duration of the
+    block; nothing for models whose row has none."""
+    row = architecture(model)
+    if row is None or not row.fixes:
+        yield
+        return
+    with receiving(model, {"fixes": [FIXES[fix][1] for fix in row.fixes]}):
+        yield

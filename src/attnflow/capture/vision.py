@@ -21,7 +21,8 @@ import torch
 
 from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path, stack_attentions
 from attnflow.capture.gradients import capture_gradients, resolve_classes
-from attnflow.capture.load import cached, check_model_path, ensure_eager, load_pretrained, read_config, resolve_model
+from attnflow.capture.hooks import eager
+from attnflow.capture.load import cached, check_model_path, load_pretrained, read_config, resolve_model
 from attnflow.capture.text import run_streaming
 from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
@@ -232,7 +233,6 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
     if not isinstance(images, (list, tuple)) or not images:
         raise AttnflowError("images must be a non-empty list of paths, PIL images or arrays")
     refuse_unsupported(model)
-    ensure_eager(model)
     settings, originals = image_settings(model), []
     pixel_values, shown = preprocess(list(images), settings, originals)
     pixel_values = pixel_values.to(next(model.parameters()).device)
@@ -250,7 +250,7 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
         got = capture_gradients(model, {"pixel_values": pixel_values}, target)
         attentions, grads, logits, classes = got.attentions, got.gradients, got.logits, got.target
     else:
-        with torch.no_grad():
+        with torch.no_grad(), eager(model):
             out = model(pixel_values=pixel_values, output_attentions=True)
         if not getattr(out, "attentions", None):
             raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")

@@ -1,0 +1,117 @@
+"""A user's model is as it was after attnflow explained it: every registered method, through
+``attnflow.explain``, on a tiny Llama, Gemma 2 and GPT-2 (and on a Llama and a GPT-2 loaded on SDPA, which
+must stay on SDPA), also when the call is interrupted (a progress callback that raises).
+
+What is compared before and after: the weights (``state_dict``), every module's forward, pre-forward
+and backward hooks, every module's instance attributes (``__dict__`` keys: no marker attribute) and own
+``forward`` (none replaced), the config's attention implementation, and transformers' process-wide
+attention and mask function registries (no entry left behind)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import attnflow
+from attnflow.api.checks import runnable
+from attnflow.config.registry import REGISTRY
+from attnflow.errors import AttnflowError
+from attnflow.hf.points import installed_on
+from tests.factory import tiny_model
+
+TEXT = "the keys to the old cabinet are"
+MODELS = ("llama", "llama-sdpa", "gemma2", "gpt2", "gpt2-sdpa")
+
+
+class Stop(Exception):
+    """Raised by the progress callback to interrupt a method mid-way."""
+
+
+def snapshot(model) -> dict:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    modules = dict(model.named_modules())
+    return {
+        "hooks": {n: (list(m._forward_hooks.values()), list(m._forward_pre_hooks.values()),
+                      list(m._backward_hooks.values())) for n, m in modules.items()},
+        "attributes": {n: sorted(m.__dict__) for n, m in modules.items()},
+        "forward": {n: m.__dict__.get("forward", type(m).forward) for n, m in modules.items()},
+        "attention": model.config._attn_implementation,
+        "registries": (sorted(AttentionInterface._global_mapping), sorted(AttentionMaskInterface._global_mapping)),
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+    }
+
+
+def assert_unchanged(before: dict, after: dict) -> None:
+    before, after = dict(before), dict(after)
+    state_before, state_after = before.pop("state"), after.pop("state")
+    for key in before:
+        assert before[key] == after[key], f"the model's {key} changed"
+    assert state_before.keys() == state_after.keys()
+    changed = [k for k in state_before if not torch.equal(state_before[k], state_after[k])]
+    assert not changed, f"weights changed: {changed[:3]}"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(minilm_path):
+    return AutoTokenizer.from_pretrained(minilm_path)
+
+
+@pytest.fixture(scope="module")
+def models(tokenizer):
+    built = {}
+    for name in MODELS:
+        kind, _, attention = name.partition("-")
+        model = tiny_model(kind, vocab=tokenizer.vocab_size)
+        if attention:
+            model.set_attn_implementation(attention)
+        built[name] = model
+    return built
+
+
+def _raise(done, total):
+    raise Stop
+
+
+@pytest.mark.parametrize("method", list(REGISTRY))
+@pytest.mark.parametrize("name", MODELS)
+def test_every_method_leaves_the_model_as_it_was(models, tokenizer, name, method):
+    model = models[name]
+    why = dict((m.name, reason) for m, reason in runnable(model))[method]
+    own = model.config._attn_implementation
+    before = snapshot(model)
+    if why is not None:  # refused before anything touches the model
+        with pytest.raises(AttnflowError):
+            attnflow.explain(TEXT, model, tokenizer=tokenizer, method=method)
+        assert_unchanged(before, snapshot(model))
+        return
+    result = attnflow.explain(TEXT, model, tokenizer=tokenizer, method=method)
+    assert method in result.computed
+    assert_unchanged(before, snapshot(model))
+    assert model.config._attn_implementation == own and installed_on(model) == {}
+    try:  # interrupted where the method reports progress (inside its pass); others run to the end
+        attnflow.explain(TEXT, model, tokenizer=tokenizer, method=method, progress=_raise)
+    except Stop:
+        pass
+    assert_unchanged(before, snapshot(model))
+    assert installed_on(model) == {}
+
+
+@pytest.mark.parametrize("name", ["llama-sdpa", "gpt2"])
+def test_generation_leaves_the_model_as_it_was(models, tokenizer, name):
+    model = models[name]
+    before = snapshot(model)
+    trace = attnflow.generate(model, tokenizer, TEXT, max_new_tokens=3)
+    assert trace is not None
+    assert_unchanged(before, snapshot(model))
+
+
+def test_a_model_loaded_on_sdpa_gives_the_maps_of_its_eager_twin(models, tokenizer):
+    """The eager switch is real for the call (weights returned) and the answer is the eager model's."""
+    sdpa, eager = models["llama-sdpa"], tiny_model("llama", vocab=tokenizer.vocab_size)
+    got = attnflow.explain(TEXT, sdpa, tokenizer=tokenizer, method="rollout")
+    want = attnflow.explain(TEXT, eager, tokenizer=tokenizer, method="rollout")
+    torch.testing.assert_close(torch.as_tensor(got.row("rollout")), torch.as_tensor(want.row("rollout")))
+    assert sdpa.config._attn_implementation == "sdpa"
