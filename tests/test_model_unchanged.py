@@ -1,6 +1,8 @@
 """A user's model is as it was after attnflow explained it: every registered method, through
-``attnflow.explain``, on a tiny Llama, Gemma 2 and GPT-2 (and on a Llama and a GPT-2 loaded on SDPA, which
-must stay on SDPA), also when the call is interrupted (a progress callback that raises).
+``attnflow.explain``, on a tiny Llama, Gemma 2, GPT-2 and a BERT classifier (grad-rollout's kind), and
+on a Llama, a GPT-2 and a BERT loaded on SDPA, which must stay on SDPA; also when the call is
+interrupted (a progress callback that raises). A method a model cannot run must be refused, and
+refused before it touches the model.
 
 What is compared before and after: the weights (``state_dict``), every module's forward, pre-forward
 and backward hooks, every module's instance attributes (``__dict__`` keys: no marker attribute) and own
@@ -21,7 +23,7 @@ from attnflow.hf.points import installed_on
 from tests.factory import tiny_model
 
 TEXT = "the keys to the old cabinet are"
-MODELS = ("llama", "llama-sdpa", "gemma2", "gpt2", "gpt2-sdpa")
+MODELS = ("llama", "llama-sdpa", "gemma2", "gpt2", "gpt2-sdpa", "bert", "bert-sdpa")  # bert: a classifier
 
 
 class Stop(Exception):
@@ -45,13 +47,21 @@ def snapshot(model) -> dict:
 
 
 def assert_unchanged(before: dict, after: dict) -> None:
-    before, after = dict(before), dict(after)
-    state_before, state_after = before.pop("state"), after.pop("state")
-    for key in before:
-        assert before[key] == after[key], f"the model's {key} changed"
-    assert state_before.keys() == state_after.keys()
-    changed = [k for k in state_before if not torch.equal(state_before[k], state_after[k])]
-    assert not changed, f"weights changed: {changed[:3]}"
+    """Every difference at once, named by module: hooks, attributes, forwards, attention, registries, weights."""
+    problems = []
+    for key in ("hooks", "attributes", "forward"):
+        changed = {n: (before[key][n], after[key].get(n)) for n in before[key] if before[key][n] != after[key].get(n)}
+        if key == "attributes":
+            changed = {n: sorted(set(a) ^ set(b)) for n, (b, a) in changed.items()}
+        if changed:
+            problems.append(f"{key} changed on {len(changed)} modules, e.g. {dict(list(changed.items())[:2])}")
+    for key in ("attention", "registries"):
+        if before[key] != after[key]:
+            problems.append(f"{key}: {before[key]} -> {after[key]}")
+    weights = [k for k in before["state"] if not torch.equal(before["state"][k], after["state"].get(k))]
+    if weights or before["state"].keys() != after["state"].keys():
+        problems.append(f"weights changed: {weights[:3]}")
+    assert not problems, "the model is not as it was:\n" + "\n".join(problems)
 
 
 @pytest.fixture(scope="module")
@@ -59,16 +69,13 @@ def tokenizer(minilm_path):
     return AutoTokenizer.from_pretrained(minilm_path)
 
 
-@pytest.fixture(scope="module")
-def models(tokenizer):
-    built = {}
-    for name in MODELS:
-        kind, _, attention = name.partition("-")
-        model = tiny_model(kind, vocab=tokenizer.vocab_size)
-        if attention:
-            model.set_attn_implementation(attention)
-        built[name] = model
-    return built
+def build(name: str, vocab: int):
+    """A fresh tiny model per test, so that what one method leaves behind is not blamed on the next."""
+    kind, _, attention = name.partition("-")
+    model = tiny_model(kind, vocab=vocab)
+    if attention:
+        model.set_attn_implementation(attention)
+    return model
 
 
 def _raise(done, total):
@@ -77,8 +84,8 @@ def _raise(done, total):
 
 @pytest.mark.parametrize("method", list(REGISTRY))
 @pytest.mark.parametrize("name", MODELS)
-def test_every_method_leaves_the_model_as_it_was(models, tokenizer, name, method):
-    model = models[name]
+def test_every_method_leaves_the_model_as_it_was(tokenizer, name, method):
+    model = build(name, tokenizer.vocab_size)
     why = dict((m.name, reason) for m, reason in runnable(model))[method]
     own = model.config._attn_implementation
     before = snapshot(model)
@@ -100,17 +107,17 @@ def test_every_method_leaves_the_model_as_it_was(models, tokenizer, name, method
 
 
 @pytest.mark.parametrize("name", ["llama-sdpa", "gpt2"])
-def test_generation_leaves_the_model_as_it_was(models, tokenizer, name):
-    model = models[name]
+def test_generation_leaves_the_model_as_it_was(tokenizer, name):
+    model = build(name, tokenizer.vocab_size)
     before = snapshot(model)
     trace = attnflow.generate(model, tokenizer, TEXT, max_new_tokens=3)
     assert trace is not None
     assert_unchanged(before, snapshot(model))
 
 
-def test_a_model_loaded_on_sdpa_gives_the_maps_of_its_eager_twin(models, tokenizer):
+def test_a_model_loaded_on_sdpa_gives_the_maps_of_its_eager_twin(tokenizer):
     """The eager switch is real for the call (weights returned) and the answer is the eager model's."""
-    sdpa, eager = models["llama-sdpa"], tiny_model("llama", vocab=tokenizer.vocab_size)
+    sdpa, eager = build("llama-sdpa", tokenizer.vocab_size), build("llama", tokenizer.vocab_size)
     got = attnflow.explain(TEXT, sdpa, tokenizer=tokenizer, method="rollout")
     want = attnflow.explain(TEXT, eager, tokenizer=tokenizer, method="rollout")
     torch.testing.assert_close(torch.as_tensor(got.row("rollout")), torch.as_tensor(want.row("rollout")))
