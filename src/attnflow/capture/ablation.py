@@ -163,7 +163,8 @@ def value_projections(model: Any) -> list[Any]:
 
 # ---------------------------------------------------------------------------------- readouts
 
-def readout_values(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tensor | None, readout: str) -> torch.Tensor:
+def readout_values(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tensor | None,
+                   readout: str) -> torch.Tensor:
     """``logits (..., vocab)``, ``tokens (...)`` -> ``(...)`` float64."""
     z = logits.to(torch.float64)
     if readout == "logprob":

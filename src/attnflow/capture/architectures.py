@@ -134,7 +134,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     # GPT-Neo's local layers keep a full KV cache and mask outside the window
     "gpt_neo": Architecture("decoder", window="window_size", layer_types="attention_layers", windowed_type="local"),
     # Falcon's eager attention (rotary variant) adds the boolean causal mask to the scores instead of masking:
-    # without the fix every multi-token forward pass attends to future tokens (see attnflow.capture.hooks.architecture_fixes).
+    # without the fix every multi-token forward pass attends to future tokens (see architecture_fixes in capture.hooks).
     "falcon": Architecture("decoder", fixes=("boolean_mask_as_bias",)),
     # ------------------------------------------------------------------ encoder-decoders
     **{t: Architecture(**_SEQ2SEQ_BART) for t in (

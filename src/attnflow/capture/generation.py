@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from attnflow.capture.architectures import layer_windows, refuse_unsupported
-from attnflow.capture.hooks import architecture_fixes, checked_weights, pending_norms, replay_attentions, streamable_modules, streaming
+from attnflow.capture.hooks import (architecture_fixes, checked_weights, pending_norms, replay_attentions,
+                                   streamable_modules, streaming)
 from attnflow.capture.load import output_cache
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.capture.values import projections

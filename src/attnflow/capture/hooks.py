@@ -2,8 +2,9 @@
 
 ``model(..., output_attentions=True)`` makes transformers keep every layer's ``(batch, heads, n, n)``
 weights in a tuple until the forward pass ends; stacking them for the methods then holds a second
-copy. At 4,096 tokens on SmolLM2-135M (30 layers, 9 heads) one copy alone is 18 GB. Here a hook on
-each attention module receives that layer's weights (under eager attention, transformers 5 attention
+copy. At 4,096 tokens on SmolLM2-135M (30 layers, 9 heads) one copy alone is 18 GB. Here a receiver on
+each attention module's hook point (``layers.i.attn``, :mod:`attnflow.hf.points`) gets that layer's
+weights (under eager attention, switched on for the call only; transformers 5 attention
 modules return them whether or not ``output_attentions`` is set), writes what the methods need into
 one preallocated float32 buffer (the head-fused ``(n, n)`` map, or every head only when per-head
 results are asked for) and returns; nothing else keeps the weights, so each layer's are freed before
@@ -15,6 +16,10 @@ with the tuple index and a sub-module name such as ``"self_attn"``), which trans
 ``output_attentions`` machinery reads. We read the same declaration, in the same way (a sub-model's
 declaration applies to its own sub-tree), so no per-architecture table is needed for this. Models
 without one (older code such as Falcon, Bloom, DeBERTa-v2) fall back to ``output_attentions``.
+
+This module also holds what the capture and the interventions share about a pass through the hook
+points: :func:`eager` (eager attention for a call, no receivers) and :func:`architecture_fixes` (the
+table's corrections as receivers on the ``fixes`` point).
 """
 
 from __future__ import annotations
@@ -178,7 +183,7 @@ def eager(model: Any) -> Any:
 
 @contextmanager
 def scoped(variable: ContextVar[Any], value: Any) -> Iterator[None]:
-    """Set ``variable`` (which hooks installed once on a model read) for the duration of one pass, and
+    """Set ``variable`` (which receivers in an open scope read) for the duration of one pass, and
     restore it after, also when the pass fails (ablation's edits, one batch at a time, reach the
     receivers of its scope this way)."""
     token = variable.set(value)

@@ -125,7 +125,8 @@ def embedding_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] 
             return seen[-1]
 
         if not hook_points(model).has("layer_input"):
-            raise AttnflowError(f"{type(model).__name__} has no base_model.embeddings module; use at='word' for this model")
+            raise AttnflowError(f"{type(model).__name__} has no base_model.embeddings module; use at='word' for this "
+                                "model")
         with receiving(model, {"layer_input": leaf}):  # the first layer's input, a leaf of autograd
             logits = _logits(model(input_ids=ids[None], attention_mask=mask))
         e = seen[0]
