@@ -122,3 +122,45 @@ def test_a_model_loaded_on_sdpa_gives_the_maps_of_its_eager_twin(tokenizer):
     want = attnflow.explain(TEXT, eager, tokenizer=tokenizer, method="rollout")
     torch.testing.assert_close(torch.as_tensor(got.row("rollout")), torch.as_tensor(want.row("rollout")))
     assert sdpa.config._attn_implementation == "sdpa"
+
+
+def test_threads_sharing_a_model_each_get_their_own_pass(tokenizer, monkeypatch):
+    """The app runs jobs on one model in parallel threads. While one thread's attribution patching holds its
+    scope open (value leaves on every layer, attention switched to SDPA for a long input, layers
+    checkpointed), another thread's rollout runs whole: it must get eager weights and no edit, i.e. the
+    same numbers as alone, and the model must be as it was after both."""
+    import threading
+
+    from attnflow.capture import attribution_patching as patching
+
+    monkeypatch.setattr(patching, "CHECKPOINT_FROM", 4)  # the long-input path: SDPA and checkpointing
+    model = build("llama-sdpa", tokenizer.vocab_size)
+    alone = attnflow.explain(TEXT, model, tokenizer=tokenizer, method=["rollout", "ablated-flow-estimate"])
+    before = snapshot(model)
+    inside, other_done, got = threading.Event(), threading.Event(), {}
+
+    def wait_inside(done, total):
+        if done == 1:  # after the forward pass, inside the scope
+            inside.set()
+            assert other_done.wait(60)
+
+    def first():
+        got["estimate"] = attnflow.explain(TEXT, model, tokenizer=tokenizer, method="ablated-flow-estimate",
+                                           progress=wait_inside)
+
+    def second():
+        assert inside.wait(60)
+        got["rollout"] = attnflow.explain(TEXT, model, tokenizer=tokenizer, method="rollout")
+        other_done.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert other_done.is_set() and set(got) == {"estimate", "rollout"}
+    torch.testing.assert_close(torch.as_tensor(got["rollout"].row("rollout")),
+                               torch.as_tensor(alone.row("rollout")), rtol=0, atol=0)
+    torch.testing.assert_close(torch.as_tensor(got["estimate"].row("ablated-flow-estimate")),
+                               torch.as_tensor(alone.row("ablated-flow-estimate")), equal_nan=True)
+    assert_unchanged(before, snapshot(model))

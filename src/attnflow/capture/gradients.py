@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.hooks import eager, streamable_modules
+from attnflow.capture.hooks import attention_for_weights, eager, layer_weights, streamable_modules
 from attnflow.hf.points import receiving
 from attnflow.errors import AttnflowError
 
@@ -63,12 +63,11 @@ def capture_gradients(model: Any, inputs: dict[str, torch.Tensor], target: Any =
     kept: list[Any] = [None] * len(modules)
 
     def keep(layer: int, index: int) -> Any:
-        return lambda module, args, output: kept.__setitem__(
-            layer, output[index] if isinstance(output, (tuple, list)) else output)
+        return lambda module, args, output: kept.__setitem__(layer, layer_weights(output, index))
 
     # transformers' own output_attentions would leave its recorder's hooks on the model: receivers instead
     scope = receiving(model, {f"layers.{i}.attn": keep(i, m.index) for i, m in enumerate(modules)},
-                      attention="eager") if modules else eager(model)
+                      attention=attention_for_weights(model)) if modules else eager(model)
     with torch.enable_grad(), scope:
         out = model(**inputs) if modules else model(**inputs, output_attentions=True)
         attentions = kept if modules and all(a is not None for a in kept) else getattr(out, "attentions", None)

@@ -35,7 +35,7 @@ from attnflow.capture.architectures import FIXES, architecture
 from attnflow.core.fusion import fuse_heads
 from attnflow.core.weighting import norm_weighted
 from attnflow.errors import AttnflowError
-from attnflow.hf.points import AttentionModule, attention_modules, receiving
+from attnflow.hf.points import AttentionModule, attention_modules, can_switch, receiving
 
 
 def streamable_modules(model: Any) -> list[AttentionModule]:
@@ -140,12 +140,18 @@ class Reducer:
         target[:, 0] = fuse_heads(w.to(dtype=torch.float32), self.head_fusion).to(device="cpu")
 
 
+def layer_weights(output: Any, index: int) -> Any:
+    """What a ``layers.i.attn`` receiver gets as the layer's weights: ``output[index]`` of an attention
+    module that returns a tuple (its :class:`AttentionModule` ``index``), else the output itself."""
+    return output[index] if isinstance(output, (tuple, list)) else output
+
+
 def _receivers(modules: list[AttentionModule], receiver: Any) -> dict[str, Any]:
     """The named points a streaming receiver takes: each layer's attention module (its weights at
     ``output[index]``), each value projection when it weights by norms, and the whole model's output."""
     def layer_hook(layer: int, index: int) -> Any:
         def hook(module: Any, args: Any, output: Any) -> None:
-            receiver.layer(layer, output[index] if isinstance(output, (tuple, list)) else output)
+            receiver.layer(layer, layer_weights(output, index))
         return hook
 
     def value_hook(layer: int) -> Any:
@@ -171,14 +177,21 @@ def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iter
     ``modules`` empty (a model whose classes declare none): eager attention and the end call only.
     The model is as it was after the block (:mod:`attnflow.hf.points`)."""
     receiver.model = model
-    with receiving(model, _receivers(modules, receiver), attention="eager"):
+    with receiving(model, _receivers(modules, receiver), attention=attention_for_weights(model)):
         yield receiver
+
+
+def attention_for_weights(model: Any) -> str | None:
+    """"eager" where the model can switch; None (its own) for older modelling code that cannot (Falcon,
+    Bloom): such code returns weights for ``output_attentions`` on any implementation, or none, which the
+    capture refuses with a sentence."""
+    return "eager" if can_switch(model) else None
 
 
 def eager(model: Any) -> Any:
     """The model on eager attention (which returns weights) for a block with no receivers: transformers'
     own ``output_attentions`` tuple, for models whose classes declare no attention modules."""
-    return receiving(model, {}, attention="eager")
+    return receiving(model, {}, attention=attention_for_weights(model))
 
 
 @contextmanager

@@ -19,7 +19,7 @@ import torch
 
 from attnflow.capture.architectures import refuse_unsupported, stack_attentions
 from attnflow.capture.generation import _check, _quiet_generate_warning
-from attnflow.capture.hooks import architecture_fixes, eager
+from attnflow.capture.hooks import architecture_fixes, attention_for_weights, eager
 from attnflow.hf.points import receiving
 from attnflow.capture.text import encode, max_length, token_strings
 from attnflow.core.joint.incremental import IncrementalJointRollout
@@ -176,7 +176,7 @@ def track_seq2seq_generation(model: Any, tokenizer: Any, source: str, max_new_to
     kwargs = {"do_sample": False, "num_beams": 1, **generate_kwargs, "max_new_tokens": max_new_tokens,
               "output_attentions": True, "return_dict_in_generate": False, "use_cache": True}
     with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model), \
-            receiving(model, {"output": hook}, attention="eager"):
+            receiving(model, {"output": hook}, attention=attention_for_weights(model)):
         sequences = model.generate(**inputs, encoder_outputs=encoder_outputs, **kwargs)
     decoded = sequences[0].tolist()
     new_ids = decoded[1:]

@@ -396,6 +396,14 @@ def implementation(model: Any) -> str:
     return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager")
 
 
+def can_switch(model: Any) -> bool:
+    """Whether ``model`` can be switched to another attention implementation while it runs (older modelling
+    code, e.g. Falcon's and Bloom's, picks its attention by its own flags and cannot)."""
+    setter = getattr(model, "set_attn_implementation", None)
+    can = getattr(model, "_can_set_attn_implementation", None)
+    return callable(setter) and (not callable(can) or bool(can()))
+
+
 def _implementation_function(name: str, module: Any) -> Callable:
     if name == "eager":  # each modelling file has its own (Gemma 2's soft-caps, GPT-2's scales by layer, ...)
         eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
@@ -453,10 +461,8 @@ def _switch(model: Any, points: HookPoints, installed: _Installed) -> None:
     installed.previous = previous
     for module in model.modules():  # every attention call of the model (cross-attention too) finds its scope
         _KERNEL_OWNERS[id(module)] = points
-    setter = getattr(model, "set_attn_implementation", None)
-    can = getattr(model, "_can_set_attn_implementation", None)
-    if callable(setter) and (not callable(can) or can()):
-        setter(name)
+    if can_switch(model):
+        model.set_attn_implementation(name)
     if implementation(model) != name:
         _unswitch(model, points, installed)
         raise AttnflowError(f"{type(model).__name__} cannot switch its attention implementation while it runs "
