@@ -227,3 +227,13 @@ def test_cross_attention_of_an_sdpa_model_runs_eager_in_the_scope():
     before["hooks"] = _snapshot(model)["hooks"]  # transformers' own recorder hooks, from output_attentions
     before["dicts"] = _snapshot(model)["dicts"]
     _same(before, _snapshot(model))
+
+
+def test_the_models_own_implementation_is_known_while_a_scope_has_it_switched():
+    from attnflow.hf.points import implementation, own_implementation
+
+    model = tiny_model("llama")
+    with receiving(model, {}, attention="sdpa") as scope:
+        assert scope.attention == "sdpa" and implementation(model) != "eager"  # on the dispatching function
+        assert own_implementation(model) == "eager"
+    assert implementation(model) == own_implementation(model) == "eager"

@@ -64,7 +64,7 @@ from attnflow.capture.efficient_attention import efficient_attention
 from attnflow.capture.hooks import architecture_fixes
 from attnflow.capture.load import output_cache
 from attnflow.errors import AttnflowError
-from attnflow.hf.points import hook_points, receiving
+from attnflow.hf.points import hook_points, own_implementation, receiving
 
 
 @dataclass
@@ -216,5 +216,4 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     return Patching(scores=scores, targets=targets, tokens=[int(c) for c in explained.tolist()],
                     clean=clean.numpy(), readout=readout, method="ablated-flow-estimate", logits=clean_logits,
                     cache=_detached(output_cache(out)) if keep_cache else None,
-                    attention="sdpa" if kernel.calls else str(getattr(model.config, "_attn_implementation", None)
-                                                              or "eager"))
+                    attention="sdpa" if kernel.calls else own_implementation(model))

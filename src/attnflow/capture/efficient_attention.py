@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnflow.capture.architectures import architecture
-from attnflow.hf.points import hook_points, receiving
+from attnflow.hf.points import can_switch, hook_points, receiving
 
 
 @dataclass
@@ -74,11 +74,8 @@ def why_not(model: Any) -> str:
     row = architecture(model)
     if row is not None and row.fixes:
         return f"attnflow corrects its attention masks ({', '.join(row.fixes)})"
-    can = getattr(model, "_can_set_attn_implementation", None)
-    if not callable(getattr(model, "set_attn_implementation", None)) or (callable(can) and not can()):
+    if not can_switch(model):
         return f"{type(model).__name__} cannot switch its attention implementation"
-    if not hook_points(model).layers:
-        return f"{type(model).__name__} declares no attention modules to transformers"
     return ""
 
 

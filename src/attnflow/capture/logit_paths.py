@@ -169,7 +169,9 @@ def _unembedded(seen: dict[str, torch.Tensor], unembed: Any, targets: list[int],
     logits, without a backward pass through the whole vocabulary."""
     h = seen["h"][0][targets]
     weight = unembed.weight
-    rows = (weight.T if type(unembed).__name__ == "Conv1D" else weight)[tokens.to(weight.device)]
+    from transformers.pytorch_utils import Conv1D
+
+    rows = (weight.T if isinstance(unembed, Conv1D) else weight)[tokens.to(weight.device)]
     ratio = torch.where(u != 0, z / torch.where(u != 0, u, torch.ones_like(u)), torch.ones_like(u)).detach()
     return ratio * (h * rows.to(h.dtype)).sum(-1)
 

@@ -77,6 +77,8 @@ def projections(model: Any, modules: list[Any]) -> list[Projection]:
     if not modules:
         raise AttnflowError(f"the norm weighting hooks the attention modules, and {name!r} models declare none "
                             "to transformers; use weighting='attention'")
+    from transformers.pytorch_utils import Conv1D
+
     found = []
     points = hook_points(model)
     for layer in range(len(modules)):
@@ -87,6 +89,6 @@ def projections(model: Any, modules: list[Any]) -> list[Projection]:
             raise AttnflowError(f"{exc} for {name!r} models; use weighting='attention'") from None
         weight = output.weight.detach()
         # transformers' Conv1D (GPT-2) stores (in, out) and computes x @ W; nn.Linear stores (out, in).
-        w_o = weight.T if type(output).__name__ == "Conv1D" else weight
+        w_o = weight.T if isinstance(output, Conv1D) else weight
         found.append(Projection(value=value, w_o=w_o, qkv=row.qkv))
     return found

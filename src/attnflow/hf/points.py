@@ -74,7 +74,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnflow.capture.architectures import architecture
+from attnflow.capture.architectures import FIXES, architecture
 from attnflow.errors import AttnflowError
 
 KINDS = ("forward", "pre", "around", "kernel")
@@ -204,8 +204,6 @@ def _group(model: Any, name: str) -> tuple[Any, ...]:
         return tuple(m for m in model.modules() if is_norm(m))
     if name == "activations":
         return tuple(m for m in model.modules() if not is_norm(m) and is_activation(m))
-    from attnflow.capture.architectures import FIXES
-
     row = architecture(model)
     suffixes = tuple(FIXES[fix][0] for fix in (row.fixes if row is not None else ()))
     return tuple(m for m in model.modules() if suffixes and type(m).__name__.endswith(suffixes))
@@ -394,6 +392,15 @@ _MISSING = object()
 def implementation(model: Any) -> str:
     """The attention implementation ``model`` runs on now (as its config says)."""
     return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager")
+
+
+def own_implementation(model: Any) -> str:
+    """The implementation ``model`` was given by its user: :func:`implementation`, or, while a scope has it
+    on the dispatching function, the one it had before (what calls without a scope of their own run on)."""
+    with _LOCK:
+        installed = _INSTALLED.get(model)
+        previous = installed.previous if installed is not None else None
+    return previous or implementation(model)
 
 
 def can_switch(model: Any) -> bool:
