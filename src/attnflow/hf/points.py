@@ -369,7 +369,11 @@ def _install(points: HookPoints, point: Point) -> Callable[[], None]:
         hook = (_forward_hook if point.kind == "forward" else _pre_hook)(points, point.name)
         handles = [m.register_forward_hook(hook) if point.kind == "forward"
                    else m.register_forward_pre_hook(hook, with_kwargs=True) for m in point.modules]
-        return lambda: [handle.remove() for handle in handles] and None
+
+        def remove() -> None:
+            for handle in handles:
+                handle.remove()
+        return remove
     if point.kind == "around":
         block = point.module
         own = block.__dict__.get("forward", _MISSING)  # an instance's own forward (rare) is put back as it was
