@@ -36,11 +36,11 @@ from attnflow import AttnflowError
 from attnflow.capture.architectures import (
     ARCHITECTURES,
     architecture,
-    architecture_fixes,
     layer_windows,
     model_type,
     stack_attentions,
 )
+from attnflow.capture.hooks import architecture_fixes
 from attnflow.capture.text import encode
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture_fixes, layer_windows, refuse_unsupported
-from attnflow.capture.hooks import checked_weights, pending_norms, replay_attentions, streamable_modules, streaming
-from attnflow.capture.load import ensure_eager, output_cache
+from attnflow.capture.architectures import layer_windows, refuse_unsupported
+from attnflow.capture.hooks import (architecture_fixes, checked_weights, pending_norms, replay_attentions,
+                                   streamable_modules, streaming)
+from attnflow.capture.load import output_cache
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion, fuse_heads
@@ -225,7 +226,6 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         raise AttnflowError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
     check_head_fusion(head_fusion)
     check_weighting(weighting)
-    ensure_eager(model)
     enc = encode(tokenizer, [prompt])
     m = enc["input_ids"].shape[1]
     limit = max_length(model, tokenizer)

@@ -13,9 +13,8 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import architecture_fixes, check_text_model, model_family
-from attnflow.capture.hooks import Reducer, replay_attentions, streamable_modules, streaming
-from attnflow.capture.load import ensure_eager
+from attnflow.capture.architectures import check_text_model, model_family
+from attnflow.capture.hooks import Reducer, architecture_fixes, eager, replay_attentions, streamable_modules, streaming
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
@@ -130,7 +129,8 @@ def run_streaming(model: Any, inputs: dict, head_fusion: str | None, *, weightin
             return reducer.buffer, out
         # A model whose class declares no attention modules: take transformers' tuple, but reduce and
         # drop each layer's entry in turn, so that the tuple and the buffer never both hold everything.
-        out = model(**inputs, output_attentions=True, **forward)
+        with eager(model):
+            out = model(**inputs, output_attentions=True, **forward)
         reducer = Reducer(len(getattr(out, "attentions", None) or ()), head_fusion)
         replay_attentions(out, reducer)
         return reducer.buffer, out
@@ -153,8 +153,8 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     decoder right padding also leaves every real token's position unchanged, so each row equals the
     text's row alone). Texts longer than the
     model's maximum length are refused with an error, or cut to it with a warning when
-    ``truncate=True``. The model is switched to eager attention if needed (transformers returns no
-    attention weights under sdpa).
+    ``truncate=True``. The model runs on eager attention for the call (transformers returns no
+    attention weights under sdpa) and is back on its own implementation after it.
 
     head_fusion: None keeps every head; ``"mean"``, ``"max"`` or ``"min"`` fuses the heads of each
         layer while the model runs (the heads axis then has length 1 and ``maps.head_fusion`` says
@@ -177,7 +177,6 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     if weighting == "norm" and head_fusion is None:
         raise AttnflowError("the norm weighting sums the heads while the model runs; pass head_fusion 'mean', "
                             "'max' or 'min'")
-    ensure_eager(model)
     limit = max_length(model, tokenizer)
     enc = encode(tokenizer, texts)
     n = enc["input_ids"].shape[1]
