@@ -59,6 +59,7 @@ from attnflow.capture.hooks import architecture_fixes, attention_modules, scoped
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import receiving
+from attnflow.hf.weights import input_device
 
 READOUTS = ("logit", "logprob", "contrastive")
 LAYER_MODES = ("all", "each")
@@ -229,7 +230,7 @@ class Prefix:
     def grow(self, to: int) -> None:
         if to <= self.built or self.given is not None:
             return
-        device = next(self.model.parameters()).device
+        device = input_device(self.model)
         # logits at the targets in this stretch only (every position's: n x vocab, 1.6 GB at 8,192 tokens of
         # SmolLM2); none wanted: the last one (logits_to_keep=0 would mean all)
         inside = [t for t in self.targets if self.built <= t < to]
@@ -268,7 +269,7 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
     prefix cache of its chunk; ``v`` is the layer zeroed (-1: all layers, or an embedding edit)."""
     n = ids.numel()
     last = max(targets)
-    device = next(model.parameters()).device
+    device = input_device(model)
     scores = np.zeros((len(targets), variants, n))
     index = {t: i for i, t in enumerate(targets)}
     elements = sorted(elements)
@@ -388,10 +389,11 @@ def mean_embedding(model: Any, chunk: int = 8192) -> torch.Tensor:
     included, e.g. Gemma's), the usual "uninformative token" for replacement occlusion."""
     module = model.get_input_embeddings()
     vocab = module.weight.shape[0]
+    device = input_device(model)
     total = None
     with torch.no_grad():
         for start in range(0, vocab, chunk):
-            ids = torch.arange(start, min(vocab, start + chunk), device=module.weight.device)
+            ids = torch.arange(start, min(vocab, start + chunk), device=device)
             part = module(ids[None])[0].to(torch.float64).sum(0)
             total = part if total is None else total + part
     return (total / vocab).to(module.weight.dtype)

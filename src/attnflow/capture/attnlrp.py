@@ -65,6 +65,7 @@ from attnflow.capture.architectures import architecture, model_family, model_hea
 from attnflow.capture.hooks import architecture_fixes
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import hook_points, receiving
+from attnflow.hf.weights import input_device, parameter
 
 READOUTS = ("logit", "contrastive")
 
@@ -153,7 +154,8 @@ def _norm(module: Any, args: Any, output: Any) -> Any:
     if isinstance(module, torch.nn.LayerNorm):
         centred = x - x.mean(-1, keepdim=True)  # linear: kept in the backward pass
         sigma = torch.sqrt(x.detach().var(-1, unbiased=False, keepdim=True) + module.eps)
-        scale = (module.weight.detach() if module.weight is not None else 1.0) / sigma
+        gamma = parameter(module)
+        scale = (gamma if gamma is not None else 1.0) / sigma
         linear = centred * scale
         return output.detach() + (linear - linear.detach())
     # RMS norms (every variant's spelling of the weight, Gemma's 1 + w included): y / x = w / rms(x)
@@ -243,7 +245,7 @@ def attnlrp(model: Any, input_ids: Any, targets: Any = None, *, tokens: Any = No
             raise AttnflowError(f"give one of {what} per target ({len(targets)}); got {len(np.atleast_1d(given))}")
     if readout == "contrastive" and foils is None:
         raise AttnflowError(f"readout='contrastive' needs one foil token per target ({len(targets)} targets)")
-    device = next(model.parameters()).device
+    device = input_device(model)
     state = _Pass(observe)
     last = max(targets)
     feed: dict[str, Any] = {"input_ids": ids[None, :last + 1 if decoder else n].to(device), "use_cache": False}

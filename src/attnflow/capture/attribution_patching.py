@@ -65,6 +65,7 @@ from attnflow.capture.hooks import architecture_fixes
 from attnflow.capture.load import output_cache
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import hook_points, own_implementation, receiving
+from attnflow.hf.weights import input_device
 
 
 @dataclass
@@ -173,7 +174,7 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     config = getattr(model.config, "text_config", None) or model.config
     heads = int(config.num_attention_heads)
     n, last = ids.numel(), max(targets)
-    device = next(model.parameters()).device
+    device = input_device(model)
     checkpoint = long_input(last + 1) if checkpoint is None else bool(checkpoint)
     keep_cache = keep_cache and not checkpoint
     sdpa = checkpoint if sdpa is None else bool(sdpa)

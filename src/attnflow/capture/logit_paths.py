@@ -48,6 +48,7 @@ from attnflow.capture.hooks import architecture_fixes, checked_weights, streamab
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import receiving
+from attnflow.hf.weights import input_device, parameter
 
 
 @dataclass
@@ -126,7 +127,8 @@ def _frozen_norm(module: Any, args: Any, output: Any) -> Any:
     if isinstance(module, torch.nn.LayerNorm):
         centred = x - x.mean(-1, keepdim=True)
         sigma = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + module.eps)
-        scale = (module.weight if module.weight is not None else 1.0) / sigma
+        gamma = parameter(module)
+        scale = (gamma if gamma is not None else 1.0) / sigma
         frozen = centred * scale.detach()  # the bias is a constant: its derivative is zero
         return frozen + (output - frozen).detach()
     ratio = torch.where(x != 0, output / torch.where(x != 0, x, torch.ones_like(x)), torch.zeros_like(x))
@@ -168,7 +170,7 @@ def _unembedded(seen: dict[str, torch.Tensor], unembed: Any, targets: list[int],
     scales its logits after the unembedding; exact at this input): the same gradient as through the
     logits, without a backward pass through the whole vocabulary."""
     h = seen["h"][0][targets]
-    weight = unembed.weight
+    weight = parameter(unembed)
     from transformers.pytorch_utils import Conv1D
 
     rows = (weight.T if isinstance(unembed, Conv1D) else weight)[tokens.to(weight.device)]
@@ -219,7 +221,7 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
     config = getattr(model.config, "text_config", None) or model.config
     heads = int(config.num_attention_heads)
     state = _Pass(len(modules), found, heads)
-    device = next(model.parameters()).device
+    device = input_device(model)
     feed = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in feed.items()}
     unembed = model.get_output_embeddings() if decoder else None
     pre_cap: dict[str, torch.Tensor] = {}

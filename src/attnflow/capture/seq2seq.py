@@ -25,6 +25,7 @@ from attnflow.capture.text import encode, max_length, token_strings
 from attnflow.core.joint.incremental import IncrementalJointRollout
 from attnflow.core.rollout import rollout
 from attnflow.errors import AttnflowError
+from attnflow.hf.weights import input_device
 
 
 @dataclass
@@ -101,7 +102,7 @@ def _source(model: Any, tokenizer: Any, source: str, truncate: bool) -> dict:
             raise AttnflowError(f"the source is {n} tokens long but the model takes at most {limit}; shorten it or pass "
                                 "truncate=True (--truncate)")
         enc = encode(tokenizer, [source], max_length=limit)
-    device = next(model.parameters()).device
+    device = input_device(model)
     return {"input_ids": enc["input_ids"].to(device), "attention_mask": enc["attention_mask"].to(device)}
 
 

@@ -37,6 +37,7 @@ from attnflow.capture.ablation import (BATCH, LAYER_MODES, Ablation, Edit, Prefi
                                        checked_inputs, edited, editing, readout_values, value_projections)
 from attnflow.capture.hooks import architecture_fixes
 from attnflow.errors import AttnflowError
+from attnflow.hf.weights import input_device
 
 
 SMALL_CALL = 256  # positions (rows x length) below which a call costs about its fixed overhead
@@ -105,7 +106,7 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
     spans = checked_spans(spans, ids.numel())
     variants = [-1] if layers == "all" else list(range(len(value_projections(model))))
     last = max(targets)
-    device = next(model.parameters()).device
+    device = input_device(model)
     index = {t: i for i, t in enumerate(targets)}
     scores = np.zeros((len(targets), len(variants), len(spans)))
     # elements: (span, variant), started at the span's first position; spans after the last target skipped

@@ -20,6 +20,7 @@ from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
+from attnflow.hf.weights import input_device
 
 
 def is_causal(model: Any) -> bool:
@@ -188,7 +189,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
         warnings.warn(f"text truncated from {n} to {limit} tokens (the model's maximum)", stacklevel=2)
         enc = encode(tokenizer, texts, max_length=limit)
     special = enc.pop("special_tokens_mask")
-    device = next(model.parameters()).device
+    device = input_device(model)
     inputs = {k: v.to(device) for k, v in enc.items()}
     causal = is_causal(model)
     forward = {"logits_to_keep": 1} if causal and _takes(model, "logits_to_keep") else {}

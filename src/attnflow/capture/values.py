@@ -22,6 +22,7 @@ import torch
 from attnflow.capture.architectures import architecture, model_type
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import hook_points
+from attnflow.hf.weights import parameter
 
 
 @dataclass
@@ -87,7 +88,7 @@ def projections(model: Any, modules: list[Any]) -> list[Projection]:
             output = points[f"layers.{layer}.attn.out"].module
         except AttnflowError as exc:
             raise AttnflowError(f"{exc} for {name!r} models; use weighting='attention'") from None
-        weight = output.weight.detach()
+        weight = parameter(output)  # brought in where accelerate offloads it
         # transformers' Conv1D (GPT-2) stores (in, out) and computes x @ W; nn.Linear stores (out, in).
         w_o = weight.T if isinstance(output, Conv1D) else weight
         found.append(Projection(value=value, w_o=w_o, qkv=row.qkv))

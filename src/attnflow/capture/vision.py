@@ -25,6 +25,7 @@ from attnflow.capture.load import cached, check_model_path, load_pretrained, rea
 from attnflow.capture.text import run_streaming
 from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
+from attnflow.hf.weights import input_device
 
 # Per-architecture facts (model_type -> how the classifier pools), instead of forking model code.
 MEAN_POOLED = {"siglip", "siglip_vision_model", "siglip2", "siglip2_vision_model"}
@@ -234,7 +235,7 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
     refuse_unsupported(model)
     settings, originals = image_settings(model), []
     pixel_values, shown = preprocess(list(images), settings, originals)
-    pixel_values = pixel_values.to(next(model.parameters()).device)
+    pixel_values = pixel_values.to(input_device(model))
     grads = classes = None
     check_weighting(weighting)
     if weighting == "norm" and gradients:
