@@ -218,16 +218,17 @@ def check_scheduler(scheduler: Any, timeout: float = 3.0) -> None:
 _SETTING_FLAGS = {"weighting": ("weighting", "--weighting"), "causal_norm": ("causal_norm", "--causal-norm")}
 
 
-def named_info(model: Any) -> Any:
+def named_info(model: Any, task: str = "auto") -> Any:
     """A :class:`~attnflow.capture.load.ModelInfo` for a model named by a folder (its ``config.json``
-    read, no weights; None: the default model), or ``model`` itself when it is loaded or a hub id
-    (whose kind is then told once loaded). Imports no torch."""
+    read, no weights; None: the default model for ``task``, the one the command loads: ``"generation"``
+    for SmolLM2), or ``model`` itself when it is loaded or a hub id (whose kind is then told once
+    loaded). Imports no torch."""
     from attnflow.capture.load import ModelInfo, resolve_model
 
     if not (model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")):
         return model
     try:
-        path = resolve_model(model)
+        path = resolve_model(model, task=task)
         config = _config(path)
     except AttnflowError:
         return model  # refused, with its own sentence, where it is loaded

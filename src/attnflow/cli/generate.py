@@ -75,7 +75,7 @@ def generate(
     if method:  # a chosen method that cannot run on this model, refused from its config before it loads
         check_methods([m.value for m in method], Settings(weighting=weighting.value, causal_norm=causal_norm.value
                                                           if causal_norm else None),
-                      named_info(model), what="generate")
+                      named_info(model, task="generation"), what="generate")
     loaded = resolve(model, task="generation", device=device)
     lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
