@@ -72,6 +72,14 @@ class ProgressBar:
         self.bar.start()
         self.task = self.bar.add_task(self.description, total=total, unit=self.unit, estimate=self.found)
 
+    def method(self, name: str, unit: str) -> None:
+        """The next method of a call computing several: its own line, rate and ETA (each method's steps
+        cost differently, and the time of the ones before it is not its own)."""
+        if self.task is not None:
+            self.bar.remove_task(self.task)
+            self.task = None
+        self.description, self.unit, self.found, self.printed, self.began = name, unit, None, None, None
+
     def estimate(self, found: Any) -> None:
         self.found = found
         if found.seconds >= PRINT_ESTIMATE_SECONDS:
