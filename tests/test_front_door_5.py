@@ -58,3 +58,96 @@ def test_every_command_names_its_default_model_in_its_help(monkeypatch, capsys):
         text = " ".join(out.split())
         at = text.index("--model")
         assert "default" in text[at:at + 600].lower(), (command, text[at:at + 600])
+
+
+# --------------------------------------------------------------------------- 3. options silently ignored
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "minilm", "--by", "word"], "spans='word' (--by/--spans) changes none of the methods"),
+    (["--model", "minilm", "--by", "sentence", "--html", "r.html"], "changes none of the methods"),
+    (["--budget", "3"], "budget=3.0 (--budget) changes none of the methods this call computes (rollout)"),
+])
+def test_options_that_would_change_nothing_are_refused_on_an_encoder(monkeypatch, capsys, tmp_path, args, message):
+    refused(monkeypatch, capsys, tmp_path, "explain", KEYS + " are", *args, "--json", "o.json", message=message)
+
+
+def test_budget_beside_a_method_without_one_is_refused(monkeypatch, capsys, tmp_path, decoder_dir):
+    refused(monkeypatch, capsys, tmp_path, "explain", KEYS, "--model", decoder_dir, "--method", "ablated-flow",
+            "--budget", "3", "--json", "o.json", message="budget=3.0 (--budget) changes none")
+    with pytest.raises(AttnflowError, match="budget=3.0 .* changes none"):
+        attnflow.explain(KEYS, decoder_dir, method="occlusion", settings=attnflow.Settings(budget=3))
+
+
+def test_a_budget_given_without_a_method_is_kept_by_the_budgeted_default(decoder_dir):
+    result = attnflow.explain(KEYS, decoder_dir, settings=attnflow.Settings(budget=3))
+    assert result.methods == ["rollout", "ablated-flow-budgeted"]
+    assert result.meta["ablated-flow-budgeted"]["budget"] == 3.0
+
+
+def test_spans_on_an_encoder_are_refused_in_python_too(minilm_path):
+    with pytest.raises(AttnflowError, match="spans='word' .* changes none of the methods this call computes"):
+        attnflow.explain(KEYS, minilm_path, spans="word")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "holds no passage (it is empty or blank)"),
+    (b"\n   \n\n", "holds no passage (it is empty or blank)"),
+    (b"\xff\xfe\x00k\x00e\x00y\x00\x80\x81", "is not a UTF-8 text file"),
+])
+def test_a_spans_file_that_names_no_passage_is_refused(monkeypatch, capsys, tmp_path, decoder_dir, content, message):
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "spans.txt").write_bytes(content)
+    refused(monkeypatch, capsys, out, "explain", KEYS, "--model", decoder_dir, "--by", "spans", "--spans",
+            str(tmp_path / "spans.txt"), "--json", "o.json", message=message)
+
+
+def test_a_folder_given_as_the_spans_file_is_named_a_folder(monkeypatch, capsys, tmp_path, decoder_dir):
+    (tmp_path / "passages").mkdir()
+    refused(monkeypatch, capsys, tmp_path, "explain", KEYS, "--model", decoder_dir, "--by", "spans", "--spans",
+            "passages", "--json", "o.json", message="is a folder; spans (--spans) takes a text file")
+
+
+@pytest.mark.parametrize("spans, message", [
+    ([], r"spans=\[\] names no span"),
+    ([(0.5, 3)], r"got \(0.5, 3\): a character range is two integers"),
+    (42, "spans must be .*; got int"),
+    ([(0, 8), "cabinet"], "passages mixed with ranges"),
+    (["   ", ""], "blank"),
+])
+def test_python_spans_that_name_nothing_or_no_range_are_refused(decoder_dir, spans, message):
+    with pytest.raises(AttnflowError, match=message):
+        attnflow.explain(KEYS, decoder_dir, method="ablated-flow", spans=spans)
+
+
+def test_overlapping_spans_are_called_overlapping(decoder_dir):
+    with pytest.raises(AttnflowError, match="overlaps the span before it"):
+        attnflow.explain(KEYS, decoder_dir, method="ablated-flow", spans=["keys to the", "the cabinet"])
+
+
+# --------------------------------------------------------------------------- 5. a method asked for runs alone
+
+
+@pytest.mark.parametrize("method", ["attnlrp", "ablated-flow-estimate", "raw"])
+def test_a_method_named_runs_alone_and_paper_only_works_beside_it(monkeypatch, capsys, tmp_path, decoder_dir, method):
+    assert attnflow.explain(KEYS, decoder_dir, method=method).methods == [method]
+    js = tmp_path / "e.json"
+    code, out, err = run_cli(monkeypatch, capsys, "explain", KEYS, "--model", decoder_dir, "--method", method,
+                             "--paper-only", "--json", str(js))
+    assert code == 0, err
+    result = attnflow.load(js)
+    assert result.methods == [method] and "added" not in result.meta and "added:" not in out
+
+
+def test_the_defaults_come_when_no_method_is_named_and_say_so(monkeypatch, capsys, tmp_path, decoder_dir):
+    js = tmp_path / "e.json"
+    code, out, err = run_cli(monkeypatch, capsys, "explain", KEYS, "--model", decoder_dir, "--json", str(js))
+    assert code == 0, err
+    result = attnflow.load(js)
+    assert result.methods == ["rollout", "ablated-flow"]
+    assert result.meta["added"]["methods"] == ["ablated-flow"] and "no method was named" in result.meta["added"]["why"]
+    assert "added: ablated-flow (no method was named" in " ".join(out.split())
+    code, out, err = run_cli(monkeypatch, capsys, "explain", KEYS, "--model", decoder_dir, "--paper-only", "--json",
+                             str(js))
+    assert code == 0 and attnflow.load(js).methods == ["rollout"], err

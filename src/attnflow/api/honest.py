@@ -53,10 +53,29 @@ def text_methods(methods: list[str], *, decoder: bool, explains_last: bool, pape
     return [*methods, *added], added
 
 
+def generation_methods(methods: Any, kind: str | None, settings: Any) -> tuple[list[str], list[str]]:
+    """``(methods to compute, those added)`` for a generation (``attnflow generate``, ``attnflow.generate``):
+    ``methods`` as named (a name or a list; the tracked rollout is computed beside them anyway), or, when
+    None, the decoder defaults: the tracked rollout and each other default that runs on a model of
+    ``kind`` and reads the settings given (a ``weighting`` or ``causal_norm`` away from its default that a
+    default would ignore leaves that default out rather than refusing what nobody asked for)."""
+    from attnflow.api.checks import why_not
+    from attnflow.config.settings import Settings
+
+    if methods is not None:
+        return ([methods] if isinstance(methods, str) else list(methods)), []
+    default = Settings()
+    changed = [f for f in ("weighting", "causal_norm") if getattr(settings, f) != getattr(default, f)]
+    tracked = registry.tracked()
+    added = [m for m in DECODER_METHODS if m != tracked and why_not(registry.get(m), kind) is None
+             and all(f in registry.get(m).reads for f in changed)]
+    return [tracked, *added], added
+
+
 def added_note(added: list[str]) -> dict[str, Any]:
     """What ``result.meta["added"]`` says about the methods :func:`text_methods` added."""
     return {"methods": list(added),
-            "why": "no method was named, so a decoder's last position gets the decoder defaults: the paper's rollout "
+            "why": "no method was named, so a decoder's prediction gets the decoder defaults: the paper's rollout "
                    "beside ablated flow, the method that agreed best with what the model uses (docs/decoders.md); "
                    f"above {EXACT_DEFAULT_MAX} tokens or with a budget given, ablated-flow-budgeted in its place. "
                    "Name a method (--method) to run it alone, or pass --paper-only for rollout alone"}

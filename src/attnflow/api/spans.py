@@ -82,7 +82,8 @@ def checked_spans(spans: Any) -> Any:
         pair = item if isinstance(item, (Sequence, np.ndarray)) and not isinstance(item, str) else None
         if pair is None or len(pair) != 2 or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral)
                                                  for v in pair):
-            kind = "passages mixed with ranges" if any(isinstance(s, str) for s in items) else f"got {item!r:.40}"
+            kind = ("passages mixed with ranges" if any(isinstance(s, str) for s in items)
+                    else f"got {item!r:.40}: a character range is two integers (start, end)")
             raise AttnflowError(f"{WHAT}; {kind}")
     return [(int(a), int(b)) for a, b in items]
 

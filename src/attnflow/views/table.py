@@ -157,10 +157,17 @@ def result_table(result: Any, k: int = 5, **options: Any) -> Table:
     """The table a result prints as: per generated token for a generation, per layer for one method,
     per method for several."""
     if result.kind == "generation" or (result.kind == "seq2seq" and len(result.methods) == 1):
-        return generation_table(result, k, **options)
-    if len(result.methods) == 1 and result.kind == "text":
-        return layer_table(result, k, **options)
-    return method_table(result, k, **options)
+        table = generation_table(result, k, **options)
+    elif len(result.methods) == 1 and result.kind == "text":
+        table = layer_table(result, k, **options)
+    else:
+        table = method_table(result, k, **options)
+    added = (result.meta or {}).get("added")
+    if added and added.get("methods"):  # what the call computed beyond what was asked, and why (api.honest)
+        line = f"added: {', '.join(added['methods'])} ({added.get('why', '')})"
+        table.caption = f"{table.caption}\n{line}" if table.caption else line
+        table.caption_justify = "left"
+    return table
 
 
 def render_text(renderable: Any, width: int = 100) -> str:
