@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_runner import run_cli
 
@@ -151,3 +152,28 @@ def test_the_defaults_come_when_no_method_is_named_and_say_so(monkeypatch, capsy
     code, out, err = run_cli(monkeypatch, capsys, "explain", KEYS, "--model", decoder_dir, "--paper-only", "--json",
                              str(js))
     assert code == 0 and attnflow.load(js).methods == ["rollout"], err
+
+
+# --------------------------------------------------------------------------- 4. attnflow's own Loaded, bound once
+
+
+def test_attnflows_own_loaded_model_is_taken_by_every_text_entry_point(decoder_dir):
+    from attnflow.api.models import resolve
+
+    bound = resolve(decoder_dir)
+    again = attnflow.explain(KEYS, bound, method="ablated-flow")
+    named = attnflow.explain(KEYS, decoder_dir, method="ablated-flow")
+    assert again.methods == ["ablated-flow"]
+    np.testing.assert_allclose(again.row("ablated-flow"), named.row("ablated-flow"), atol=1e-12)  # nan: no layers
+    assert attnflow.explain_maps(KEYS, bound, methods=["rollout"]).methods == ["rollout"]
+    assert attnflow.generate(bound, prompt=KEYS, max_new_tokens=1).kind == "generation"
+
+
+def test_a_refusal_names_the_type_never_a_models_repr():
+    import torch
+
+    stack = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(30)])  # a repr of 30+ lines
+    with pytest.raises(AttnflowError) as refusal:
+        attnflow.explain(KEYS, stack, tokenizer=object())
+    message = str(refusal.value)
+    assert "\n" not in message and "Linear(" not in message and "got a Sequential" in message

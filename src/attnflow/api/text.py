@@ -21,7 +21,7 @@ import numpy as np
 from attnflow.api.methods import run_method
 from attnflow.api.checks import check_methods, check_options, check_text_model, model_kind_of
 from attnflow.api.honest import PAPER_ONLY
-from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve
+from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve, unwrap
 from attnflow.capture import capture
 from attnflow.capture.load import cached_tokenizer
 from attnflow.capture.text import is_causal, max_length
@@ -425,6 +425,7 @@ def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: A
 
     named = method is not None
     method = method if named else registry.tracked()  # not named: rollout (and a decoder's defaults beside it)
+    model, tokenizer = unwrap(model, tokenizer)
     info = _inspected(model)
     if target_text is not None or _encoder_decoder(model if info is None else info):
         from attnflow.api.seq2seq import explain_seq2seq
@@ -505,6 +506,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                               solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     named = methods is not None if defaults is None else not defaults
+    model, tokenizer = unwrap(model, tokenizer)
     names, shown = _shown(registry.ALL if methods is None else methods, method)
     if preview is not None and not callable(preview):
         raise AttnflowError(f"preview must be a function of the first result (or None); got {type(preview).__name__}")
