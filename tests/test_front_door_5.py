@@ -177,3 +177,36 @@ def test_a_refusal_names_the_type_never_a_models_repr():
         attnflow.explain(KEYS, stack, tokenizer=object())
     message = str(refusal.value)
     assert "\n" not in message and "Linear(" not in message and "got a Sequential" in message
+
+
+# --------------------------------------------------------------------------- 6. the budget is the call's cost
+
+
+LONG = ("Sara asked John to return her book. He said he would give it back to her after the weekend, "
+        "and she thanked him for the")
+
+
+@pytest.mark.parametrize("budget", [3, 5, 8])
+def test_the_budget_counts_the_capture_pass_and_states_its_unit(monkeypatch, capsys, tmp_path, decoder_dir, budget):
+    from attnflow.api.models import resolve
+    from attnflow.capture.budgeted import budgeted_ablated_flow
+
+    js = tmp_path / "b.json"
+    code, out, err = run_cli(monkeypatch, capsys, "explain", LONG, "--model", decoder_dir, "--method",
+                             "ablated-flow-budgeted", "--budget", str(budget), "--json", str(js))
+    assert code == 0, err
+    report = attnflow.load(js).meta["ablated-flow-budgeted"]
+    assert report["budget"] == budget and report["cost"] <= budget
+    assert report["unit"].startswith("forward-pass equivalents of the whole call: the capture pass (1)")
+    # the chooser itself got what the capture pass left: the same plan, run alone, costs one pass less
+    bound = resolve(decoder_dir)
+    ids = bound.tokenizer(LONG)["input_ids"]
+    alone = budgeted_ablated_flow(bound.model, ids, budget=budget - 1)
+    assert report["cost"] == pytest.approx(1 + alone.cost) and report["exact"] == [bool(e) for e in alone.exact]
+    shown = " ".join(out.split())
+    assert f"ablated-flow-budgeted: spent {report['cost']:.1f} of a budget of {budget} forward-pass equivalents" in shown
+
+
+def test_budget_nan_says_what_a_budget_is(monkeypatch, capsys, tmp_path):
+    refused(monkeypatch, capsys, tmp_path, "explain", KEYS, "--budget", "nan", "--json", "o.json",
+            message="budget must be a number in [3, 100000]; got nan")

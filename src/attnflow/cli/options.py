@@ -38,8 +38,27 @@ def option(setting: str, *names: str, help: str | None = None) -> Any:
     enum = {"head_fusion": HeadFusion, "weighting": Weighting, "causal_norm": CausalNorm}.get(setting)
     if enum is not None and default is not None:
         default = enum(default)
-    bounds = dict(min=spec.bounds[0], max=spec.bounds[1]) if spec.bounds else {}
-    return typer.Option(default, *names, help=help or spec.help, **bounds)
+    text = help or spec.help
+    if spec.bounds:  # the range checked by the setting's own check (click's reads NaN as "should be <= high")
+        text += f" In [{spec.bounds[0]:g}, {spec.bounds[1]:g}]."
+    return typer.Option(default, *names, help=text, **({"callback": _in_bounds(setting)} if spec.bounds else {}))
+
+
+def _in_bounds(setting: str) -> Any:
+    """A callback refusing a number outside the setting's range, NaN included, in the setting's own
+    words: ``--budget nan`` -> "budget must be a number in [3, 100000]; got nan"."""
+    from attnflow.config.settings import check_number
+
+    def check(value: Any) -> Any:
+        from attnflow.errors import AttnflowError
+
+        try:
+            check_number(setting, value)
+        except AttnflowError as refused:
+            raise typer.BadParameter(str(refused)) from None
+        return value
+
+    return check
 
 
 def device_option() -> Any:

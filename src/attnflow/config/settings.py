@@ -74,9 +74,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("truncate", False, "Cut texts longer than the model's maximum instead of refusing them.", cli=False),
     Option("device", "auto", "Where a model given by name runs: auto (a GPU when torch sees one), cpu, cuda, cuda:N "
            "or mps. A loaded model stays where it is.", cli=False),
-    Option("budget", 5.0, "ablated-flow-budgeted: the most forward passes to spend (exact ablated flow when it fits, "
-           "else the one-pass estimate with its latest and its top sources re-scored exactly).", bounds=(2.0, 100000.0),
-           scope=ANY),
+    Option("budget", 5.0, "ablated-flow-budgeted: the most the whole call may spend, in forward-pass equivalents: the "
+           "capture pass (1), the estimate's forward and backward pass (1 each), the exact re-runs (positions run / "
+           "the input's length). Exact ablated flow when it fits, else the one-pass estimate with its latest and its "
+           "top sources re-scored exactly.", bounds=(3.0, 100000.0), scope=ANY),
 )}
 
 # What an entry point takes beside the settings whose reach is checked the same way (a keyword of explain, not a

@@ -162,10 +162,19 @@ def result_table(result: Any, k: int = 5, **options: Any) -> Table:
         table = layer_table(result, k, **options)
     else:
         table = method_table(result, k, **options)
-    added = (result.meta or {}).get("added")
+    meta = result.meta or {}
+    lines = []
+    added = meta.get("added")
     if added and added.get("methods"):  # what the call computed beyond what was asked, and why (api.honest)
-        line = f"added: {', '.join(added['methods'])} ({added.get('why', '')})"
-        table.caption = f"{table.caption}\n{line}" if table.caption else line
+        lines.append(f"added: {', '.join(added['methods'])} ({added.get('why', '')})")
+    for method in result.methods:  # a method that keeps a budget says what it spent, in which unit
+        spent = meta.get(method)
+        if isinstance(spent, dict) and "budget" in spent and "unit" in spent:
+            exact = spent.get("exact") or []
+            lines.append(f"{method}: spent {spent['cost']:.1f} of a budget of {spent['budget']:g} {spent['unit']}; "
+                         f"{sum(exact)} of {len(exact)} scores exact, the rest estimated")
+    if lines:
+        table.caption = "\n".join([*([table.caption] if table.caption else []), *lines])
         table.caption_justify = "left"
     return table
 
