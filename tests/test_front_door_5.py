@@ -210,3 +210,63 @@ def test_the_budget_counts_the_capture_pass_and_states_its_unit(monkeypatch, cap
 def test_budget_nan_says_what_a_budget_is(monkeypatch, capsys, tmp_path):
     refused(monkeypatch, capsys, tmp_path, "explain", KEYS, "--budget", "nan", "--json", "o.json",
             message="budget must be a number in [3, 100000]; got nan")
+
+
+# --------------------------------------------------------------------------- 7. messages with the next step
+
+
+def test_a_vision_model_given_a_text_method_points_to_explain_image(monkeypatch, capsys, tmp_path):
+    refused(monkeypatch, capsys, tmp_path, "explain", KEYS, "--model", str(bundled_model_path("digits_vit")),
+            "--method", "ablated-flow", "--json", "o.json",
+            message="this model is an image classifier (a vision transformer); explain an image with "
+                    "`attnflow explain-image IMAGE")
+
+
+def test_the_unknown_word_hint_names_a_model_faithfulness_takes(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(monkeypatch, capsys, "faithfulness", "My grandmother baked an apple pie for the picnic")
+    warning = next(line for line in err.splitlines() if "not in the model's vocabulary" in line)
+    assert "to measure faithfulness, which needs a prediction, a decoder: --model smollm2" in warning
+
+
+def test_a_plain_dict_of_transformerlens_patterns_is_read_and_another_dict_is_told_what_works():
+    import torch
+
+    patterns = {f"blocks.{layer}.attn.hook_pattern": torch.rand(1, 2, 5, 5).softmax(-1) for layer in range(3)}
+    result = attnflow.explain_attentions(patterns)
+    stack = torch.stack([patterns[f"blocks.{layer}.attn.hook_pattern"][0] for layer in range(3)])
+    np.testing.assert_allclose(result.row("rollout"), attnflow.explain_attentions(stack).row("rollout"))
+    with pytest.raises(AttnflowError, match="pass the ActivationCache itself"):
+        attnflow.explain_attentions({"pattern": stack})
+
+
+def test_the_estimate_comes_before_the_capture_pass_and_names_the_budgeted_method(decoder_dir, monkeypatch):
+    from attnflow.api import text as text_api
+    from attnflow.api.long_inputs import MethodEstimate
+
+    order = []
+    real = text_api.capture
+    monkeypatch.setattr(text_api, "capture", lambda *a, **k: (order.append("capture"), real(*a, **k))[1])
+
+    class Bar:
+        def __call__(self, done, total):
+            pass
+
+        def estimate(self, found):
+            order.append((found.method, found.instead))
+
+    attnflow.explain(LONG, decoder_dir, method="ablated-flow", progress=Bar())
+    assert order[:2] == [("ablated-flow", "ablated-flow-budgeted"), "capture"], order
+    long = MethodEstimate(method="ablated-flow", tokens=4096, rows=4096, seconds=36000.0, memory=2**30, budget=2**33,
+                          per_source=True, instead="ablated-flow-budgeted")
+    assert "--method ablated-flow-budgeted answers within a stated budget" in str(long)
+
+
+def test_progress_lines_name_the_method_that_runs(monkeypatch, capsys, tmp_path, decoder_dir):
+    from attnflow.cli import progress
+
+    monkeypatch.setattr(progress, "PLAIN_EVERY_SECONDS", 0.0)  # a line for every step (stderr is no terminal here)
+    code, out, err = run_cli(monkeypatch, capsys, "explain", LONG, "--model", decoder_dir)
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if " runs, ETA" in line or " rows, ETA" in line]
+    assert lines and all(line.startswith("ablated-flow: ") for line in lines), lines

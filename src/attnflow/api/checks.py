@@ -258,6 +258,10 @@ _PLURAL = {"encoder": "encoders", "classifier": "classifiers", "decoder": "decod
            "encoder-decoder": "encoder-decoders", "vision": "image classifiers"}
 
 
+_NOUN = {"encoder": "an encoder", "classifier": "a classifier", "decoder": "a decoder", "encoder-decoder":
+         "an encoder-decoder", "vision": "an image classifier (a vision transformer)"}
+
+
 def _label(model: Any) -> str:
     """How a user names ``model`` on the command line (its folder or hub id where known)."""
     name = getattr(model, "path", None) or getattr(model, "name", None) or getattr(model, "name_or_path", None)
@@ -269,9 +273,8 @@ def why_not(method: Any, kind: str | None, family: str | None = None) -> str | N
     (None: it can, or they are unknown): its record's ``models``, and for a method whose rules are
     checked family by family (``needs_row``), whether the family's architecture row sets that column."""
     if kind is not None and kind not in method.models:
-        article = "an" if kind[0] in "aeiou" else "a"
         wanted = " and ".join(_PLURAL[k] for k in method.models)
-        return f"{method.name} runs on {wanted} only, and this model is {article} {kind}"
+        return f"{method.name} runs on {wanted} only, and this model is {_NOUN[kind]}"
     if method.needs_row and family:
         from attnflow.capture.architectures import ARCHITECTURES
 
@@ -326,9 +329,8 @@ def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind:
             continue
         flag = option.spelled
         if option.models is not None and kind is not None and kind not in option.models:
-            article = "an" if kind[0] in "aeiou" else "a"
             raise AttnflowError(f"{name} ({flag}) is for {' and '.join(_PLURAL[k] for k in option.models)} only, "
-                                f"and this model is {article} {kind}: drop {flag}")
+                                f"and this model is {_NOUN[kind]}: drop {flag}")
         readers = [r.name for r in registry.REGISTRY.values() if name in r.reads]
         if option.scope == EVERY:
             unread = [m for m in named if name not in registry.get(m).reads]
@@ -363,6 +365,10 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
     kind, family = model_kind_of(model), model_type_of(model)
     for record in records:
         reason = why_not(record, kind, family)
+        if reason is not None and kind == "vision" and "image" not in record.kinds:
+            raise AttnflowError(f"{reason}; explain an image with `attnflow explain-image IMAGE --model "
+                                f"{_label(model)}` (attnflow.explain_image), whose methods are "
+                                f"{', '.join(registry.names('image'))}")
         if reason is not None:
             raise AttnflowError(f"{reason}, so {what} cannot compute it; `attnflow methods --model {_label(model)}` "
                                 "lists what this model can run, and why not the others")

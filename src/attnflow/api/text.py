@@ -265,7 +265,8 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
     left_out: list[str] = []
 
     def fits(loaded: Any, tokens: Any, ids: list[int], lm: bool) -> None:
-        left_out.extend(_fits_the_budget(methods, loaded, tokens, ids, lm, settings, paper_only, named, spans))
+        left_out.extend(_fits_the_budget(methods, loaded, tokens, ids, lm, settings, paper_only, named, spans,
+                                         progress))
 
     run = prepare(text, model, tokenizer, settings, before_capture=fits)
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
@@ -277,7 +278,8 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
 
 
 def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[int], lm: bool, settings: Settings,
-                     paper_only: bool, named: bool = True, spans: Any = None) -> list[str]:
+                     paper_only: bool, named: bool = True, spans: Any = None,
+                     progress: Progress | None = None) -> list[str]:
     """Before the capture pass (on a long input the capture alone takes minutes and gigabytes), each
     method's working memory on these ``ids`` against the memory budget
     (:func:`attnflow.api.long_inputs.refuse_over_budget`): a method asked for that cannot fit is
@@ -285,7 +287,9 @@ def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[i
     left out, with a warning saying why. Returns the defaults left out. A per-source method is
     checked up to the explained target (the check after capture, on the method's own rows, stays).
     The options are checked first against every method the call will compute on this model and input
-    (:func:`attnflow.api.checks.check_methods`)."""
+    (:func:`attnflow.api.checks.check_methods`); a progress callback that takes estimates
+    (``progress.estimate``: the CLI's bar) gets each model-based method's time and memory now, before the
+    capture pass, which on a long input alone takes minutes."""
     import warnings
 
     from attnflow.api.honest import text_methods
@@ -308,6 +312,13 @@ def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[i
                 raise
             warnings.warn(f"the decoder default {name} is left out: {refused}", stacklevel=4)
             left_out.append(name)
+    if hasattr(progress, "estimate"):
+        from attnflow.api.long_inputs import prepare as estimate
+
+        for name in chosen:
+            if name not in left_out:  # the same estimate the method's run makes (its own bar counts down from it)
+                estimate(registry.get(name), Context(kind="text", attentions=None, settings=settings, rows=[target],
+                                                     model=model, input_ids=ids, progress=progress))
     return left_out
 
 
