@@ -270,3 +270,11 @@ def test_progress_lines_name_the_method_that_runs(monkeypatch, capsys, tmp_path,
     assert code == 0, err
     lines = [line for line in err.splitlines() if " runs, ETA" in line or " rows, ETA" in line]
     assert lines and all(line.startswith("ablated-flow: ") for line in lines), lines
+
+
+def test_an_unreachable_hub_id_names_the_installed_models(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    refused(monkeypatch, capsys, tmp_path, "explain", KEYS, "--model", "someone/a-model-not-here", "--json", "o.json",
+            message="looks like a hub id, and the model hub cannot be reached from here")
+    code, _, err = run_cli(monkeypatch, capsys, "explain", KEYS, "--model", "someone/a-model-not-here")
+    assert "--model smollm2" in err and "--model minilm" in err, err
