@@ -5,11 +5,10 @@ that left a user without the next step."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
+from cli_runner import refused, run_cli
 
 import attnflow
 from attnflow.errors import AttnflowError
@@ -18,18 +17,6 @@ from tests.factory import saved, tiny_decoder
 
 AGREEMENT = bundled_model_path("agreement")
 KEYS = "The keys to the cabinet"
-
-
-def refused(monkeypatch, capsys, folder: Path, *args: str, message: str) -> str:
-    """``attnflow ARGS`` in ``folder``: exit 2, one ``attnflow: error:`` line holding ``message``, no file."""
-    monkeypatch.chdir(folder)
-    before = sorted(p.name for p in folder.iterdir())
-    code, out, err = run_cli(monkeypatch, capsys, *args)
-    assert code == 2, (out, err)
-    assert err.count("\n") == 1 and err.startswith("attnflow: error: "), err
-    assert message in err, err
-    assert sorted(p.name for p in folder.iterdir()) == before
-    return err
 
 
 @pytest.fixture(scope="module")
