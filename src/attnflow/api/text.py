@@ -257,8 +257,9 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
     spans = checked_spans(spans)
     budget = settings.budget != Settings().budget
     kind = model_kind_of(model)
-    planned, _ = text_methods(methods, decoder=kind == "decoder", named=named, paper_only=paper_only, budget=budget,
-                              explains_last=settings.target in (None, "last", -1))
+    # a kind not known before loading (a hub id) may be a decoder: its defaults may come (checked again once loaded)
+    planned, _ = text_methods(methods, decoder=kind in ("decoder", None), named=named, paper_only=paper_only,
+                              budget=budget, explains_last=settings.target in (None, "last", -1))
     # a named model's kind from its config, before it loads
     check_methods(methods, settings, model, computed=planned, spans=spans)
 
