@@ -42,7 +42,8 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         that run the model ("ablated-flow", "alti-logit", ...; :mod:`attnflow.api.generation_methods`),
         computed beside rollout; the result opens on the first. None: the decoder defaults, rollout
         beside ablated flow (what ``attnflow generate`` runs without ``--method``;
-        :func:`attnflow.api.honest.generation_methods`; ``meta["added"]`` says so). progress(done, total): called as the per-source methods run.
+        :func:`attnflow.api.honest.generation_methods`; ``meta["added"]`` says so). progress(done, total):
+        called as the per-source methods run.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"`` picks how
         the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).

@@ -37,7 +37,8 @@ def _offered(command: Any) -> list[str] | None:
             kind = getattr(param, "type_descriptor", None) or getattr(param, "type", None)
             choices = getattr(kind, "choices", None)
             if choices:
-                return [str(getattr(c, "value", c)) for c in choices if str(getattr(c, "value", c)) in registry.REGISTRY]
+                names = [str(getattr(c, "value", c)) for c in choices]
+                return [n for n in names if n in registry.REGISTRY]
             return list(registry.names("text"))  # batch's comma-separated --methods
     return None
 

@@ -221,7 +221,8 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "Mohebbi et al. 2023 (value zeroing) within a budget; Kramár et al. 2024 for the rest",
            "attnflow.api.methods.one_pass:ablated_flow_budgeted",
            "exact ablated flow when it fits 5 forward passes, else the estimate with its latest and its top "
-           "sources re-scored exactly (decoders)", models=("decoder",), reads=("budget", "spans"), keeps="checkpointed"),
+           "sources re-scored exactly (decoders)", models=("decoder",), reads=("budget", "spans"),
+           keeps="checkpointed"),
     Method("attnlrp", ("text",), FORWARD_BACKWARD, False,
            "Achtibat et al. 2024 (AttnLRP), gradient x input form",
            "attnflow.api.methods.attnlrp:attnlrp",

@@ -112,9 +112,10 @@ def _cache_patterns(cache: Any) -> list | None:
     if isinstance(cache, Mapping) and not hasattr(cache, "stack_activation"):
         if not any(re.fullmatch(r"blocks\.(\d+)\.attn\.hook_pattern", str(k)) for k in cache.keys()):
             shown = ", ".join(repr(str(k))[:40] for k in list(cache.keys())[:3]) or "none"
-            raise AttnflowError(f"a dict of attention is read by its TransformerLens keys (blocks.L.attn.hook_pattern), "
-                                f"and this one has none (keys: {shown}); pass the ActivationCache itself "
-                                "(run_with_cache), the Hugging Face attentions tuple, or a (layers, heads, n, n) stack")
+            raise AttnflowError(f"a dict of attention is read by its TransformerLens keys "
+                                f"(blocks.L.attn.hook_pattern), and this one has none (keys: {shown}); pass the "
+                                "ActivationCache itself (run_with_cache), the Hugging Face attentions tuple, or a "
+                                "(layers, heads, n, n) stack")
     elif not (hasattr(cache, "stack_activation") and hasattr(cache, "keys")):
         return None
 
