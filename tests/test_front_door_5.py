@@ -266,3 +266,26 @@ def test_an_unreachable_hub_id_names_the_installed_models(monkeypatch, capsys, t
             message="looks like a hub id, and the model hub cannot be reached from here")
     code, _, err = run_cli(monkeypatch, capsys, "explain", KEYS, "--model", "someone/a-model-not-here")
     assert "--model smollm2" in err and "--model minilm" in err, err
+
+
+def test_a_methods_estimate_prints_once_and_its_bar_counts_its_own_time_only():
+    import io
+
+    from rich.console import Console
+
+    from attnflow.api.long_inputs import MethodEstimate
+    from attnflow.cli.progress import ProgressBar
+
+    stream = io.StringIO()
+    bar = ProgressBar("explaining", 2, "runs", Console(file=stream, force_terminal=False))
+    found = MethodEstimate(method="ablated-flow", tokens=400, rows=400, seconds=600.0, memory=2**20, budget=2**30,
+                           per_source=True, instead="ablated-flow-budgeted")
+    bar.estimate(found)  # before the capture pass: said, no bar yet (the capture is not this method's time)
+    assert bar.task is None and stream.getvalue().count("ablated-flow on 400 tokens") == 1
+    bar.method("rollout", "runs")
+    bar(1, 3)
+    bar.method("ablated-flow", "runs")  # the next method: a bar of its own, not rollout's elapsed time
+    assert bar.task is None and bar.description == "ablated-flow"
+    bar.estimate(found)  # the method's own estimate: not printed again; its bar starts now
+    assert bar.task is not None and stream.getvalue().count("ablated-flow on 400 tokens") == 1
+    bar.stop()
