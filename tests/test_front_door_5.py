@@ -289,3 +289,8 @@ def test_a_methods_estimate_prints_once_and_its_bar_counts_its_own_time_only():
     bar.estimate(found)  # the method's own estimate: not printed again; its bar starts now
     assert bar.task is not None and stream.getvalue().count("ablated-flow on 400 tokens") == 1
     bar.stop()
+
+
+def test_a_setting_of_the_methods_asked_for_is_not_refused_for_a_default_added_beside_them(decoder_dir):
+    result = attnflow.explain(KEYS, decoder_dir, weighting="norm")  # rollout reads it; ablated flow comes along
+    assert result.methods == ["rollout", "ablated-flow"] and result.params["weighting"] == "norm"

@@ -270,9 +270,10 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
                                          progress))
 
     run = prepare(text, model, tokenizer, settings, before_capture=fits)
+    asked = methods
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
                                   paper_only=paper_only, n_tokens=len(run.maps.tokens), named=named, budget=budget)
-    check_methods(methods, settings, run.model, spans=spans)  # a hub id's kind, known once loaded
+    check_methods(asked, settings, run.model, computed=methods, spans=spans)  # a hub id's kind, known once loaded
     methods, added = [m for m in methods if m not in left_out], [m for m in added if m not in left_out]
     return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
                      progress=progress, explained_only=added, measured=measured, spans=spans, preview=preview)
