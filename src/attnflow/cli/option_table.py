@@ -83,7 +83,13 @@ def rows() -> list[tuple[str, str, str | None, str]]:
 def markdown() -> str:
     """The table (markdown), and the rule for what it does not list."""
     lines = ["| command | option | applies where |", "| --- | --- | --- |"]
-    lines += [f"| `{command}` | `{flag}` | {text} |" for command, flag, _, text in rows()]
+    table = rows()
+    for command in dict.fromkeys(c for c, _, _, _ in table):  # the options that always apply in one row
+        always = [f"`{flag}`" for c, flag, name, _ in table if c == command and name is None]
+        if always:
+            lines.append(f"| `{command}` | {', '.join(always)} | {ALWAYS} |")
+        lines += [f"| `{command}` | `{flag}` | {text} |" for c, flag, name, text in table
+                  if c == command and name is not None]
     lines.append("")
     lines.append("Any other combination (an option away from its default where it applies nowhere in the call: "
                  "another method, another kind of model) is refused before any work, in one line, exit 2, nothing "
