@@ -50,6 +50,8 @@ def _away_from_default(option) -> tuple[list[str], object]:
     """A value of ``option`` other than its default, as command-line words and as the value."""
     if option.name == "spans":
         return ["--by", "word"], "word"
+    if option.name == "target_class":  # any class of the digits model
+        return ["--class", "3"], "3"
     if option.choices:
         value = next(c for c in option.choices if c is not None and c != option.default)
     else:

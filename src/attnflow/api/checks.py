@@ -346,14 +346,15 @@ def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind:
 
 
 def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what: str = "explain",
-                  computed: Any = None, spans: Any = None) -> None:
+                  computed: Any = None, spans: Any = None, **given: Any) -> None:
     """Refuse, before any work, a method or setting that cannot apply: the one check every entry point
     (explain, explain_maps, generate, faithfulness, batch, the CLI and the app) makes.
 
     methods: the chosen method names (or registry records); settings: the
     :class:`~attnflow.config.Settings` (None: not checked); model: a ModelInfo, a Loaded, a loaded
     model or None (its kind unknown: not checked); computed: every method the call will compute (the
-    decoder defaults added; default ``methods``); spans: the ``spans=`` given. Refused, in one sentence
+    decoder defaults added; default ``methods``); spans and ``given``: the entry point's own checked
+    keywords (``attnflow.config.settings.ENTRY_OPTIONS``: ``spans=``, ``target_class=``). Refused, in one sentence
     each: a method whose record does not list the model's kind (``Method.models``); a gradient-weighted
     method with the norm weighting; an option away from its default where it changes nothing
     (:func:`check_options`)."""
@@ -372,7 +373,7 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
         if reason is not None:
             raise AttnflowError(f"{reason}, so {what} cannot compute it; `attnflow methods --model {_label(model)}` "
                                 "lists what this model can run, and why not the others")
-    given: dict[str, Any] = {"spans": spans}
+    given = {"spans": spans, **given}
     if settings is not None:
         weighed = [r.name for r in records if r.gradients]
         if weighed and settings.weighting != "attention":

@@ -86,7 +86,8 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
     methods, shown = registry.resolve(method, "image")
     from attnflow.api.checks import check_methods
 
-    check_methods(methods, settings, what="explain-image")  # an option that changes none of them, before any work
+    # an option that changes none of them (target_class without grad-rollout), before any work
+    check_methods(methods, settings, what="explain-image", target_class=target_class)
     single = not isinstance(images, (list, tuple))
     batch = [images] if single else list(images)
     model = resolve(model, task="vision", device=settings.device).model

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# command-line parameters that spell an entry point's keyword under another name (``--by``/``--spans``: spans=)
-SPELLED = {"by": "spans", "spans_file": "spans"}
+# command-line flags that spell an entry point's keyword under another name (``--by``/``--spans``: spans=)
+SPELLED = {"--by": "spans", "--spans": "spans", "--class": "target_class"}
 ALWAYS = "every use of the command"
 
 
@@ -74,7 +74,7 @@ def rows() -> list[tuple[str, str, str | None, str]]:
             if getattr(param, "param_type_name", None) != "option" or param.name == "help":
                 continue
             flag = max(param.opts, key=len)
-            option = rule(SPELLED.get(param.name, param.name))
+            option = rule(SPELLED.get(flag, param.name))
             checked = option is not None and (option.scope is not None or option.models is not None)
             out.append((name, flag, option.name if checked else None, where(option, offered) if checked else ALWAYS))
     return out

@@ -80,7 +80,7 @@ RESULT_KINDS = ("text", "image", "seq2seq")
 MODEL_KINDS = ("encoder", "classifier", "decoder", "encoder-decoder", "vision")
 # The settings whose value some method ignores; a method lists those that change its scores (``reads``),
 # and a non-default value with a chosen method that does not read it is refused (attnflow.api.checks).
-OPTIONAL_SETTINGS = ("weighting", "causal_norm", "residual", "head_fusion", "budget", "spans")
+OPTIONAL_SETTINGS = ("weighting", "causal_norm", "residual", "head_fusion", "budget", "spans", "target_class")
 # what the attention methods read by default: the maps are weighted, fused over heads and normalised before them,
 # and the residual is added to each layer's (raw shows the fused weights without it)
 ATTENTION_READS = ("weighting", "causal_norm", "residual", "head_fusion")
@@ -197,7 +197,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
            "attnflow.api.methods.gradient:grad_rollout",
            "rollout of gradient-weighted attention for the predicted class (classifiers)", gradients=True,
-           classifiers_only=True, models=("classifier", "vision"), reads=()),
+           classifiers_only=True, models=("classifier", "vision"), reads=("target_class",)),
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
            "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",

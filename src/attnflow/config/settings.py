@@ -86,6 +86,8 @@ ENTRY_OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("spans", None, "Decoders: what ablated flow, its estimate, the budgeted method and AttnLRP remove at once: "
            "'token', 'word', 'sentence', passages of the text, character ranges or a file of passages.", cli=False,
            scope=ANY, flag="--by/--spans"),
+    Option("target_class", None, "Images: the class grad-rollout explains (index or label; default the predicted one).",
+           cli=False, scope=ANY, flag="--class"),
 )}
 
 
