@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from attnflow.cli import main
 
@@ -18,3 +19,17 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
         code = exc.code if isinstance(exc.code, int) else 1
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def refused(monkeypatch, capsys, folder: Path, *args: str, message: str) -> str:
+    """Run ``attnflow ARGS`` in ``folder`` and check the refusal: exit 2, one ``attnflow: error:`` line on
+    stderr holding ``message``, no traceback, no file written (not even a temporary one)."""
+    monkeypatch.chdir(folder)
+    before = sorted(p.name for p in folder.iterdir())
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("attnflow: error: "), err
+    assert message in err, err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in folder.iterdir()) == before
+    return err

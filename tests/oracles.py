@@ -105,3 +105,21 @@ def edited_logit_drop(model, path: str, columns, ids, target: int, token: int, p
             for h in handles:
                 h.remove()
     return clean - edited
+
+
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
+
+def float32_softmax_atol(clean: float, n: int) -> float:
+    """The tolerance between a score computed by attnflow's cached, batched re-runs and the same score
+    from a plain full pass, on a float64 model whose attention takes its softmax in float32 (transformers'
+    eager attention does, for every dtype: ``softmax(..., dtype=torch.float32).to(query.dtype)``).
+
+    A softmax row over ``n`` keys summed in float32 is exact to about ``n`` float32 units in the last
+    place relative to its weights; the cached re-run reduces rows of different lengths than the full
+    pass (its queries are a suffix, its keys come from the cache), and the SIMD width torch picks (a
+    ``ATEN_CPU_CAPABILITY`` of default, avx2 or avx512) changes the order of that sum. So the two
+    logits, and so the two drops, can differ by ``n * eps32`` relative to the logit's size: about
+    2.5e-6 for the tiny Llama's logits of ~15 over 25 keys under avx512, where avx2 happens to agree
+    to 1e-15. Anything larger is a real difference (the drops tested are of order 1)."""
+    return n * FLOAT32_EPS * max(1.0, abs(float(clean)))

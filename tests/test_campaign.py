@@ -290,15 +290,12 @@ def test_png_draws_every_method_on_a_decoder_and_a_classifier(work, monkeypatch,
     """Methods without a layers axis (ablated flow, occlusion) draw as one row, each on its own scale."""
     import matplotlib.image as mpimg
 
-    from attnflow.config import registry
-
     folder, _ = work
     for method in _offered(kind):
         png = folder / f"{method}.png"
-        # --paper-only (no decoder defaults beside it) only where it does not contradict the method
-        alone = ["--paper-only"] if method in registry.paper_methods() else []
+        # a method named runs alone (nothing added beside it), --paper-only or not
         code, out, err = run_cli(monkeypatch, capsys, "explain", "the keys to the old cabinet are", "--model",
-                                 str(tiny_folders[kind]), "--method", method, "--png", str(png), *alone)
+                                 str(tiny_folders[kind]), "--method", method, "--png", str(png), "--paper-only")
         assert code == 0, (method, err)
         picture = mpimg.imread(png)
         assert picture.shape[0] > 100 and picture.std() > 0.01, method  # a drawn figure, not an empty page
@@ -413,9 +410,14 @@ def test_a_method_or_setting_that_cannot_apply_is_refused_by_every_command(work,
          "weighting='norm' (--weighting) does not change ablated-flow"),
         (["explain", "the keys", "--method", "alti-logit", "--causal-norm", "sink", "--model", llama],
          "causal_norm='sink' (--causal-norm) does not change alti-logit"),
-        (["explain", "the keys", "--method", "occlusion", "--paper-only", "--model", llama], "contradict"),
-        (["explain", "the keys", "--method", "logit-attribution", "--paper-only", "--html", "r.html", "--model",
-          llama], "contradict"),
+        (["explain", "the keys", "--method", "occlusion", "--budget", "3", "--model", llama],
+         "budget=3.0 (--budget) changes none of the methods this call computes (occlusion)"),
+        (["explain", "the keys", "--method", "logit-attribution", "--by", "word", "--html", "r.html", "--model",
+          llama],
+         "spans='word' (--by/--spans) changes none of the methods this call computes "
+         "(raw, rollout, logit-attribution)"),
+        (["explain", "the keys", "--by", "sentence", "--model", minilm_path],
+         "spans='sentence' (--by/--spans) changes none of the methods this call computes (rollout)"),
         (["generate", "the keys", "--method", "ablated-flow", "--model", t5],
          "ablated-flow runs on decoders (causal language models) only, and this model is an encoder-decoder"),
         (["generate", "the keys", "--method", "alti-logit", "--model", t5], "alti-logit runs on decoders"),
@@ -436,7 +438,7 @@ def test_a_method_or_setting_that_cannot_apply_is_refused_by_every_command(work,
     # what the same settings do with methods they change: accepted past the check (then the weights are missing)
     code, _, err = run_cli(monkeypatch, capsys, "explain", "the keys", "--method", "rollout", "--weighting", "norm",
                            "--model", llama)
-    assert code != 0 and "does not change" not in err and "contradict" not in err, err
+    assert code != 0 and "does not change" not in err and "changes none" not in err, err
 
 
 def test_python_entry_points_make_the_same_check(work, minilm_path):
@@ -450,10 +452,10 @@ def test_python_entry_points_make_the_same_check(work, minilm_path):
     assert not (folder / "run").exists()
     with pytest.raises(AttnflowError, match="does not change ablated-flow"):
         attnflow.explain("the keys", llama, method="ablated-flow", weighting="norm")
-    with pytest.raises(AttnflowError, match="contradict"):
-        attnflow.explain("the keys", llama, method=["rollout", "alti-logit"], paper_only=True)
-    with pytest.raises(AttnflowError, match="contradict"):
-        attnflow.explain_maps("the keys", llama, methods=["rollout", "occlusion"], paper_only=True)
+    with pytest.raises(AttnflowError, match="budget=3.0 .* changes none of the methods"):
+        attnflow.explain("the keys", llama, method=["rollout", "alti-logit"], settings=attnflow.Settings(budget=3))
+    with pytest.raises(AttnflowError, match="spans='word' .* changes none of the methods"):
+        attnflow.explain_maps("the keys", llama, methods=["rollout", "occlusion"], spans="word")
     with pytest.raises(AttnflowError, match="alti-logit runs on decoders .* an encoder-decoder, so generate"):
         attnflow.generate(str(inputs / "t5"), prompt="the keys", method="alti-logit")
     with pytest.raises(AttnflowError, match="causal_norm='keys' .* does not change logit-attribution"):

@@ -59,5 +59,5 @@ def test_explain_on_decoder_defaults_to_last(monkeypatch, capsys, tmp_path, smol
                              "--method", "all", "--json", str(js))
     assert code == 0, err
     saved = attnflow.load(js)
-    assert saved.methods == ["raw", "rollout", "flow", "ablated-flow"]  # the measured-faithful method beside them
+    assert saved.methods == ["raw", "rollout", "flow"]  # the methods named, alone (issue 45)
     assert saved.target == 4 and all(c.targets == (4,) for c in saved.computed.values()) and "cabinet" in out

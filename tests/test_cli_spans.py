@@ -42,12 +42,13 @@ def test_explain_by_a_file_of_passages_with_a_budget(monkeypatch, capsys, tmp_pa
     passages.write_text("asked John\nwould give it\n", encoding="utf-8")
     js = tmp_path / "p.json"
     code, out, err = run_cli(monkeypatch, capsys, "explain", TEXT, "--model", folder, "--method",
-                             "ablated-flow-budgeted", "--by", "spans", "--spans", str(passages), "--budget", "2",
+                             "ablated-flow-budgeted", "--by", "spans", "--spans", str(passages), "--budget", "3",
                              "--json", str(js))
     assert code == 0, err
     saved = attnflow.load(js)
     report = saved.meta["ablated-flow-budgeted"]
-    assert saved.params["budget"] == 2.0 and report["budget"] == 2.0  # the estimate alone fits 2 passes
+    # the capture pass and the estimate's forward and backward pass fit 3 forward-pass equivalents, no more
+    assert saved.params["budget"] == 3.0 and report["budget"] == 3.0 and report["cost"] == 3.0
     assert report["plan"] == "estimate+refine" and not any(report["exact"])
     assert "asked John" in out and "[estimate]" in out
 

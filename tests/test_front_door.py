@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_runner import run_cli
+from cli_runner import refused, run_cli
 
 import attnflow
 from attnflow.capture import load as load_module
@@ -26,19 +26,6 @@ from attnflow.models import bundled_model_path
 AGREEMENT = bundled_model_path("agreement")
 DIGITS = bundled_model_path("digits_vit")
 ENGLISH = "My grandmother baked an apple pie for the church picnic"
-
-
-def refused(monkeypatch, capsys, folder: Path, *args: str, message: str) -> str:
-    """Run ``attnflow ARGS`` in ``folder`` and check the refusal: exit 2, one stderr line, no file."""
-    monkeypatch.chdir(folder)
-    before = sorted(p.name for p in folder.iterdir())
-    code, out, err = run_cli(monkeypatch, capsys, *args)
-    assert code == 2, (out, err)
-    assert err.count("\n") == 1 and err.startswith("attnflow: error: "), err
-    assert message in err, err
-    assert "Traceback" not in err
-    assert sorted(p.name for p in folder.iterdir()) == before  # nothing written, not even a temporary file
-    return err
 
 
 def model_copy(tmp_path: Path, source: Path, name: str = "model") -> Path:

@@ -93,7 +93,10 @@ def test_the_generation_cache_is_cropped_not_recomputed(tokenizer, monkeypatch):
 def test_rollout_alone_is_unchanged(tokenizer):
     model = tiny_model("llama", vocab=tokenizer.vocab_size)
     result = attnflow.generate(model, tokenizer, PROMPT, 3)
-    assert result.methods == ["rollout"] and result.method == "rollout"
+    assert result.methods == ["rollout"] and result.method == "rollout" and "added" not in result.meta
+    # None (the command line without --method): the decoder defaults, and the result says what was added
+    found = attnflow.generate(model, tokenizer, PROMPT, 3, method=None)
+    assert found.methods == ["rollout", "ablated-flow"] and found.meta["added"]["methods"] == ["ablated-flow"]
 
 
 def test_unknown_generation_method_is_refused(tokenizer):

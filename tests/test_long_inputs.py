@@ -286,8 +286,8 @@ def test_a_method_over_the_budget_is_refused_before_the_capture_pass(minilm_path
 
 
 def test_a_decoder_default_over_the_budget_is_left_out_with_a_warning(minilm_path, monkeypatch):
-    """The honest policy adds ablated flow (exact or budgeted) beside a decoder's asked methods; when it
-    cannot fit the budget the asked method still runs, and the warning says which default was left
+    """The honest policy adds ablated flow (exact or budgeted) beside rollout when no method is named; when it
+    cannot fit the budget rollout still runs, and the warning says which default was left
     out and why (before, the default's refusal came after the asked methods had run)."""
     import attnflow
     from attnflow.api.honest import text_methods
@@ -300,5 +300,5 @@ def test_a_decoder_default_over_the_budget_is_left_out_with_a_warning(minilm_pat
     assert added  # a decoder default is added on this input
     monkeypatch.setenv("ATTNFLOW_MEMORY_BUDGET", "1K")
     with pytest.warns(UserWarning, match=rf"the decoder default {added[0]} is left out: .*1\.0 KiB memory budget"):
-        result = attnflow.explain(text, model, tokenizer=tokenizer, method="rollout")
+        result = attnflow.explain(text, model, tokenizer=tokenizer)  # no method named: the decoder defaults
     assert "rollout" in result.methods and added[0] not in result.methods

@@ -192,11 +192,12 @@ def test_a_preview_has_flow_for_the_explained_target_before_the_rest(minilm, smo
     attnflow.explain_maps(text, model, tokenizer=tokenizer, methods=("rollout", "flow"), preview=preview)
     assert seen == []
 
-    # a decoder's first look has its defaults, and the faithfulness numbers only in the whole result
+    # a decoder's first look has its defaults (added beside a menu's ticks, as the app asks), and the
+    # faithfulness numbers only in the whole result
     monkeypatch.undo()
     lm, lm_tokenizer = smollm2
     whole = attnflow.explain_maps("The keys to the cabinet", lm, tokenizer=lm_tokenizer,
-                                  methods=("rollout", "flow"), preview=preview)
+                                  methods=("rollout", "flow"), preview=preview, defaults=True)
     first = seen[0][0]
     assert first.methods == whole.methods and "ablated-flow" in first.methods
     assert "faithfulness" in whole.meta and "faithfulness" not in first.meta

@@ -16,7 +16,7 @@ from attnflow.capture.segments import char_spans, segments
 from attnflow.capture.span_ablation import ablate_spans, batches, refine_top_spans
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder, tiny_model
-from tests.oracles import edited_logit_drop
+from tests.oracles import edited_logit_drop, float32_softmax_atol
 
 # written here from each family's modelling code: layer l's value projection, its value columns
 VALUES = {
@@ -56,7 +56,9 @@ def test_span_scores_equal_one_plain_pass_per_span(decoder, layers):
         for v in range(found.scores.shape[1]):
             expected = [naive_drop(model, "llama", ids, t, found.tokens[i], s, None if layers == "all" else v)
                         for s in spans]
-            np.testing.assert_allclose(found.scores[i, v], expected, atol=1e-8, rtol=0)
+            # the float32 softmax of transformers' eager attention bounds the agreement (oracles.py)
+            atol = float32_softmax_atol(found.clean[i], n)
+            np.testing.assert_allclose(found.scores[i, v], expected, atol=atol, rtol=0)
     assert np.ptp(found.scores) > 1e-3
 
 

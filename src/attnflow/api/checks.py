@@ -215,19 +215,17 @@ def check_scheduler(scheduler: Any, timeout: float = 3.0) -> None:
 
 # ------------------------------------------------------------------------------ methods against a model
 
-_SETTING_FLAGS = {"weighting": ("weighting", "--weighting"), "causal_norm": ("causal_norm", "--causal-norm")}
-
-
-def named_info(model: Any) -> Any:
+def named_info(model: Any, task: str = "auto") -> Any:
     """A :class:`~attnflow.capture.load.ModelInfo` for a model named by a folder (its ``config.json``
-    read, no weights; None: the default model), or ``model`` itself when it is loaded or a hub id
-    (whose kind is then told once loaded). Imports no torch."""
+    read, no weights; None: the default model for ``task``, the one the command loads: ``"generation"``
+    for SmolLM2), or ``model`` itself when it is loaded or a hub id (whose kind is then told once
+    loaded). Imports no torch."""
     from attnflow.capture.load import ModelInfo, resolve_model
 
     if not (model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")):
         return model
     try:
-        path = resolve_model(model)
+        path = resolve_model(model, task=task)
         config = _config(path)
     except AttnflowError:
         return model  # refused, with its own sentence, where it is loaded
@@ -260,6 +258,10 @@ _PLURAL = {"encoder": "encoders", "classifier": "classifiers", "decoder": "decod
            "encoder-decoder": "encoder-decoders", "vision": "image classifiers"}
 
 
+_NOUN = {"encoder": "an encoder", "classifier": "a classifier", "decoder": "a decoder", "encoder-decoder":
+         "an encoder-decoder", "vision": "an image classifier (a vision transformer)"}
+
+
 def _label(model: Any) -> str:
     """How a user names ``model`` on the command line (its folder or hub id where known)."""
     name = getattr(model, "path", None) or getattr(model, "name", None) or getattr(model, "name_or_path", None)
@@ -271,9 +273,8 @@ def why_not(method: Any, kind: str | None, family: str | None = None) -> str | N
     (None: it can, or they are unknown): its record's ``models``, and for a method whose rules are
     checked family by family (``needs_row``), whether the family's architecture row sets that column."""
     if kind is not None and kind not in method.models:
-        article = "an" if kind[0] in "aeiou" else "a"
         wanted = " and ".join(_PLURAL[k] for k in method.models)
-        return f"{method.name} runs on {wanted} only, and this model is {article} {kind}"
+        return f"{method.name} runs on {wanted} only, and this model is {_NOUN[kind]}"
     if method.needs_row and family:
         from attnflow.capture.architectures import ARCHITECTURES
 
@@ -298,28 +299,65 @@ def model_type_of(model: Any) -> str | None:
     return model_type(inner if inner is not None else model) or None
 
 
-def check_paper_only(methods: Any) -> None:
-    """``paper_only`` (--paper-only) with a chosen method that is not the paper's: the two contradict."""
+def _short(value: Any) -> str:
+    """A value as a refusal quotes it: never a model's or a long list's whole repr."""
+    import reprlib
+
+    shown = reprlib.Repr()
+    shown.maxlist = shown.maxtuple = 4
+    shown.maxstring = shown.maxother = 40
+    return shown.repr(value)
+
+
+def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind: str | None = None) -> None:
+    """The one check of where an option applies, generated from the option rows
+    (:data:`attnflow.config.settings.OPTIONS` and ``ENTRY_OPTIONS``: ``scope``, ``models``) and the
+    registry records (``reads``): refuse, in one sentence, a value away from its default that would
+    change nothing, so that a result never records a setting that was not applied.
+
+    given: option name -> value (what the call was given); named: the methods the user chose (or the
+    entry point's default); computed: every method the call will compute (default: ``named``); kind:
+    the model's kind when known (None: not checked by kind)."""
     from attnflow.config import registry
+    from attnflow.config.settings import ANY, EVERY, is_default, rule
 
-    other = [m for m in methods if not registry.get(m).in_all]
-    if other:
-        raise AttnflowError(f"paper_only (--paper-only) asks for the paper's methods alone "
-                            f"({', '.join(registry.paper_methods())}), and {other[0]} was chosen too: the two "
-                            "contradict; drop --paper-only or choose among the paper's methods")
+    named = [m if isinstance(m, str) else m.name for m in named]
+    computed = named if computed is None else [m if isinstance(m, str) else m.name for m in computed]
+    for name, value in given.items():
+        option = rule(name)
+        if option is None or is_default(name, value):
+            continue
+        flag = option.spelled
+        if option.models is not None and kind is not None and kind not in option.models:
+            raise AttnflowError(f"{name} ({flag}) is for {' and '.join(_PLURAL[k] for k in option.models)} only, "
+                                f"and this model is {_NOUN[kind]}: drop {flag}")
+        readers = [r.name for r in registry.REGISTRY.values() if name in r.reads]
+        if option.scope == EVERY:
+            unread = [m for m in named if name not in registry.get(m).reads]
+            if unread:
+                raise AttnflowError(f"{name}={_short(value)} ({flag}) does not change {unread[0]} (it applies to "
+                                    f"{', '.join(readers)} only), so the result would record a setting that was "
+                                    f"not applied; drop {flag} or compute {unread[0]} separately")
+        elif option.scope == ANY and not any(name in registry.get(m).reads for m in computed):
+            raise AttnflowError(f"{name}={_short(value)} ({flag}) changes none of the methods this call computes "
+                                f"({', '.join(computed)}): it applies to {', '.join(readers)} only, so the result "
+                                f"would record a setting that was not applied; drop {flag} or choose "
+                                f"--method {readers[0]}")
 
 
-def check_methods(methods: Any, settings: Any = None, model: Any = None, *, paper_only: bool = False,
-                  what: str = "explain") -> None:
+def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what: str = "explain",
+                  computed: Any = None, spans: Any = None, **given: Any) -> None:
     """Refuse, before any work, a method or setting that cannot apply: the one check every entry point
     (explain, explain_maps, generate, faithfulness, batch, the CLI and the app) makes.
 
     methods: the chosen method names (or registry records); settings: the
     :class:`~attnflow.config.Settings` (None: not checked); model: a ModelInfo, a Loaded, a loaded
-    model or None (its kind unknown: not checked). Refused, in one sentence each: a method whose
-    record does not list the model's kind (``Method.models``); ``weighting``/``causal_norm`` away
-    from their default with a chosen method whose record does not read them (``Method.reads``);
-    ``paper_only`` with a chosen method that is not the paper's (``Method.in_all``)."""
+    model or None (its kind unknown: not checked); computed: every method the call will compute (the
+    decoder defaults added; default ``methods``); spans and ``given``: the entry point's own checked
+    keywords (``attnflow.config.settings.ENTRY_OPTIONS``: ``spans=``, ``target_class=``). Refused, in one sentence
+    each: a method whose record does not list the model's kind (``Method.models``); a gradient-weighted
+    method with the norm weighting; an option away from its default where it changes nothing
+    (:func:`check_options`)."""
     from attnflow.config import registry
 
     records = [m if isinstance(m, registry.Method) else registry.get(m) for m in methods]
@@ -328,29 +366,21 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, pape
     kind, family = model_kind_of(model), model_type_of(model)
     for record in records:
         reason = why_not(record, kind, family)
+        if reason is not None and kind == "vision" and "image" not in record.kinds:
+            raise AttnflowError(f"{reason}; explain an image with `attnflow explain-image IMAGE --model "
+                                f"{_label(model)}` (attnflow.explain_image), whose methods are "
+                                f"{', '.join(registry.names('image'))}")
         if reason is not None:
             raise AttnflowError(f"{reason}, so {what} cannot compute it; `attnflow methods --model {_label(model)}` "
                                 "lists what this model can run, and why not the others")
-    if paper_only:
-        check_paper_only([r.name for r in records])
+    given = {"spans": spans, **given}
     if settings is not None:
-        from attnflow.config.settings import Settings
-
-        default = Settings()
-        for field, (name, flag) in _SETTING_FLAGS.items():
-            value = getattr(settings, field)
-            if value == getattr(default, field):
-                continue
-            unread = [r.name for r in records if field not in r.reads]
-            weighed = [r.name for r in records if r.gradients]
-            if field == "weighting" and weighed:
-                raise AttnflowError(f"{weighed[0]} weighs attention by its gradients and has no norm weighting; "
-                                    "use weighting='attention' for it")
-            if unread:
-                readers = [r.name for r in registry.REGISTRY.values() if field in r.reads]
-                raise AttnflowError(f"{name}={value!r} ({flag}) does not change {unread[0]} (it applies to "
-                                    f"{', '.join(readers)} only), so the result would record a setting that was "
-                                    f"not applied; drop {flag} or compute {unread[0]} separately")
+        weighed = [r.name for r in records if r.gradients]
+        if weighed and settings.weighting != "attention":
+            raise AttnflowError(f"{weighed[0]} weighs attention by its gradients and has no norm weighting; "
+                                "use weighting='attention' for it")
+        given.update(settings.as_dict())
+    check_options(given, [r.name for r in records], computed, kind)
 
 
 def runnable(model: Any, kind: str | None = None) -> list[tuple[Any, str | None]]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from attnflow.api.generation_methods import check, method_blocks, reuses_cache
-from attnflow.api.checks import check_methods
+from attnflow.api.checks import check_methods, model_kind_of
+from attnflow.api.honest import added_note, generation_methods
 from attnflow.api.models import inspect, is_name, resolve
 from attnflow.api.seq2seq import generate_seq2seq
 from attnflow.api.text import refuse_seq2seq_settings
@@ -39,8 +40,10 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         every generated token is explained).
     method: "rollout" (tracked while the model generates), or one or a list of the registered methods
         that run the model ("ablated-flow", "alti-logit", ...; :mod:`attnflow.api.generation_methods`),
-        computed beside rollout; the result opens on the first. progress(done, total): called as the
-        per-source methods run.
+        computed beside rollout; the result opens on the first. None: the decoder defaults, rollout
+        beside ablated flow (what ``attnflow generate`` runs without ``--method``;
+        :func:`attnflow.api.honest.generation_methods`; ``meta["added"]`` says so). progress(done, total):
+        called as the per-source methods run.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"`` picks how
         the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).
@@ -51,9 +54,9 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
                               weighting=weighting, device=device)
-    names = [method] if isinstance(method, str) else list(method)
-    check(names)
     named = inspect(model, task="generation") if is_name(model) else model
+    names, added = generation_methods(method, model_kind_of(named), settings)
+    check(names)
     check_methods(names, settings, named, what="generate")  # from a named model's config, before it loads
     loaded = resolve(named, tokenizer, task="generation", device=settings.device)
     check_methods(names, settings, loaded, what="generate")
@@ -71,5 +74,6 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         target_positions=[m - 1 + i for i in range(len(trace.new_ids))], blocks=blocks,
         n_layers=trace.rows.shape[1], method=names[0], input=prompt, input_length=m, model=name,
         params={**settings.as_dict(), "do_sample": trace.do_sample, "max_new_tokens": max_new_tokens},
-        meta={"completion": trace.completion, "generated_ids": trace.new_ids, "prompt_ids": trace.prompt_ids,
+        meta={**({"added": added_note(added)} if added else {}),
+              "completion": trace.completion, "generated_ids": trace.new_ids, "prompt_ids": trace.prompt_ids,
               "strategy": trace.strategy})

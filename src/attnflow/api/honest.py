@@ -1,14 +1,16 @@
 """Honest defaults, decided once, in the api, before a result is built: what a decoder's explanation
 shows unless asked otherwise, and the faithfulness numbers a short input's report carries.
 
-- :func:`text_methods`: beside the requested methods, a decoder's explanation of its last position
-  (the one that predicts the next token) computes the registry's decoder defaults (the records with
-  ``decoder_default``: the paper's rollout and the method that agreed best with what the model uses
-  in the decoder study, docs/decoders.md, "Study": ablated flow, value zeroing of each source token
-  in every layer) unless ``paper_only``. One flag with one default (``PAPER_ONLY``):
-  ``attnflow.explain(paper_only=...)``, ``attnflow explain --paper-only``, the app's ``paper_only``.
-  ``attnflow generate`` and the app's generation show the same defaults; ``method="rollout"``
-  (``--method rollout``) gives the paper's alone.
+- :func:`text_methods`, the one place that decides what a call adds to what was asked: a method the
+  user names runs alone (nothing added); when none is named, a decoder's explanation of its last
+  position (the one that predicts the next token) computes the registry's decoder defaults (the
+  records with ``decoder_default``: the paper's rollout and the method that agreed best with what the
+  model uses in the decoder study, docs/decoders.md, "Study": ablated flow, value zeroing of each source
+  token in every layer; above ``EXACT_DEFAULT_MAX`` tokens, or with a budget given, the budgeted method
+  in its place) unless ``paper_only`` (then rollout alone). One flag with one default (``PAPER_ONLY``):
+  ``attnflow.explain(paper_only=...)``, ``attnflow explain --paper-only``, the app's ``paper_only``
+  (the app's menus add the defaults beside the methods ticked). What was added, and why
+  (:func:`added_note`), goes into ``result.meta["added"]`` and under the printed table.
 - :func:`faithfulness_record`: for an input of at most ``REPORT_FAITHFULNESS_MAX`` tokens on a model
   with a prediction head (a causal LM or a sequence classifier), every computed method measured
   against leave-one-out on the fly (:func:`attnflow.evaluation.faithfulness.evaluate`; a decoder's
@@ -37,15 +39,46 @@ EXACT_DEFAULT_MAX = 64
 
 
 def text_methods(methods: list[str], *, decoder: bool, explains_last: bool, paper_only: bool = PAPER_ONLY,
-                 n_tokens: int = 0) -> tuple[list[str], list[str]]:
-    """``(methods to compute, those added)``: the requested ``methods`` and, for a decoder (a causal
-    LM) explaining its last position, unless ``paper_only``, the decoder defaults not among them (above
-    ``EXACT_DEFAULT_MAX`` tokens, each default's ``long_default`` in its place)."""
-    if paper_only or not decoder or not explains_last:
+                 n_tokens: int = 0, named: bool = False, budget: bool = False) -> tuple[list[str], list[str]]:
+    """``(methods to compute, those added)``: ``methods`` as named (``named``: the user chose them, and
+    they run alone), or, when none was named (``methods`` is then the entry point's own default), for a
+    decoder (a causal LM) explaining its last position, unless ``paper_only``, the decoder defaults not
+    among them (above ``EXACT_DEFAULT_MAX`` tokens, or with a ``budget`` given, each default's
+    ``long_default`` in its place: a budget given is a budget to keep)."""
+    if named or paper_only or not decoder or not explains_last:
         return list(methods), []
-    wanted = [registry.get(m).long_default or m if n_tokens > EXACT_DEFAULT_MAX else m for m in DECODER_METHODS]
+    long = n_tokens > EXACT_DEFAULT_MAX or budget
+    wanted = [registry.get(m).long_default or m if long else m for m in DECODER_METHODS]
     added = [m for m in wanted if m not in methods]
     return [*methods, *added], added
+
+
+def generation_methods(methods: Any, kind: str | None, settings: Any) -> tuple[list[str], list[str]]:
+    """``(methods to compute, those added)`` for a generation (``attnflow generate``, ``attnflow.generate``):
+    ``methods`` as named (a name or a list; the tracked rollout is computed beside them anyway), or, when
+    None, the decoder defaults: the tracked rollout and each other default that runs on a model of
+    ``kind`` and reads the settings given (a ``weighting`` or ``causal_norm`` away from its default that a
+    default would ignore leaves that default out rather than refusing what nobody asked for)."""
+    from attnflow.api.checks import why_not
+    from attnflow.config.settings import Settings
+
+    if methods is not None:
+        return ([methods] if isinstance(methods, str) else list(methods)), []
+    default = Settings()
+    changed = [f for f in ("weighting", "causal_norm") if getattr(settings, f) != getattr(default, f)]
+    tracked = registry.tracked()
+    added = [m for m in DECODER_METHODS if m != tracked and why_not(registry.get(m), kind) is None
+             and all(f in registry.get(m).reads for f in changed)]
+    return [tracked, *added], added
+
+
+def added_note(added: list[str]) -> dict[str, Any]:
+    """What ``result.meta["added"]`` says about the methods :func:`text_methods` added."""
+    return {"methods": list(added),
+            "why": "no method was named, so a decoder's prediction gets the decoder defaults: the paper's rollout "
+                   "beside ablated flow, the method that agreed best with what the model uses (docs/decoders.md); "
+                   f"above {EXACT_DEFAULT_MAX} tokens or with a budget given, ablated-flow-budgeted in its place. "
+                   "Name a method (--method) to run it alone, or pass --paper-only for rollout alone"}
 
 
 def faithfulness_record(result: Any, model: Any, tokenizer: Any, max_tokens: int = REPORT_FAITHFULNESS_MAX,

@@ -84,6 +84,10 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
         raise AttnflowError("images explain the classifier's read-out with every query seeing the whole image: "
                             "leave causal_norm and target unset (target_class picks the class)")
     methods, shown = registry.resolve(method, "image")
+    from attnflow.api.checks import check_methods
+
+    # an option that changes none of them (target_class without grad-rollout), before any work
+    check_methods(methods, settings, what="explain-image", target_class=target_class)
     single = not isinstance(images, (list, tuple))
     batch = [images] if single else list(images)
     model = resolve(model, task="vision", device=settings.device).model

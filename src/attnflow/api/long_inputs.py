@@ -51,6 +51,7 @@ BYTES_ONE_LAYER = 40        # the same for the one layer a checkpointed backward
 CHECKPOINTED_SDPA_MARGIN = 1.75  # a checkpointed pass on SDPA: measured peak over the counted tensors (backward_memory)
 PER_SOURCE_SDPA_MARGIN = 1.25   # exact runs on SDPA: measured peak over per_source_memory's count (per_source_memory)
 BACKWARD_PASSES = 2         # a plain forward + backward method's time in passes (measured 1.8-1.9, see prepare)
+LONG_SECONDS = 60.0          # an estimate this long names a method that answers within a stated cost
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -99,6 +100,7 @@ class MethodEstimate:
     pass_seconds: float = 0.0
     per_source: bool = False
     variants: int = 1
+    instead: str | None = None  # a method that answers within a stated cost (the record's long_default)
 
     def seconds_for(self, done: int) -> float:
         """Expected time of the first ``done`` steps: a per-source method's run for source ``j``
@@ -113,9 +115,11 @@ class MethodEstimate:
         how = (f"{self.rows} edited runs in batches of {self.batch}" if self.per_source
                else "one forward and one backward pass" if self.rows <= 2
                else f"one forward pass and {self.rows - 1} backward passes, one per explained token")
+        cheaper = (f"; --method {self.instead} answers within a stated budget of passes (exact where it fits, "
+                   "estimated elsewhere)") if self.instead and self.seconds >= LONG_SECONDS else ""
         return (f"{self.method} on {self.tokens} tokens: about {_clock(self.seconds)} ({how}; one pass over the input: "
                 f"about {self.pass_seconds:.2f} s), working memory about {_size(self.memory)} of a "
-                f"{_size(self.budget)} budget (ATTNFLOW_MEMORY_BUDGET)")
+                f"{_size(self.budget)} budget (ATTNFLOW_MEMORY_BUDGET){cheaper}")
 
 
 def _shape(model: Any) -> dict[str, int]:
@@ -341,7 +345,7 @@ def prepare(record: Method, context: Context) -> Context:
             seconds = passes * took
         estimate(MethodEstimate(method=record.name, tokens=len(ids), rows=steps, seconds=seconds, memory=memory,
                                 budget=budget, batch=batch, pass_seconds=took,
-                                per_source=record.cost == PER_SOURCE, variants=variants))
+                                per_source=record.cost == PER_SOURCE, variants=variants, instead=record.long_default))
     if record.cost == PER_SOURCE and not context.batch_size:
         from dataclasses import replace
 

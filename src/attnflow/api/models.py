@@ -35,7 +35,7 @@ from attnflow.errors import AttnflowError
 # What the CLI and the app need of the model-facing layer, so that they import the api only.
 __all__ = ["Loaded", "ModelInfo", "check_model_path", "default_model_path", "describe", "find_pypi_model", "inspect",
            "is_name", "load_model", "load_vision_model", "max_length", "open_image", "quiet_transformers", "read_config",
-           "register_architecture", "resolve", "smollm2_path", "token_strings"]
+           "register_architecture", "resolve", "smollm2_path", "token_strings", "unwrap"]
 
 
 def is_name(model: Any) -> bool:
@@ -59,8 +59,9 @@ def check_loaded(model: Any) -> None:
                             "tokenizer, or explain the bridge's patterns with "
                             "attnflow.explain_attentions(cache) after model.run_with_cache(...)")
     if not hasattr(model, "config") or not callable(model):
-        raise AttnflowError(f"model must be a name, a model folder, a .gguf file or a loaded Hugging Face model; "
-                            f"got {model!r} ({type(model).__name__})")
+        # the type, never the value's repr: a model's is dozens of lines
+        raise AttnflowError(f"model must be a name, a model folder, a .gguf file, a loaded Hugging Face model (with "
+                            f"its tokenizer) or what attnflow.api.resolve returns; got a {type(model).__name__}")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,12 @@ def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", dev
     needs its ``tokenizer`` and stays where it is (a ``device`` it is not on is refused)."""
     from attnflow.api.checks import check_model_device, pick_device
 
+    if isinstance(model, Loaded):  # resolved once already: bind it and reuse it
+        check_model_device(model.model, device)
+        if tokenizer is not None and tokenizer is not model.tokenizer:
+            return Loaded(model=model.model, tokenizer=tokenizer, name=model.name, family=model.family,
+                          head=model.head, info=model.info)
+        return model
     info = None
     if is_name(model):
         if task == "vision":
@@ -111,6 +118,15 @@ def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", dev
             raise AttnflowError("pass the tokenizer together with a loaded model")
     return Loaded(model=model, tokenizer=tokenizer, name=loaded_name(model), family=model_family(model),
                   head=model_head(model), info=info)
+
+
+def unwrap(model: Any, tokenizer: Any = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for an entry point: a :class:`Loaded` (what :func:`resolve` returns, bound
+    once and passed again) gives its model and tokenizer (``tokenizer`` given wins); anything else is
+    returned as it is."""
+    if isinstance(model, Loaded):
+        return model.model, tokenizer if tokenizer is not None else model.tokenizer
+    return model, tokenizer
 
 
 def describe(model: Any) -> tuple[str, str]:

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from attnflow.api.methods import run_method
-from attnflow.api.checks import check_methods, check_paper_only, check_text_model
+from attnflow.api.checks import check_methods, check_options, check_text_model, model_kind_of
 from attnflow.api.honest import PAPER_ONLY
-from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve
+from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve, unwrap
 from attnflow.capture import capture
 from attnflow.capture.load import cached_tokenizer
 from attnflow.capture.text import is_causal, max_length
@@ -176,6 +176,8 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
     blocks = {}
     for method in methods:
         rows = rows_for(method)
+        if hasattr(progress, "method"):  # a bar (the CLI's) names the method whose steps it counts
+            progress.method(method, "rows" if registry.get(method).cost == registry.MAX_FLOW else "runs")
         # the capture pass's last-position logits: the clean readout a method explaining that row reuses
         clean = attentions.last_logits[None] if list(rows) == [n - 1] and attentions.last_logits is not None \
             else None
@@ -241,37 +243,55 @@ def refuse_norm_with_gradients(methods: Sequence[str], settings: Settings) -> No
 
 def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, methods: list[str], shown: str,
              targets: Any, flow_targets: str, progress: Progress | None, paper_only: bool,
-             measured: bool, spans: Any = None, preview: Callable[[Attribution], None] | None = None) -> Attribution:
+             measured: bool, spans: Any = None, preview: Callable[[Attribution], None] | None = None,
+             named: bool = True) -> Attribution:
     """Capture, then the honest policy (:mod:`attnflow.api.honest`), decided before the result is
-    built: the decoder defaults beside ``methods`` unless ``paper_only``, and, when ``measured``
-    (a report's maps), the on-the-fly faithfulness numbers of a short input. ``preview``: see
-    :func:`attribute`."""
+    built: ``methods`` alone when ``named``, else the decoder defaults beside them unless ``paper_only``,
+    and, when ``measured`` (a report's maps), the on-the-fly faithfulness numbers of a short input.
+    Every option is checked against the methods the call will compute before the model loads (as far
+    as a named model's config tells its kind) and again, with the token count, before the capture pass.
+    ``preview``: see :func:`attribute`."""
     from attnflow.api.honest import text_methods
+    from attnflow.api.spans import checked_spans
 
-    check_methods(methods, settings, model)  # a named model's kind from its config, before it loads
+    spans = checked_spans(spans)
+    budget = settings.budget != Settings().budget
+    kind = model_kind_of(model)
+    # a kind not known before loading (a hub id) may be a decoder: its defaults may come (checked again once loaded)
+    planned, _ = text_methods(methods, decoder=kind in ("decoder", None), named=named, paper_only=paper_only,
+                              budget=budget, explains_last=settings.target in (None, "last", -1))
+    # a named model's kind from its config, before it loads
+    check_methods(methods, settings, model, computed=planned, spans=spans)
 
     left_out: list[str] = []
 
     def fits(loaded: Any, tokens: Any, ids: list[int], lm: bool) -> None:
-        left_out.extend(_fits_the_budget(methods, loaded, tokens, ids, lm, settings, paper_only))
+        left_out.extend(_fits_the_budget(methods, loaded, tokens, ids, lm, settings, paper_only, named, spans,
+                                         progress))
 
     run = prepare(text, model, tokenizer, settings, before_capture=fits)
-    check_methods(methods, settings, run.model)  # a hub id's kind, known once loaded
+    asked = methods
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
-                                  paper_only=paper_only, n_tokens=len(run.maps.tokens))
+                                  paper_only=paper_only, n_tokens=len(run.maps.tokens), named=named, budget=budget)
+    check_methods(asked, settings, run.model, computed=methods, spans=spans)  # a hub id's kind, known once loaded
     methods, added = [m for m in methods if m not in left_out], [m for m in added if m not in left_out]
     return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
                      progress=progress, explained_only=added, measured=measured, spans=spans, preview=preview)
 
 
 def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[int], lm: bool, settings: Settings,
-                     paper_only: bool) -> list[str]:
+                     paper_only: bool, named: bool = True, spans: Any = None,
+                     progress: Progress | None = None) -> list[str]:
     """Before the capture pass (on a long input the capture alone takes minutes and gigabytes), each
     method's working memory on these ``ids`` against the memory budget
     (:func:`attnflow.api.long_inputs.refuse_over_budget`): a method asked for that cannot fit is
     refused now, not after the others have run; a decoder default the honest policy would add is
     left out, with a warning saying why. Returns the defaults left out. A per-source method is
-    checked up to the explained target (the check after capture, on the method's own rows, stays)."""
+    checked up to the explained target (the check after capture, on the method's own rows, stays).
+    The options are checked first against every method the call will compute on this model and input
+    (:func:`attnflow.api.checks.check_methods`); a progress callback that takes estimates
+    (``progress.estimate``: the CLI's bar) gets each model-based method's time and memory now, before the
+    capture pass, which on a long input alone takes minutes."""
     import warnings
 
     from attnflow.api.honest import text_methods
@@ -283,7 +303,8 @@ def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[i
     except AttnflowError:
         return []  # the target is refused after capture, as before, with the captured tokens to name
     chosen, added = text_methods(methods, decoder=lm, explains_last=target == n - 1, paper_only=paper_only,
-                                 n_tokens=n)
+                                 n_tokens=n, named=named, budget=settings.budget != Settings().budget)
+    check_methods(methods, settings, model, computed=chosen, spans=spans)
     left_out = []
     for name in chosen:
         try:
@@ -293,6 +314,13 @@ def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[i
                 raise
             warnings.warn(f"the decoder default {name} is left out: {refused}", stacklevel=4)
             left_out.append(name)
+    if hasattr(progress, "estimate"):
+        from attnflow.api.long_inputs import prepare as estimate
+
+        for name in chosen:
+            if name not in left_out:  # the same estimate the method's run makes (its own bar counts down from it)
+                estimate(registry.get(name), Context(kind="text", attentions=None, settings=settings, rows=[target],
+                                                     model=model, input_ids=ids, progress=progress))
     return left_out
 
 
@@ -318,6 +346,10 @@ def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: s
     found = groups_for(spans, run.text, run.tokenizer, len(run.maps.tokens))
     notes: dict[str, Any] = {} if found is None else {
         "spans": found[0], "span_labels": found[1], "span_methods": [m for m in methods if registry.get(m).spans]}
+    if explained_only:
+        from attnflow.api.honest import added_note
+
+        notes["added"] = added_note(list(explained_only))
     later = [] if preview is None else [m for m in methods if registry.get(m).rows == registry.WHILE_CHEAP
                                         and rows_for(m) != [run.target]]
 
@@ -341,7 +373,7 @@ def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: s
     return built(blocks, faithfulness_record(built(blocks), run.model, run.tokenizer))
 
 
-def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout", target: Any = UNSET,
+def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = None, target: Any = UNSET,
             residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
             progress: Progress | None = None, causal_norm: str | None = UNSET,
             target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
@@ -351,8 +383,9 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
         ``tokenizer``; None uses the default model.
     method: "raw", "rollout", "flow", "grad-rollout" (gradient-weighted rollout for the predicted
-        class; sequence classifiers only), "all" (the paper's three) or a list of these; the result
-        holds every one of them.
+        class; sequence classifiers only), any other registered method, "all" (the paper's three) or a
+        list of these; the result holds every one of them and nothing else. None (not named): rollout,
+        and on a decoder's last position the decoder defaults beside it (see ``paper_only``).
     target: "cls", "last", a token position, or None: "last" for decoders (the position that predicts
         the next token), "cls" for encoders.
     causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
@@ -370,10 +403,11 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     settings: an :class:`attnflow.Settings` holding every setting; the keywords above (residual,
         head_fusion, weighting, causal_norm, solver, target, truncate, device) override it.
 
-    paper_only: a decoder explaining its last position also computes ablated flow (value zeroing,
-        the method the decoder study found faithful; :mod:`attnflow.api.honest`) beside ``method``,
-        unless True: then the requested methods alone, which must be the paper's (raw, rollout, flow; another is
-        refused as a contradiction); CLI ``--paper-only``.
+    paper_only: with no ``method`` named, a decoder explaining its last position also computes ablated
+        flow (value zeroing, the method the decoder study found faithful; above 64 tokens or with a
+        budget given, the budgeted method; :mod:`attnflow.api.honest`) beside rollout, unless True:
+        then rollout alone. A method named runs alone either way; ``result.meta["added"]`` says what was
+        added and why. CLI ``--paper-only``.
     spans: decoders: "word", "sentence", a list of passages of the text (or character ranges), or a
         file of passages: ablated flow, its estimate and the budgeted method remove each span at once
         and every token carries its span's score (:mod:`attnflow.api.spans`); default each token.
@@ -382,27 +416,29 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     ``result.params`` is ``settings.as_dict()``.
     """
     return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
-                          causal_norm, target_text, weighting, settings, paper_only, refuse_contradiction=True,
-                          device=device, spans=spans)
+                          causal_norm, target_text, weighting, settings, paper_only, device=device, spans=spans)
 
 
-def explain_as_asked(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "rollout",
+def explain_as_asked(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = None,
                      target: Any = UNSET, residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                      truncate: bool = UNSET, progress: Progress | None = None, causal_norm: str | None = UNSET,
                      target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
                      paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None) -> Attribution:
-    """:func:`explain` without refusing ``paper_only`` beside a method that is not the paper's: for
-    callers whose ``paper_only=True`` means "add nothing to what was asked" (``attnflow.faithfulness``
-    measures exactly the methods it is given)."""
+    """:func:`explain` (kept for callers that measure exactly the methods they are given,
+    ``attnflow.faithfulness``: a method named runs alone in :func:`explain` too)."""
     return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
-                          causal_norm, target_text, weighting, settings, paper_only, refuse_contradiction=False,
-                          device=device, spans=spans)
+                          causal_norm, target_text, weighting, settings, paper_only, device=device, spans=spans)
 
 
 def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: Any, residual: float, head_fusion: str,
                    solver: str, truncate: bool, progress: Progress | None, causal_norm: str | None,
                    target_text: str | None, weighting: str, settings: Settings | None, paper_only: bool, *,
-                   refuse_contradiction: bool, device: str = UNSET, spans: Any = None) -> Attribution:
+                   device: str = UNSET, spans: Any = None) -> Attribution:
+    from attnflow.api.spans import checked_spans
+
+    named = method is not None
+    method = method if named else registry.tracked()  # not named: rollout (and a decoder's defaults beside it)
+    model, tokenizer = unwrap(model, tokenizer)
     info = _inspected(model)
     if target_text is not None or _encoder_decoder(model if info is None else info):
         from attnflow.api.seq2seq import explain_seq2seq
@@ -411,16 +447,15 @@ def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: A
         settings = Settings.build(settings, device=device, residual=residual, head_fusion=head_fusion, solver=solver,
                                   truncate=truncate, causal_norm=causal_norm, weighting=weighting)
         refuse_seq2seq_settings(settings)
+        check_options({"spans": checked_spans(spans), **settings.as_dict()}, resolve_methods(method, "seq2seq")[0])
         return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, settings=settings,
                                target=None if target is UNSET else target, progress=progress)
     settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
                               solver=solver, truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     methods, shown = resolve_methods(method)
-    if paper_only and refuse_contradiction:
-        check_paper_only(methods)
     return _explain(text, model if info is None else info, tokenizer, settings, methods=methods, shown=shown,
                     targets="target", flow_targets="target", progress=progress, paper_only=paper_only, measured=False,
-                    spans=spans)
+                    spans=spans, named=named)
 
 
 def refuse_seq2seq_settings(settings: Settings) -> None:
@@ -457,20 +492,24 @@ def _encoder_decoder(model: Any) -> bool:
 
 
 def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
-                 methods: Any = registry.ALL, method: str | None = None, target: Any = UNSET,
+                 methods: Any = None, method: str | None = None, target: Any = UNSET,
                  flow_targets: str = "auto", residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                  truncate: bool = UNSET, progress: Progress | None = None,
                  causal_norm: str | None = UNSET, targets: str = "auto", weighting: str = UNSET,
                  settings: Settings | None = None, paper_only: bool = PAPER_ONLY, device: str = UNSET,
-                 spans: Any = None, preview: Callable[[Attribution], None] | None = None) -> Attribution:
+                 spans: Any = None, preview: Callable[[Attribution], None] | None = None,
+                 defaults: bool | None = None) -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
     ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
     names the one a report opens on (default: rollout when computed, else the first of ``methods``).
     ``targets="auto"`` computes every target up to ``MAPS_ALL_MAX`` tokens and the explained one
     above (``"all"`` always). One forward pass, plus one differentiable pass when ``methods``
-    includes "grad-rollout" (sequence classifiers only). ``weighting``, ``settings``, ``spans`` and
-    ``paper_only`` as in :func:`explain` (the decoder defaults for the explained target alone). A
+    includes "grad-rollout" (sequence classifiers only). ``methods`` None: the paper's three (not
+    named: a decoder's defaults come beside them). ``weighting``, ``settings``, ``spans`` and
+    ``paper_only`` as in :func:`explain` (the decoder defaults for the explained target alone);
+    ``defaults``: True adds them beside the ``methods`` given too (a menu's ticks, which a user did
+    not name one by one: the app), False never, None when ``methods`` is None. A
     short input (at most ``attnflow.api.honest.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
     prediction head carries the on-the-fly faithfulness numbers in ``meta["faithfulness"]``, which
     the report shows. ``preview(result)``: called first with flow for the explained target alone and
@@ -479,9 +518,9 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
                               solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
-    names, shown = _shown(methods, method)
-    if paper_only:
-        check_paper_only(names)
+    named = methods is not None if defaults is None else not defaults
+    model, tokenizer = unwrap(model, tokenizer)
+    names, shown = _shown(registry.ALL if methods is None else methods, method)
     if preview is not None and not callable(preview):
         raise AttnflowError(f"preview must be a function of the first result (or None); got {type(preview).__name__}")
     if targets not in ("auto", "all"):
@@ -490,7 +529,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     info = _inspected(model)
     return _explain(text, model if info is None else info, tokenizer, settings, methods=names, shown=shown,
                     targets=targets, flow_targets=flow_targets, progress=progress, paper_only=paper_only,
-                    measured=True, spans=spans, preview=preview)
+                    measured=True, spans=spans, preview=preview, named=named)
 
 
 def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int | None = None,

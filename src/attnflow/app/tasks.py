@@ -50,7 +50,8 @@ def explain_text(job: Job, loaded: Loaded, request: TextRequest) -> Any:
         return explain_maps(request.text, loaded.model, tokenizer=loaded.tokenizer, methods=request.methods,
                             flow_targets="all" if request.flow_all else "auto", head_fusion=request.head_fusion,
                             residual=request.residual, progress=job.progress_callback("attention flow"),
-                            paper_only=request.paper_only, preview=first_look, **request.extra)
+                            paper_only=request.paper_only, preview=first_look, defaults=True,
+                            **request.extra)
 
 
 def _streamer(job: Job, tokenizer: Any, total: int) -> Any:

@@ -174,6 +174,13 @@ def load_failure(what: str, name: str, exc: BaseException) -> AttnflowError:
     reason = text.splitlines()[0] if text else type(exc).__name__
     if "safetensor" in type(exc).__name__.lower() or "deserializ" in reason:
         reason = f"its weights file is damaged or incomplete ({reason})"
+    elif not Path(name).exists() and any(w in text.lower() for w in ("connect", "offline", "cached files")):
+        # a hub id with no network (or HF_HUB_OFFLINE): name the models that need none
+        installed = [f"--model {e.names[0]} ({e.title.split(' (')[0]})" for e in pypi_models.PYPI_MODELS
+                     if pypi_models.package_folder(e) is not None]
+        reason = (f"{name!r} looks like a hub id, and the model hub cannot be reached from here; pass a local model "
+                  "folder or a .gguf file" + (f", or a model installed from PyPI: {', '.join(installed)}" if installed
+                                              else ""))
     return AttnflowError(f"could not load {what} {name!r}: {reason}")
 
 

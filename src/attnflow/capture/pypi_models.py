@@ -139,9 +139,13 @@ def general_model_hint(current: str | None = None) -> str | None:
     if folder is not None and current is not None and Path(current).resolve() == (folder / str(entry.folder)).resolve():
         return None
     name = entry.title.split(" (")[0]
+    # an encoder has no prediction to measure: faithfulness (and anything explaining a prediction) needs a decoder
+    decoder = find("smollm2")
+    with_head = (f"; to measure faithfulness, which needs a prediction, a decoder: --model {decoder.names[0]}"
+                 + ("" if package_folder(decoder) is not None else f" ({install_hint(decoder)})")) if decoder else ""
     if folder is not None:
-        return f"use a general model, e.g. --model {entry.names[0]} ({name}, installed)"
-    return f"use a general model, e.g. {name}: {install_hint(entry)}, then --model {entry.names[0]}"
+        return f"use a general model, e.g. --model {entry.names[0]} ({name}, installed){with_head}"
+    return f"use a general model, e.g. {name}: {install_hint(entry)}, then --model {entry.names[0]}{with_head}"
 
 
 def _stderr(message: str) -> None:

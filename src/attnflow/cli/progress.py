@@ -67,16 +67,32 @@ class ProgressBar:
         self.found: Any = None
         self.plain = not console.is_terminal  # no bar to draw: a line now and then, with the same ETA
         self.printed: float | None = None
+        self.said: set = set()
+        self.running = False  # an estimate starts the bar once a method runs (method()); early ones are printed only
+
 
     def _start(self, total: int) -> None:
         self.bar.start()
         self.task = self.bar.add_task(self.description, total=total, unit=self.unit, estimate=self.found)
 
+    def method(self, name: str, unit: str) -> None:
+        """The next method of a call computing several: its own line, rate and ETA (each method's steps
+        cost differently, and the time of the ones before it is not its own)."""
+        if self.task is not None:
+            self.bar.remove_task(self.task)
+            self.task = None
+        self.description, self.unit, self.found, self.printed, self.began = name, unit, None, None, None
+        self.running = True
+
     def estimate(self, found: Any) -> None:
         self.found = found
+        said = getattr(found, "method", None), getattr(found, "tokens", None), getattr(found, "rows", None)
+        first = said not in self.said  # a method's estimate is printed before the capture pass, once
+        self.said.add(said)
         if found.seconds >= PRINT_ESTIMATE_SECONDS:
-            self.console.print(f"{found}. Ctrl-C stops it.", highlight=False, soft_wrap=True)
-            if self.task is None and found.rows >= self.min_total:
+            if first:
+                self.console.print(f"{found}. Ctrl-C stops it.", highlight=False, soft_wrap=True)
+            if self.task is None and found.rows >= self.min_total and self.running:
                 self._start(found.rows)
 
     def __call__(self, done: int, total: int) -> None:

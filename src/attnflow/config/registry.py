@@ -80,7 +80,10 @@ RESULT_KINDS = ("text", "image", "seq2seq")
 MODEL_KINDS = ("encoder", "classifier", "decoder", "encoder-decoder", "vision")
 # The settings whose value some method ignores; a method lists those that change its scores (``reads``),
 # and a non-default value with a chosen method that does not read it is refused (attnflow.api.checks).
-OPTIONAL_SETTINGS = ("weighting", "causal_norm")
+OPTIONAL_SETTINGS = ("weighting", "causal_norm", "residual", "head_fusion", "budget", "spans", "target_class")
+# what the attention methods read by default: the maps are weighted, fused over heads and normalised before them,
+# and the residual is added to each layer's (raw shows the fused weights without it)
+ATTENTION_READS = ("weighting", "causal_norm", "residual", "head_fusion")
 
 # Rows policies: which targets a report's maps compute when every target is asked for.
 EVERY_TARGET = "every target"
@@ -114,8 +117,8 @@ class Method:
     shown_first: bool = False       # what a result of several methods opens on, when computed
     rows: str = EVERY_TARGET        # which targets a report's maps compute (see EVERY_TARGET, WHILE_CHEAP)
     models: tuple[str, ...] = MODEL_KINDS  # the kinds of model it runs on (see MODEL_KINDS)
-    reads: tuple[str, ...] = OPTIONAL_SETTINGS  # which of OPTIONAL_SETTINGS change its scores
-    spans: bool = False             # ablates by span when given spans= (every token of a span at once; api.spans)
+    reads: tuple[str, ...] = ATTENTION_READS  # which of OPTIONAL_SETTINGS change its scores ("spans": it ablates
+    #                                           every token of a span at once when given spans=; api.spans)
     long_default: str | None = None  # a decoder default's stand-in above honest.EXACT_DEFAULT_MAX tokens
     needs_row: str | None = None    # a column of the architecture table a model's row must set (its rules are per family)
     keeps: str = "decomposition"    # what its backward pass keeps, for the memory budget (see KEEPS)
@@ -135,6 +138,11 @@ class Method:
             raise AttnflowError(f"reads must be among {OPTIONAL_SETTINGS}; got {self.reads}")
         if self.keeps not in KEEPS:
             raise AttnflowError(f"keeps must be one of {KEEPS}; got {self.keeps!r}")
+
+    @property
+    def spans(self) -> bool:
+        """Whether it ablates by span when given ``spans=`` (:mod:`attnflow.api.spans`)."""
+        return "spans" in self.reads
 
     @property
     def needs_model(self) -> bool:
@@ -179,7 +187,8 @@ class Context:
 _ATTENTION = "attnflow.api.methods.attention"
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("raw", RESULT_KINDS, FORWARD, True, "Abnar & Zuidema 2020 (raw attention)", f"{_ATTENTION}:raw",
-           "each layer's attention weights", in_all=True, colour="#6e7781"),
+           "each layer's attention weights", in_all=True, colour="#6e7781",
+           reads=("weighting", "causal_norm", "head_fusion")),
     Method("rollout", RESULT_KINDS, FORWARD, True, "Abnar & Zuidema 2020, eq. 1", f"{_ATTENTION}:rollout",
            "products of residual-augmented attention, layer by layer", in_all=True, paths=True, colour="#1d4ed8",
            decoder_default=True, tracked=True, shown_first=True),
@@ -188,11 +197,11 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
            "attnflow.api.methods.gradient:grad_rollout",
            "rollout of gradient-weighted attention for the predicted class (classifiers)", gradients=True,
-           classifiers_only=True, models=("classifier", "vision"), reads=()),
+           classifiers_only=True, models=("classifier", "vision"), reads=("target_class",)),
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
            "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",
-           decoder_default=True, spans=True, long_default="ablated-flow-budgeted", models=("decoder",), reads=()),
+           decoder_default=True, long_default="ablated-flow-budgeted", models=("decoder",), reads=("spans",)),
     Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
@@ -201,8 +210,8 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("ablated-flow-estimate", ("text",), FORWARD_BACKWARD, False,
            "Kramár et al. 2024 (attribution patching) of value zeroing, every layer at once",
            "attnflow.api.methods.one_pass:ablated_flow_estimate",
-           "first-order estimate of ablated flow from one forward and one backward pass (decoders)", spans=True,
-           models=("decoder",), reads=(), keeps="checkpointed", backward_per_row=True),
+           "first-order estimate of ablated flow from one forward and one backward pass (decoders)",
+           models=("decoder",), reads=("spans",), keeps="checkpointed", backward_per_row=True),
     Method("ablated-flow-estimate-layers", ("text",), FORWARD_BACKWARD, True,
            "Kramár et al. 2024 (attribution patching) of value zeroing, one layer at a time",
            "attnflow.api.methods.one_pass:ablated_flow_estimate_layers",
@@ -212,12 +221,13 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "Mohebbi et al. 2023 (value zeroing) within a budget; Kramár et al. 2024 for the rest",
            "attnflow.api.methods.one_pass:ablated_flow_budgeted",
            "exact ablated flow when it fits 5 forward passes, else the estimate with its latest and its top "
-           "sources re-scored exactly (decoders)", spans=True, models=("decoder",), reads=(), keeps="checkpointed"),
+           "sources re-scored exactly (decoders)", models=("decoder",), reads=("budget", "spans"),
+           keeps="checkpointed"),
     Method("attnlrp", ("text",), FORWARD_BACKWARD, False,
            "Achtibat et al. 2024 (AttnLRP), gradient x input form",
            "attnflow.api.methods.attnlrp:attnlrp",
            "layer-wise relevance of each token for the explained logit, one forward and one backward pass "
-           "(decoders, classifiers)", spans=True, models=("decoder", "classifier"), reads=(), needs_row="lrp_gate",
+           "(decoders, classifiers)", models=("decoder", "classifier"), reads=("spans",), needs_row="lrp_gate",
            keeps="autograd", backward_per_row=True),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "

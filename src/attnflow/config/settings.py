@@ -33,6 +33,16 @@ class Option:
     bounds: tuple[float, float] | None = None  # inclusive range, for a number
     cli: bool = True                          # offered as a command-line option
     labels: tuple[str, ...] = ()              # what a menu shows for each choice (default: its name)
+    # Where a value away from the default changes a result (one generic check refuses it elsewhere, before any
+    # work: attnflow.api.checks.check_options; the table of commands x options: attnflow.cli.option_table):
+    scope: str | None = None                  # ANY: a computed method reads it; EVERY: each named method does
+    models: tuple[str, ...] | None = None     # the kinds of model it applies to (None: every kind)
+    flag: str = ""                            # its command-line spelling (default: --name-with-dashes)
+
+    @property
+    def spelled(self) -> str:
+        """How the command line spells it (``--causal-norm``)."""
+        return self.flag or "--" + self.name.replace("_", "-")
 
     def menu(self) -> list[dict[str, Any]]:
         """``[{"name", "label"}]`` per choice, for the app's option menus (None is named "none")."""
@@ -40,18 +50,23 @@ class Option:
         return [{"name": "none" if c is None else c, "label": label} for c, label in zip(self.choices or (), labels)]
 
 
+# An option's scope (Option.scope): which methods must read it (their registry record's ``reads``) for it to
+# apply: ANY one method the call computes, or EVERY method the user named (the result records it for each).
+ANY, EVERY = "any", "every"
+
 # The paper's settings (Abnar & Zuidema 2020): mean over heads, residual 0.5 ((W + I) / 2), attention weights.
 OPTIONS: dict[str, Option] = {o.name: o for o in (
-    Option("residual", 0.5, "Weight of the residual connection: A = (1-r)W + rI.", bounds=(0.0, 1.0)),
-    Option("head_fusion", "mean", "How heads are combined in each layer.", choices=("mean", "max", "min")),
+    Option("residual", 0.5, "Weight of the residual connection: A = (1-r)W + rI.", bounds=(0.0, 1.0), scope=ANY),
+    Option("head_fusion", "mean", "How heads are combined in each layer.", choices=("mean", "max", "min"),
+           scope=ANY),
     Option("weighting", "attention",
            "How much each key contributes to a query in each layer: 'attention' (the weights, the paper's) or "
            "'norm' (weight x length of the key's transformed value vector, Kobayashi et al. 2020; see "
            "docs/decoders.md).", choices=("attention", "norm"),
            labels=("attention weights",
-                   "norm-based: weight x length of the transformed value vector (Kobayashi et al. 2020)")),
+                   "norm-based: weight x length of the transformed value vector (Kobayashi et al. 2020)"), scope=EVERY),
     Option("causal_norm", None, "Decoders: receptive-field normalisation ('keys' or 'sink'; see docs/decoders.md). "
-           "Off by default.", choices=(None, "keys", "sink")),
+           "Off by default.", choices=(None, "keys", "sink"), scope=EVERY, models=("decoder",)),
     Option("solver", "auto", "Max-flow solver for flow (auto picks the fastest exact one).",
            choices=("auto", "certified", "engine", "torch", "scipy", "networkx"), cli=False),
     Option("target", None, "Position to explain: 'cls', 'last', or a token index (negative counts from the end). "
@@ -59,9 +74,33 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("truncate", False, "Cut texts longer than the model's maximum instead of refusing them.", cli=False),
     Option("device", "auto", "Where a model given by name runs: auto (a GPU when torch sees one), cpu, cuda, cuda:N "
            "or mps. A loaded model stays where it is.", cli=False),
-    Option("budget", 5.0, "ablated-flow-budgeted: the most forward passes to spend (exact ablated flow when it fits, "
-           "else the one-pass estimate with its latest and its top sources re-scored exactly).", bounds=(2.0, 100000.0)),
+    Option("budget", 5.0, "ablated-flow-budgeted: the most the whole call may spend, in forward-pass equivalents: the "
+           "capture pass (1), the estimate's forward and backward pass (1 each), the exact re-runs (positions run / "
+           "the input's length). Exact ablated flow when it fits, else the one-pass estimate with its latest and its "
+           "top sources re-scored exactly.", bounds=(3.0, 100000.0), scope=ANY),
 )}
+
+# What an entry point takes beside the settings whose reach is checked the same way (a keyword of explain, not a
+# field of Settings: it describes the input, and results record it in meta["spans"]).
+ENTRY_OPTIONS: dict[str, Option] = {o.name: o for o in (
+    Option("spans", None, "Decoders: what ablated flow, its estimate, the budgeted method and AttnLRP remove at once: "
+           "'token', 'word', 'sentence', passages of the text, character ranges or a file of passages.", cli=False,
+           scope=ANY, flag="--by/--spans"),
+    Option("target_class", None, "Images: the class grad-rollout explains (index or label; default the predicted one).",
+           cli=False, scope=ANY, flag="--class"),
+)}
+
+
+def rule(name: str) -> Option | None:
+    """The :class:`Option` of a setting or an entry point's checked keyword (None: neither)."""
+    return OPTIONS.get(name) or ENTRY_OPTIONS.get(name)
+
+
+def is_default(name: str, value: Any) -> bool:
+    """Whether ``value`` leaves option ``name`` as if not given (spans: None or "token")."""
+    if name == "spans":
+        return value is None or (isinstance(value, str) and value == "token")
+    return value == rule(name).default
 
 TARGET_NAMES = ("cls", "last")
 

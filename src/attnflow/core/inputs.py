@@ -103,11 +103,21 @@ def _from_tuple(layers: tuple | list) -> tuple[torch.Tensor, bool]:
 
 
 def _cache_patterns(cache: Any) -> list | None:
-    """A TransformerLens ``ActivationCache``'s attention patterns, one per layer in layer order (None
-    for anything else; recognised by its keys, so TransformerLens is never imported here)."""
-    if not (hasattr(cache, "stack_activation") and hasattr(cache, "keys")):
-        return None
+    """A TransformerLens ``ActivationCache``'s attention patterns (or a plain dict of its
+    ``blocks.L.attn.hook_pattern`` entries), one per layer in layer order (None for anything else;
+    recognised by its keys, so TransformerLens is never imported here)."""
     import re
+    from collections.abc import Mapping
+
+    if isinstance(cache, Mapping) and not hasattr(cache, "stack_activation"):
+        if not any(re.fullmatch(r"blocks\.(\d+)\.attn\.hook_pattern", str(k)) for k in cache.keys()):
+            shown = ", ".join(repr(str(k))[:40] for k in list(cache.keys())[:3]) or "none"
+            raise AttnflowError(f"a dict of attention is read by its TransformerLens keys "
+                                f"(blocks.L.attn.hook_pattern), and this one has none (keys: {shown}); pass the "
+                                "ActivationCache itself (run_with_cache), the Hugging Face attentions tuple, or a "
+                                "(layers, heads, n, n) stack")
+    elif not (hasattr(cache, "stack_activation") and hasattr(cache, "keys")):
+        return None
 
     found = {}
     for key in cache.keys():

@@ -157,10 +157,26 @@ def result_table(result: Any, k: int = 5, **options: Any) -> Table:
     """The table a result prints as: per generated token for a generation, per layer for one method,
     per method for several."""
     if result.kind == "generation" or (result.kind == "seq2seq" and len(result.methods) == 1):
-        return generation_table(result, k, **options)
-    if len(result.methods) == 1 and result.kind == "text":
-        return layer_table(result, k, **options)
-    return method_table(result, k, **options)
+        table = generation_table(result, k, **options)
+    elif len(result.methods) == 1 and result.kind == "text":
+        table = layer_table(result, k, **options)
+    else:
+        table = method_table(result, k, **options)
+    meta = result.meta or {}
+    lines = []
+    added = meta.get("added")
+    if added and added.get("methods"):  # what the call computed beyond what was asked, and why (api.honest)
+        lines.append(f"added: {', '.join(added['methods'])} ({added.get('why', '')})")
+    for method in result.methods:  # a method that keeps a budget says what it spent, in which unit
+        spent = meta.get(method)
+        if isinstance(spent, dict) and "budget" in spent and "unit" in spent:
+            exact = spent.get("exact") or []
+            lines.append(f"{method}: spent {spent['cost']:.1f} of a budget of {spent['budget']:g} {spent['unit']}; "
+                         f"{sum(exact)} of {len(exact)} scores exact, the rest estimated")
+    if lines:
+        table.caption = "\n".join([*([table.caption] if table.caption else []), *lines])
+        table.caption_justify = "left"
+    return table
 
 
 def render_text(renderable: Any, width: int = 100) -> str:

@@ -8,9 +8,12 @@ zeroing the source's values lowers the explained token's logit):
 - ``ablated_flow_estimate``: ``(1, rows, n)``, first order of zeroing in every layer at once;
 - ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
 - ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
-  passes (default 5), else the estimate with its latest sources, then its top sources, re-scored
-  exactly. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
-  ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in passes, ``plan``, ``tail``).
+  (default 5), else the estimate with its latest sources, then its top sources, re-scored exactly.
+  The budget is the cost of the whole call in forward-pass equivalents (:data:`UNIT`): on a text, the
+  capture pass that :func:`attnflow.explain` has already run counts as 1, so the chooser gets what is
+  left. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
+  ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in that unit, ``unit``,
+  ``plan``, ``tail``).
 
 The context may give ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow,
 and ``spans`` (groups of positions; :mod:`attnflow.api.spans`): each token then carries its span's score.
@@ -26,6 +29,13 @@ from attnflow.api.methods.ablation import _needs_decoder, _options, _place, _row
 from attnflow.api.spans import spread
 from attnflow.capture.attribution_patching import attribution_patching
 from attnflow.capture.budgeted import BUDGET, budgeted_ablated_flow
+from attnflow.errors import AttnflowError
+
+# What the budget counts (help, table and result.meta say it): the passes of the whole call, each token position
+# run through the model counted as 1 / the explained length; a backward pass counted as one forward pass.
+UNIT = ("forward-pass equivalents of the whole call: the capture pass (1), the estimate's forward pass (1) and "
+        "backward pass (1 per explained row), and the exact re-runs (positions run / explained length)")
+CAPTURE = 1.0  # the capture pass explain runs before any method (a generation's own passes are not explaining)
 
 
 def _estimate(context: Any, layers: str) -> np.ndarray:
@@ -58,16 +68,24 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     _needs_decoder(context, "budgeted ablated flow")
     rows = _rows(context)
     options = _sorted_tokens(rows, _options(context))
-    # several rows (a generation): the estimate alone takes one forward and one backward pass per row
-    budget = max(float(getattr(context.settings, "budget", BUDGET)), 1.0 + len(rows))
+    asked = float(getattr(context.settings, "budget", BUDGET))
+    spent = CAPTURE if context.attentions is not None else 0.0  # a capture pass ran for these maps
+    least = spent + 1.0 + len(rows)  # and the estimate: one forward and one backward pass per row
+    if asked < least and len(rows) == 1:
+        raise AttnflowError(f"budget {asked:g} is below what ablated-flow-budgeted spends here at least: {least:g} "
+                            f"{UNIT.split(':')[0]} (the capture pass, the estimate's forward and backward pass); "
+                            f"give --budget {least:g} or more")
+    # several rows (every target of a report, a generation): the estimate's price is the least it can spend
+    budget = max(asked, least)
     n = len(np.asarray(context.input_ids).reshape(-1))
     groups = _groups(context)
-    found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget,
+    found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget - spent,
                                   spans=[[j] for j in range(n)] if groups is None else groups,
                                   readout=options["readout"], tokens=options["tokens"], foils=options["foils"],
                                   batch_size=options["batch_size"], progress=options["progress"])
     if context.notes is not None:  # per source (per span with spans): whether its score is exact
-        context.notes["ablated-flow-budgeted"] = {"exact": [bool(e) for e in found.exact], "cost": float(found.cost),
-                                           "budget": budget, "plan": found.plan, "tail": found.tail}
+        context.notes["ablated-flow-budgeted"] = {
+            "exact": [bool(e) for e in found.exact], "cost": spent + float(found.cost), "budget": budget,
+            **({"asked": asked} if budget != asked else {}), "unit": UNIT, "plan": found.plan, "tail": found.tail}
     found.scores = spread(found.scores, found.spans, n)
     return _place(found, rows, None)
