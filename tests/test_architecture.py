@@ -22,6 +22,7 @@ LAYERS = {
     "attnflow.errors": 0, "attnflow.data": 0, "attnflow.models": 0,  # the exception, data, bundled model folders
     "attnflow.config": 0,  # Settings and the method registry: tables every layer reads
     "attnflow.core": 1,
+    "attnflow.hf": 2,  # the model room: named hook points (loading and kinds move here)
     "attnflow.capture": 2,
     "attnflow.results": 3,
     "attnflow.views": 4, "attnflow.evaluation": 4,

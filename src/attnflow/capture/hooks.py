@@ -23,84 +23,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import architecture
 from attnflow.core.fusion import fuse_heads
 from attnflow.core.weighting import norm_weighted
 from attnflow.errors import AttnflowError
-
-
-@dataclass(frozen=True)
-class AttentionModule:
-    """One module whose forward output carries a layer's attention weights at ``output[index]``;
-    ``owner`` is the dotted name of the (sub-)model that declared it (encoder and decoder of an
-    encoder-decoder model are different owners)."""
-
-    name: str
-    module: Any
-    index: int
-    owner: str
-
-
-def _specs(model: Any, key: str) -> list[tuple[Any, str | None, int, str | None]]:
-    """``(target_class, class_name, index, layer_name)`` for ``key`` in a model class's
-    ``_can_record_outputs`` (a class, a class-name string, an ``OutputRecorder``, or a list)."""
-    declared = getattr(type(model), "_can_record_outputs", None) or {}
-    entries = declared.get(key)
-    if entries is None:
-        return []
-    out = []
-    for entry in entries if isinstance(entries, list) else [entries]:
-        if isinstance(entry, type):
-            out.append((entry, None, 1, None))
-        elif isinstance(entry, str):
-            out.append((None, entry, 1, None))
-        else:  # transformers' OutputRecorder
-            out.append((getattr(entry, "target_class", None), getattr(entry, "class_name", None),
-                        int(getattr(entry, "index", 1)), getattr(entry, "layer_name", None)))
-    return out
-
-
-def _matches(module: Any, name: str, spec: tuple[Any, str | None, int, str | None]) -> bool:
-    target_class, class_name, _, layer_name = spec
-    if not ((target_class is not None and isinstance(module, target_class))
-            or (class_name is not None and name.endswith(class_name))):
-        return False
-    return layer_name is None or f".{layer_name.strip('.')}." in f"{name}."
-
-
-def attention_modules(model: Any, key: str = "attentions") -> list[AttentionModule]:
-    """The modules that produce ``key`` (``"attentions"``, ``"cross_attentions"``) in layer order,
-    found as transformers finds them for ``output_attentions``, or, for a model that declares none,
-    by the architecture table's ``attention_class``. Empty when neither names them."""
-    from transformers import PreTrainedModel
-
-    found: list[AttentionModule] = []
-    seen: set[int] = set()
-
-    def walk(module: Any, name: str, specs: list, owner: str) -> None:
-        for spec in specs:
-            if id(module) not in seen and _matches(module, name, spec):
-                seen.add(id(module))
-                found.append(AttentionModule(name.lstrip("."), module, spec[2], owner))
-                break
-        for child_name, child in module.named_children():
-            child_path = f"{name}.{child_name}"
-            if isinstance(child, PreTrainedModel):
-                walk(child, child_path, _specs(child, key), child_path.lstrip("."))
-            else:
-                walk(child, child_path, specs, owner)
-
-    walk(model, "", _specs(model, key), "")
-    row = architecture(model)
-    if not found and key == "attentions" and row is not None and row.attention_class:
-        found = [AttentionModule(name, module, 1, "") for name, module in model.named_modules()
-                 if type(module).__name__ == row.attention_class]
-    return found
+from attnflow.hf.points import AttentionModule, attention_modules
 
 
 def streamable_modules(model: Any) -> list[AttentionModule]:

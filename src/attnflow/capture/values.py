@@ -20,6 +20,7 @@ import torch
 
 from attnflow.capture.architectures import architecture, model_type
 from attnflow.errors import AttnflowError
+from attnflow.hf.points import submodule as _find
 
 
 @dataclass
@@ -61,13 +62,6 @@ class Projection:
         for h in range(heads):  # one head at a time: (batch, n, hidden) at most, never times heads
             norms[:, h] = torch.linalg.vector_norm(v[:, :, h // (heads // kv)] @ per_head[:, h].T, dim=-1)
         return norms.cpu()
-
-
-def _find(model: Any, name: str, path: str) -> Any:
-    """The sub-module at ``path`` from the module called ``name`` in ``model`` (``../`` climbs one)."""
-    while path.startswith("../"):
-        name, path = name.rpartition(".")[0], path[3:]
-    return model.get_submodule(f"{name}.{path}" if name else path)
 
 
 def projections(model: Any, modules: list[Any]) -> list[Projection]:
