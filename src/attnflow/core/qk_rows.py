@@ -222,32 +222,41 @@ def _times_layer(qk: QK, chains: torch.Tensor | None, pos: torch.Tensor, rule: _
     return out, raw
 
 
-def _weights(qk: QK, queries: torch.Tensor, lo: int, hi: int, rule: _Rule) -> torch.Tensor:
-    """``W'`` rows ``(len(queries), hi - lo)``: the fused attention of ``queries`` over keys ``lo:hi``,
-    masked, soft-capped and normalised as the module docstring says; padded queries' rows are 0."""
+def head_weights(qk: QK, queries: torch.Tensor, lo: int, hi: int, *, causal: bool = True,
+                 key_mask: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Every head's attention ``(heads, len(queries), hi - lo)`` of ``queries`` over keys ``lo:hi`` (in
+    ``dtype``): the softmax of the masked, scaled and soft-capped logits of the module docstring; a query
+    that sees no key gets a zero row. What a chunked attention computes its output from."""
     device = qk.query.device
     queries = queries.to(device)
     heads, kv_heads, d = qk.query.shape[0], qk.key.shape[0], qk.query.shape[-1]
     c, group = len(queries), heads // kv_heads
-    q = qk.query.index_select(1, queries).to(rule.dtype).reshape(kv_heads, group * c, d)
-    k = qk.key[:, lo:hi].to(rule.dtype)
+    q = qk.query.index_select(1, queries).to(dtype).reshape(kv_heads, group * c, d)
+    k = qk.key[:, lo:hi].to(dtype)
     s = torch.matmul(q, k.transpose(-1, -2)).reshape(heads, c, hi - lo)
     s.mul_(qk.scaling)
     if qk.softcap is not None:
         s.div_(qk.softcap).tanh_().mul_(qk.softcap)
     keys = torch.arange(lo, hi, device=device)
     allowed = torch.ones(c, hi - lo, dtype=torch.bool, device=device)
-    if rule.causal:
+    if causal:
         allowed &= keys[None, :] <= queries[:, None]
         if qk.window is not None:
             allowed &= keys[None, :] > queries[:, None] - qk.window
-    if rule.key_mask is not None:
-        allowed &= rule.key_mask[lo:hi][None, :]
+    if key_mask is not None:
+        allowed &= key_mask[lo:hi][None, :]
     s.masked_fill_(~allowed, float("-inf"))
     top = s.amax(dim=-1, keepdim=True)
     s.sub_(torch.where(torch.isfinite(top), top, 0.0)).exp_()
     total = s.sum(dim=-1, keepdim=True)
-    s.div_(torch.where(total > 0, total, 1.0))  # a query with no visible key: a zero row
+    return s.div_(torch.where(total > 0, total, 1.0))
+
+
+def _weights(qk: QK, queries: torch.Tensor, lo: int, hi: int, rule: _Rule) -> torch.Tensor:
+    """``W'`` rows ``(len(queries), hi - lo)``: the fused attention of ``queries`` over keys ``lo:hi``,
+    normalised as the module docstring says; padded queries' rows are 0."""
+    queries = queries.to(qk.query.device)
+    s = head_weights(qk, queries, lo, hi, causal=rule.causal, key_mask=rule.key_mask, dtype=rule.dtype)
     if rule.head_fusion == "mean":
         w = s.mean(dim=0)
     elif rule.head_fusion == "max":
