@@ -13,7 +13,8 @@ written to a temporary file as it runs and read back one layer at a time.
 Soft-capped logits (Gemma 2), which SDPA cannot apply, are computed by the receiver itself, chunk by
 chunk of queries (:func:`chunked_attention`), so those layers hold no ``(heads, n, n)`` either.
 
-The mask: the rows apply the causal mask, the layer's sliding window (the kernel's ``sliding_window``
+The mask: the rows apply the causal mask, the layer's sliding window (from the architecture table,
+:func:`attnflow.capture.architectures.layer_windows`, checked against the kernel's ``sliding_window``
 argument) and nothing else; a mask the kernel is given that says otherwise (a family whose masks differ)
 is refused with a sentence rather than explained wrongly. Families the row capture cannot serve keep the
 eager capture; :func:`why_not_rows` says why (``attnflow methods --model``).
@@ -29,7 +30,7 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import why_not_rows
+from attnflow.capture.architectures import layer_windows, why_not_rows
 from attnflow.capture.text import forward_takes
 from attnflow.core.maps import AttentionMaps, TargetRows
 from attnflow.core.qk_rows import CHUNK_MEMORY, QK, chunk_size, head_weights, target_rows
@@ -122,8 +123,8 @@ def _check_mask(mask: Any, n: int, window: int | None, layer: int) -> None:
 class _Keeper:
     """The kernel receivers of one pass: each layer's queries and keys into ``store``."""
 
-    def __init__(self, store: QKStore, keep: bool, memory: int) -> None:
-        self.store, self.keep, self.memory = store, keep, memory
+    def __init__(self, store: QKStore, keep: bool, memory: int, windows: list[int | None]) -> None:
+        self.store, self.keep, self.memory, self.windows = store, keep, memory, windows
         self.calls = 0
         self.checked: dict[int, Any] = {}  # id(mask) -> the mask (held, so the id stays its own)
 
@@ -137,8 +138,13 @@ class _Keeper:
             if query.shape[0] != 1:
                 raise AttnflowError(f"the row capture takes one input; got a batch of {query.shape[0]}")
             n = key.shape[-2]
-            window = kwargs.get("sliding_window")
-            window = int(window) if window is not None else None
+            # the table's window (some families build it into the mask alone, e.g. Qwen2-MoE), checked against
+            # the kernel's argument and the mask
+            window = self.windows[layer] if layer < len(self.windows) else None
+            given = kwargs.get("sliding_window")
+            if given is not None and min(int(given), n) != min(window or n, n):
+                raise AttnflowError(f"layer {layer} slides a window of {given} keys; the architecture table says "
+                                    f"{window}")
             if id(attention_mask) not in self.checked:
                 _check_mask(attention_mask, n, window, layer)
                 self.checked[id(attention_mask)] = attention_mask
@@ -179,7 +185,7 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
     spill = bool(methods) and qk_bytes(model, n) > keep_in_memory
     with tempfile.TemporaryDirectory(prefix="attnflow-qk-") if spill else _no_folder() as folder:
         store = QKStore(points.layers, folder)
-        keeper = _Keeper(store, keep=bool(methods), memory=memory)
+        keeper = _Keeper(store, keep=bool(methods), memory=memory, windows=layer_windows(model))
         receivers = {name: keeper.receiver(i) for i, name in enumerate(points.names("attn.kernel"))}
         try:
             with torch.no_grad(), receiving(model, receivers, attention="sdpa"):
@@ -207,11 +213,13 @@ class _no_folder:
 
 def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: Sequence[str], *,
                  truncate: bool = False, residual: float = 0.5, head_fusion: str = "mean",
-                 causal_norm: str | None = None) -> AttentionMaps:
+                 causal_norm: str | None = None, memory: int = CHUNK_MEMORY,
+                 keep_in_memory: int = KEEP_IN_MEMORY) -> AttentionMaps:
     """:func:`attnflow.capture.capture` of one text for a decoder, holding ``methods``' rows of
     ``position`` (``"raw"``, ``"rollout"``; every layer) instead of the maps: ``maps.attentions`` is None
     and ``maps.rows`` a :class:`~attnflow.core.maps.TargetRows`. The model runs on SDPA for the pass and
-    comes back on the attention implementation it had."""
+    comes back on the attention implementation it had. ``memory``: bytes per chunk of queries;
+    ``keep_in_memory``: the most bytes of queries and keys kept in memory (beyond: temporary files)."""
     from attnflow.capture.text import encoded, maps_of
 
     if not isinstance(text, str):
@@ -224,5 +232,6 @@ def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: 
         raise AttnflowError(f"target position {position} is outside the input's {n} tokens")
     no_cache = {"use_cache": False} if forward_takes(model, "use_cache") else {}
     rows, out = run_rows(model, given.inputs, position, methods, residual=residual, head_fusion=head_fusion,
-                         causal_norm=causal_norm, **given.forward, **no_cache)
+                         causal_norm=causal_norm, memory=memory, keep_in_memory=keep_in_memory, **given.forward,
+                         **no_cache)
     return maps_of(given, tokenizer, text, out, None, head_fusion=head_fusion, rows=rows)
