@@ -376,3 +376,20 @@ def row_capture(methods: Any, model: Any, settings: Any) -> list[str] | None:
     if settings.weighting != "attention" or any(r.captured == "maps" for r in records) or why_not_rows(model):
         return None
     return [r.name for r in records if r.captured == "rows"]
+
+
+def capture_path(model: Any) -> str:
+    """How :func:`attnflow.explain` captures a decoder (a :class:`~attnflow.capture.load.ModelInfo`, a
+    :class:`~attnflow.api.models.Loaded` or a loaded model): a sentence for ``attnflow methods --model``."""
+    from attnflow.capture.architectures import why_not_rows
+    from attnflow.capture.load import ModelInfo
+    from attnflow.config import registry
+
+    subject = model.config if isinstance(model, ModelInfo) else getattr(model, "model", model)
+    why = why_not_rows(subject)
+    if why:
+        return f"explain captures the attention maps on eager attention: {why}"
+    rows = ", ".join(m.name for m in registry.REGISTRY.values() if m.captured == "rows")
+    return (f"explain captures the explained target's rows on the model's fast attention (SDPA), without the "
+            f"attention maps, when every method reads only such rows ({rows}) or runs the model itself; "
+            "otherwise the attention maps on eager attention")

@@ -21,7 +21,7 @@ def methods(
 
         attnflow methods --model smollm2
     """
-    from attnflow.api.checks import model_kind_of, named_info, runnable
+    from attnflow.api.checks import capture_path, model_kind_of, named_info, runnable
     from attnflow.config import registry
 
     kind = subject = None
@@ -35,6 +35,8 @@ def methods(
             kind = model_kind_of(subject)
         article = "an" if kind[0] in "aeiou" else "a"
         print(f"{model} is {article} {kind} model")
+        if kind == "decoder":
+            print(capture_path(subject))
     rows = [("method", "cost", "layers", "reference", *(["runs on it"] if kind else []))]
     for record, reason in runnable(subject, kind):
         rows.append((record.name, record.cost, "yes" if record.layers else "no", record.reference,
