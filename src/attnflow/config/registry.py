@@ -272,6 +272,12 @@ def decoder_default() -> tuple[str, ...]:
     return _with("decoder_default")
 
 
+def row_methods() -> tuple[str, ...]:
+    """Methods whose scores are the explained target's rows alone (``captured="rows"``): the row capture
+    computes them on a decoder's fast attention without the maps (:mod:`attnflow.core.qk_rows`)."""
+    return tuple(m.name for m in REGISTRY.values() if m.captured == "rows")
+
+
 def classifiers_only() -> tuple[str, ...]:
     """Methods that explain a classifier's predicted class (no decoder token to explain)."""
     return _with("classifiers_only")

@@ -41,13 +41,12 @@ from typing import Any
 
 import torch
 
+from attnflow.config.registry import row_methods
 from attnflow.core.causal import check_causal_norm
 from attnflow.core.flow import resolve_indices
 from attnflow.core.fusion import check_head_fusion, check_residual
 from attnflow.core.rollout import check_start_layer
 from attnflow.errors import AttnflowError
-
-ROW_METHODS = ("raw", "rollout")  # the methods whose target rows this module computes
 
 # Working memory of one chunk of queries (its scores and softmax, every head, in ``dtype``): 256 MiB
 # holds about 450 queries' scores over 8,192 keys for SmolLM2's 9 heads.
@@ -93,7 +92,7 @@ class _Rule:
     dtype: torch.dtype
 
 
-def target_rows(layers: Sequence[QK], positions: Any, *, methods: Sequence[str] = ROW_METHODS,
+def target_rows(layers: Sequence[QK], positions: Any, *, methods: Sequence[str] | None = None,
                 residual: float = 0.5, head_fusion: str = "mean", start_layer: int = 0, causal: bool = True,
                 key_mask: Any = None, causal_norm: str | None = None, memory: int = CHUNK_MEMORY,
                 dtype: torch.dtype = torch.float32,
@@ -102,7 +101,7 @@ def target_rows(layers: Sequence[QK], positions: Any, *, methods: Sequence[str] 
 
     layers: one :class:`QK` per layer, lowest first; read once each, top down (a sequence that loads a
         layer when indexed keeps one layer in memory at a time).
-    methods: which of ``"raw"``, ``"rollout"`` to compute.
+    methods: which of raw attention and rollout to compute (default both: the registry's ``row_methods()``).
     residual, head_fusion ("mean", "max", "min"), start_layer, causal_norm: as in
         :func:`attnflow.core.rollout.rollout_rows`. key_mask: ``(n,)``, True for real tokens (padded
         positions get zero rows and columns, as there). causal: queries see no later key.
@@ -110,9 +109,10 @@ def target_rows(layers: Sequence[QK], positions: Any, *, methods: Sequence[str] 
 
     Returns ``{method: (layers, len(positions), n)}`` in ``dtype`` on the queries' device.
     """
-    unknown = [m for m in methods if m not in ROW_METHODS]
-    if unknown or not methods:
-        raise AttnflowError(f"methods must be among {ROW_METHODS}; got {list(methods)!r}")
+    allowed = row_methods()
+    methods = allowed if methods is None else tuple(methods)
+    if not methods or any(m not in allowed for m in methods):
+        raise AttnflowError(f"methods must be among {allowed}; got {list(methods)!r}")
     if head_fusion is None:
         raise AttnflowError("rows from queries and keys fuse the heads; pass head_fusion 'mean', 'max' or 'min'")
     check_head_fusion(head_fusion)
