@@ -40,6 +40,9 @@ from attnflow.hf.points import hook_points, receiving
 # Above this many bytes of queries and keys (every layer) each layer's are kept in a temporary file
 # instead: SmolLM2-135M in float32 holds 92 KiB per token (377 MiB at 4,096 tokens).
 KEEP_IN_MEMORY = 256 * 2**20
+# A chunk of queries' scores on an accelerator: large matrix products keep it busy (on a CPU the
+# core's CHUNK_MEMORY, sized for its cache).
+DEVICE_CHUNK_MEMORY = 512 * 2**20
 
 
 class QKStore(Sequence):
@@ -171,17 +174,20 @@ def qk_bytes(model: Any, n: int) -> int:
 
 
 def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *, residual: float, head_fusion: str,
-             causal_norm: str | None, memory: int = CHUNK_MEMORY, keep_in_memory: int = KEEP_IN_MEMORY,
+             causal_norm: str | None, memory: int | None = None, keep_in_memory: int = KEEP_IN_MEMORY,
              **forward: Any) -> tuple[TargetRows, Any]:
     """One SDPA forward pass of ``model`` on ``inputs`` (one text, on the model's device) keeping each
     layer's queries and keys, then ``methods``' rows of ``position`` at every layer
     (:func:`attnflow.core.qk_rows.target_rows`). Returns the rows (float32, on the CPU) and the model's
-    output. ``methods`` empty: the pass alone (nothing kept)."""
+    output. ``methods`` empty: the pass alone (nothing kept). ``memory``: bytes per chunk of queries
+    (default :data:`~attnflow.core.qk_rows.CHUNK_MEMORY` on a CPU, :data:`DEVICE_CHUNK_MEMORY` elsewhere)."""
     why = why_not_rows(model)
     if why:
         raise AttnflowError(f"the row capture cannot explain {type(model).__name__}: {why}")
     points = hook_points(model)
     n = int(inputs["input_ids"].shape[-1])
+    if memory is None:
+        memory = CHUNK_MEMORY if inputs["input_ids"].device.type == "cpu" else DEVICE_CHUNK_MEMORY
     spill = bool(methods) and qk_bytes(model, n) > keep_in_memory
     with tempfile.TemporaryDirectory(prefix="attnflow-qk-") if spill else _no_folder() as folder:
         store = QKStore(points.layers, folder)
@@ -213,7 +219,7 @@ class _no_folder:
 
 def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: Sequence[str], *,
                  truncate: bool = False, residual: float = 0.5, head_fusion: str = "mean",
-                 causal_norm: str | None = None, memory: int = CHUNK_MEMORY,
+                 causal_norm: str | None = None, memory: int | None = None,
                  keep_in_memory: int = KEEP_IN_MEMORY) -> AttentionMaps:
     """:func:`attnflow.capture.capture` of one text for a decoder, holding ``methods``' rows of
     ``position`` (``"raw"``, ``"rollout"``; every layer) instead of the maps: ``maps.attentions`` is None
