@@ -130,7 +130,8 @@ def main() -> None:
           f"{memory:.1f} GiB; load average before (1/5/15 min): {load()}")
     print("peak GB = resident memory above the loaded model (VmHWM after a reset), each length in its own "
           "process; x fwd = the step's time over one plain SDPA forward pass in the same process\n", flush=True)
-    header = f"{'tokens':>6} {'step':<13} {'peak GB':>8} {'gpu GB':>7} {'wall s':>8} {'x fwd':>7} {'cpu x fwd':>9}  notes"
+    header = (f"{'tokens':>6} {'step':<13} {'peak GB':>8} {'gpu GB':>7} {'wall s':>8} {'x fwd':>7} {'cpu x fwd':>9}"
+              "  notes")
     print(header)
     print("-" * len(header))
     results: dict = {"model": "smollm2", "device": args.device, "dtype": args.dtype, "threads": args.threads,
