@@ -35,8 +35,6 @@ def methods(
             kind = model_kind_of(subject)
         article = "an" if kind[0] in "aeiou" else "a"
         print(f"{model} is {article} {kind} model")
-        if kind == "decoder":
-            print(capture_path(subject))
     rows = [("method", "cost", "layers", "reference", *(["runs on it"] if kind else []))]
     for record, reason in runnable(subject, kind):
         rows.append((record.name, record.cost, "yes" if record.layers else "no", record.reference,
@@ -44,6 +42,8 @@ def methods(
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    if kind == "decoder":
+        print(f"\n{capture_path(subject)}")
     if kind is None:
         print(f"\n(cost classes, cheapest first: {'; '.join(registry.COSTS)}; "
               "`attnflow methods --model MODEL` says which a model can run)")
