@@ -111,7 +111,12 @@ def test_explain_takes_the_row_path_equal_to_the_eager_one_and_leaves_sdpa(decod
     model.set_attn_implementation("sdpa")
     calls = []
     real = api_text.row_capture
-    monkeypatch.setattr(api_text, "row_capture", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+
+    def spy(*args, **kwargs):
+        calls.append(real(*args, **kwargs))
+        return calls[-1]
+
+    monkeypatch.setattr(api_text, "row_capture", spy)
     asked = dict(tokenizer=tokenizer, method=["raw", "rollout"], paper_only=True)
     fast = attnflow.explain(TEXT, model, **asked)
     defaults = attnflow.explain(TEXT, model, tokenizer=tokenizer)  # rollout beside the decoder's ablated flow
@@ -121,7 +126,10 @@ def test_explain_takes_the_row_path_equal_to_the_eager_one_and_leaves_sdpa(decod
     slow = attnflow.explain(TEXT, model, **asked)
     slow_defaults = attnflow.explain(TEXT, model, tokenizer=tokenizer)
     assert set(defaults.methods) == set(slow_defaults.methods) and len(defaults.methods) > 1
-    for a, b in ((fast, slow), (defaults, slow_defaults)):
+    monkeypatch.setattr(api_text, "row_capture", spy)
+    alone = attnflow.explain_as_asked(TEXT, model, tokenizer=tokenizer, method=["ablated-flow"], paper_only=True)
+    assert calls[-1] == []  # the pass alone: no rows, no maps
+    for a, b in ((fast, slow), (defaults, slow_defaults), (alone, slow_defaults.select(["ablated-flow"]))):
         for method in a.methods:
             np.testing.assert_allclose(a.block(method).values, b.block(method).values, atol=1e-5, rtol=0)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,7 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
     if memory is None:
         memory = CHUNK_MEMORY if inputs["input_ids"].device.type == "cpu" else DEVICE_CHUNK_MEMORY
     spill = bool(methods) and qk_bytes(model, n) > keep_in_memory
-    with tempfile.TemporaryDirectory(prefix="attnflow-qk-") if spill else _no_folder() as folder:
+    with tempfile.TemporaryDirectory(prefix="attnflow-qk-") if spill else nullcontext() as folder:
         store = QKStore(points.layers, folder)
         keeper = _Keeper(store, keep=bool(methods), memory=memory, windows=layer_windows(model))
         receivers = {name: keeper.receiver(i) for i, name in enumerate(points.names("attn.kernel"))}
@@ -204,17 +205,9 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
                                  head_fusion=head_fusion, causal_norm=causal_norm, memory=memory) if methods else {}
         finally:
             store.close()
-    rows = TargetRows(positions=(position,), values={m: v.cpu() for m, v in values.items()}, residual=residual,
-                      head_fusion=head_fusion, causal_norm=causal_norm)
+    rows = TargetRows(positions=(position,), values={m: v.cpu() for m, v in values.items()}, n_layers=points.layers,
+                      n=n, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
     return rows, out
-
-
-class _no_folder:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: Sequence[str], *,

@@ -59,24 +59,19 @@ class AttentionMaps:
 class TargetRows:
     """Some methods' rows of some target positions, computed while the model ran, without the maps.
 
-    values: method -> ``(layers, len(positions), n)`` (float32, every layer); row = target position.
+    values: method -> ``(n_layers, len(positions), n)`` (float32, every layer); row = target position;
+    empty when no method needed rows (the pass ran for the others, which run the model themselves).
     residual, head_fusion, causal_norm: the settings they were computed with; other settings cannot be
     served from them (:meth:`rows` refuses them in a sentence).
     """
 
     positions: tuple[int, ...]
     values: dict
+    n_layers: int
+    n: int
     residual: float
     head_fusion: str
     causal_norm: str | None = None
-
-    @property
-    def n_layers(self) -> int:
-        return int(next(iter(self.values.values())).shape[0])
-
-    @property
-    def n(self) -> int:
-        return int(next(iter(self.values.values())).shape[-1])
 
     def rows(self, method: str, positions: Any, *, residual: float, head_fusion: str | None,
              causal_norm: str | None) -> Any:
