@@ -9,7 +9,8 @@ in ``--dtype``. Text: benchmarks/texts.py's four kinds in turn, repeated and cut
 model's 8,192 positions runs, for memory and time only: its positions are not trained there).
 
 Each length runs in a FRESH process (:func:`memory.run_child`). After a warm-up on 64 tokens, each step
-runs with the kernel's peak counter reset; ``peak GB`` is ``VmHWM`` minus the resident size just before
+runs with the kernel's peak counter reset (the row step first, so that no earlier long step's freed
+memory hides part of its peak); ``peak GB`` is ``VmHWM`` minus the resident size just before
 the step (what the step adds above the loaded model; on ``cuda`` also ``gpu GB``, the peak allocated
 above the model). Steps:
 
@@ -85,7 +86,7 @@ def child(job: dict) -> dict:
 
     def rows(ids=batch):
         def run():
-            found["rows"], _ = run_rows(model, {"input_ids": ids}, ids.shape[1] - 1, ["rollout"], residual=0.5,
+            found["rows"], _, _ = run_rows(model, {"input_ids": ids}, ids.shape[1] - 1, ["rollout"], residual=0.5,
                                         head_fusion="mean", causal_norm=None, **forward)
             return {"kept_gb": qk_bytes(model, ids.shape[1]) / 1e9,
                     "spilled": qk_bytes(model, ids.shape[1]) > KEEP_IN_MEMORY}
@@ -94,8 +95,9 @@ def child(job: dict) -> dict:
     plain(batch[:, :64])()  # warm-up: lazy imports, allocator pools
     rows(batch[:, :64])()
     out: dict = {"n": n, "device": device, "dtype": job["dtype"]}
-    out["forward sdpa"] = _measured(gpu(plain()))
+    # the row step first: its peak is measured on a process that has run nothing long before it
     out["rollout row"] = _measured(gpu(rows()))
+    out["forward sdpa"] = _measured(gpu(plain()))
     if job["eager"]:
         def eager():
             maps = attnflow.capture(model, tokenizer, tokenizer.decode(ids), head_fusion="mean", truncate=True)

@@ -127,7 +127,7 @@ def test_explain_takes_the_row_path_equal_to_the_eager_one_and_leaves_sdpa(decod
     slow_defaults = attnflow.explain(TEXT, model, tokenizer=tokenizer)
     assert set(defaults.methods) == set(slow_defaults.methods) and len(defaults.methods) > 1
     monkeypatch.setattr(api_text, "row_capture", spy)
-    alone = attnflow.explain_as_asked(TEXT, model, tokenizer=tokenizer, method=["ablated-flow"], paper_only=True)
+    alone = api_text.explain_as_asked(TEXT, model, tokenizer=tokenizer, method=["ablated-flow"], paper_only=True)
     assert calls[-1] == []  # the pass alone: no rows, no maps
     for a, b in ((fast, slow), (defaults, slow_defaults), (alone, slow_defaults.select(["ablated-flow"]))):
         for method in a.methods:
@@ -173,7 +173,7 @@ def test_smollm2_rows_at_512_tokens_equal_the_eager_capture(smollm2):
     got = capture_rows(model, tokenizer, text, n - 1, ["raw", "rollout"])
     torch.testing.assert_close(got.rows.values["rollout"], rollout, atol=1e-5, rtol=0)
     torch.testing.assert_close(got.rows.values["raw"], raw, atol=1e-5, rtol=0)
-    torch.testing.assert_close(got.last_logits, maps.last_logits, atol=1e-4, rtol=1e-5)
+    assert got.last_logits is None and maps.last_logits is not None  # eager model: no clean readout from SDPA
     assert model.config._attn_implementation == "eager"
 
 

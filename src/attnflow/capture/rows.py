@@ -36,7 +36,7 @@ from attnflow.capture.text import forward_takes
 from attnflow.core.maps import AttentionMaps, TargetRows
 from attnflow.core.qk_rows import CHUNK_MEMORY, QK, chunk_size, head_weights, target_rows
 from attnflow.errors import AttnflowError
-from attnflow.hf.points import hook_points, receiving
+from attnflow.hf.points import hook_points, implementation, receiving
 
 # Above this many bytes of queries and keys (every layer) each layer's are kept in a temporary file
 # instead: SmolLM2-135M in float32 holds 92 KiB per token (377 MiB at 4,096 tokens).
@@ -130,6 +130,7 @@ class _Keeper:
     def __init__(self, store: QKStore, keep: bool, memory: int, windows: list[int | None]) -> None:
         self.store, self.keep, self.memory, self.windows = store, keep, memory, windows
         self.calls = 0
+        self.computed = 0  # layers whose output the receiver computed (soft-capped logits)
         self.checked: dict[int, Any] = {}  # id(mask) -> the mask (held, so the id stays its own)
 
     def receiver(self, layer: int) -> Any:
@@ -159,6 +160,7 @@ class _Keeper:
                 self.store.put(layer, qk)
             if qk.softcap is None:
                 return None  # the scope's SDPA runs
+            self.computed += 1
             return chunked_attention(qk, value[0].detach(), self.memory), None
         return kernel
 
@@ -176,11 +178,12 @@ def qk_bytes(model: Any, n: int) -> int:
 
 def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *, residual: float, head_fusion: str,
              causal_norm: str | None, memory: int | None = None, keep_in_memory: int = KEEP_IN_MEMORY,
-             **forward: Any) -> tuple[TargetRows, Any]:
+             **forward: Any) -> tuple[TargetRows, Any, bool]:
     """One SDPA forward pass of ``model`` on ``inputs`` (one text, on the model's device) keeping each
     layer's queries and keys, then ``methods``' rows of ``position`` at every layer
-    (:func:`attnflow.core.qk_rows.target_rows`). Returns the rows (float32, on the CPU) and the model's
-    output. ``methods`` empty: the pass alone (nothing kept). ``memory``: bytes per chunk of queries
+    (:func:`attnflow.core.qk_rows.target_rows`). Returns the rows (float32, on the CPU), the model's
+    output and whether that output is the model's own (it runs on SDPA itself and no layer's output was
+    computed by the receiver). ``methods`` empty: the pass alone (nothing kept). ``memory``: bytes per chunk of queries
     (default :data:`~attnflow.core.qk_rows.CHUNK_MEMORY` on a CPU, :data:`DEVICE_CHUNK_MEMORY` elsewhere)."""
     why = why_not_rows(model)
     if why:
@@ -189,6 +192,7 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
     n = int(inputs["input_ids"].shape[-1])
     if memory is None:
         memory = CHUNK_MEMORY if inputs["input_ids"].device.type == "cpu" else DEVICE_CHUNK_MEMORY
+    own = implementation(model) == "sdpa"
     spill = bool(methods) and qk_bytes(model, n) > keep_in_memory
     with tempfile.TemporaryDirectory(prefix="attnflow-qk-") if spill else nullcontext() as folder:
         store = QKStore(points.layers, folder)
@@ -207,7 +211,7 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
             store.close()
     rows = TargetRows(positions=(position,), values={m: v.cpu() for m, v in values.items()}, n_layers=points.layers,
                       n=n, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
-    return rows, out
+    return rows, out, own and not keeper.computed
 
 
 def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: Sequence[str], *,
@@ -217,7 +221,8 @@ def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: 
     """:func:`attnflow.capture.capture` of one text for a decoder, holding ``methods``' rows of
     ``position`` (``"raw"``, ``"rollout"``; every layer) instead of the maps: ``maps.attentions`` is None
     and ``maps.rows`` a :class:`~attnflow.core.maps.TargetRows`. The model runs on SDPA for the pass and
-    comes back on the attention implementation it had. ``memory``: bytes per chunk of queries;
+    comes back on the attention implementation it had; ``maps.last_logits`` is kept only where the
+    pass ran as the model runs (a model on SDPA). ``memory``: bytes per chunk of queries;
     ``keep_in_memory``: the most bytes of queries and keys kept in memory (beyond: temporary files)."""
     from attnflow.capture.text import encoded, maps_of
 
@@ -230,7 +235,13 @@ def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: 
     if not 0 <= position < n:
         raise AttnflowError(f"target position {position} is outside the input's {n} tokens")
     no_cache = {"use_cache": False} if forward_takes(model, "use_cache") else {}
-    rows, out = run_rows(model, given.inputs, position, methods, residual=residual, head_fusion=head_fusion,
+    rows, out, own = run_rows(model, given.inputs, position, methods, residual=residual, head_fusion=head_fusion,
                          causal_norm=causal_norm, memory=memory, keep_in_memory=keep_in_memory, **given.forward,
                          **no_cache)
-    return maps_of(given, tokenizer, text, out, None, head_fusion=head_fusion, rows=rows)
+    maps = maps_of(given, tokenizer, text, out, None, head_fusion=head_fusion, rows=rows)
+    if not own:
+        # SDPA's output differs from the model's own attention by rounding (eager attention's softmax is
+        # float32 even for a float64 model); methods that compare edited passes with a clean one, on the
+        # model's own attention, run that clean pass themselves rather than mix the two
+        maps.last_logits = None
+    return maps
