@@ -131,12 +131,12 @@ def _before_loading(text: str, info: ModelInfo, settings: Settings) -> Any:
 
 def prepare(text: str, model: Any, tokenizer: Any, settings: Settings,
             before_capture: Callable[[Any, Any, list[int], bool], None] | None = None,
-            rows_for: Callable[[Any, Any, list[int], bool], tuple[int, list[str]] | None] | None = None) -> Prepared:
+            row_plan: Callable[[Any, Any, list[int], bool], tuple[int, list[str]] | None] | None = None) -> Prepared:
     """Load the model if given by name, path or :class:`ModelInfo` (reused between calls, see
     :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve the target. Everything
     that can be refused without the model is refused before it loads (``settings`` were checked
     when built); ``before_capture(model, tokenizer, ids, lm)`` may refuse what needs the loaded model
-    and the token ids (:func:`_fits_the_budget`) before the capture pass runs. ``rows_for(model,
+    and the token ids (:func:`_fits_the_budget`) before the capture pass runs. ``row_plan(model,
     tokenizer, ids, lm)``: ``(target, methods)`` to capture those methods' rows of that target alone
     on the model's fast attention (:func:`attnflow.capture.rows.capture_rows`), or None for the maps."""
     _check_text(text)
@@ -153,12 +153,12 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings,
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
                             "(its queries see the whole input)")
     plan = None
-    if before_capture is not None or rows_for is not None:
+    if before_capture is not None or row_plan is not None:
         limit = max_length(model, tokenizer) if settings.truncate else None
         ids = list(tokenizer(text, truncation=limit is not None, max_length=limit)["input_ids"])
         if before_capture is not None:
             before_capture(model, tokenizer, ids, lm)
-        plan = rows_for(model, tokenizer, ids, lm) if rows_for is not None else None
+        plan = row_plan(model, tokenizer, ids, lm) if row_plan is not None else None
     if plan is not None:
         from attnflow.capture.rows import capture_rows
 
@@ -268,7 +268,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
     def fits(loaded: Any, tokens: Any, ids: list[int], lm: bool) -> None:
         left_out.extend(_fits_the_budget(methods, loaded, tokens, ids, lm, settings, paper_only))
 
-    def rows_for(loaded: Any, tokens: Any, ids: list[int], lm: bool) -> tuple[int, list[str]] | None:
+    def row_plan(loaded: Any, tokens: Any, ids: list[int], lm: bool) -> tuple[int, list[str]] | None:
         """One target of a decoder whose methods need no maps: its rows alone (see :func:`prepare`)."""
         if targets != "target":
             return None  # every target's maps (explain_maps)
@@ -281,7 +281,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
         rows = row_capture([m for m in chosen if m not in left_out], loaded, settings)
         return None if rows is None else (target, rows)
 
-    run = prepare(text, model, tokenizer, settings, before_capture=fits, rows_for=rows_for)
+    run = prepare(text, model, tokenizer, settings, before_capture=fits, row_plan=row_plan)
     check_methods(methods, settings, run.model)  # a hub id's kind, known once loaded
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
                                   paper_only=paper_only, n_tokens=len(run.maps.tokens))
