@@ -192,3 +192,19 @@ def test_smollm2_in_bfloat16_gives_the_float32_rows_to_a_stated_tolerance(smollm
         assert float((ours - reference).abs().sum(-1).max()) < l1
         top = np.argsort(-reference[-1, 0].numpy())[:10]
         assert set(top) == set(np.argsort(-ours[-1, 0].numpy())[:10])
+
+
+def test_a_mask_other_than_the_causal_window_rule_is_refused():
+    from attnflow.capture.rows import _check_mask
+
+    n = 6
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    causal, windowed = (j <= i)[None, None], ((j <= i) & (j > i - 3))[None, None]
+    _check_mask(causal, n, None, 0)
+    _check_mask(windowed, n, 3, 0)
+    _check_mask(torch.zeros(1, 1, n, n).masked_fill(~windowed, torch.finfo(torch.float32).min), n, 3, 0)  # additive
+    _check_mask(None, n, 8, 0)  # a window longer than the input changes nothing
+    for mask, window in ((causal, 3), (windowed, None), (torch.ones(1, 1, n, n, dtype=torch.bool), None),
+                         (None, 3)):
+        with pytest.raises(AttnflowError, match="layer 0"):
+            _check_mask(mask, n, window, 0)

@@ -131,7 +131,7 @@ class _Keeper:
         self.store, self.keep, self.memory, self.windows = store, keep, memory, windows
         self.calls = 0
         self.computed = 0  # layers whose output the receiver computed (soft-capped logits)
-        self.checked: dict[int, Any] = {}  # id(mask) -> the mask (held, so the id stays its own)
+        self.checked: dict[tuple, Any] = {}  # (id(mask), window) -> the mask (held, so the id stays its own)
 
     def receiver(self, layer: int) -> Any:
         def kernel(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
@@ -150,9 +150,9 @@ class _Keeper:
             if given is not None and min(int(given), n) != min(window or n, n):
                 raise AttnflowError(f"layer {layer} slides a window of {given} keys; the architecture table says "
                                     f"{window}")
-            if id(attention_mask) not in self.checked:
+            if (id(attention_mask), window) not in self.checked:
                 _check_mask(attention_mask, n, window, layer)
-                self.checked[id(attention_mask)] = attention_mask
+                self.checked[id(attention_mask), window] = attention_mask
             scaling = kwargs.get("scaling")
             qk = QK(query[0].detach(), key[0].detach(), float(query.shape[-1] ** -0.5 if scaling is None else scaling),
                     softcap=kwargs.get("softcap"), window=window)
