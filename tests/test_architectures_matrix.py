@@ -39,12 +39,12 @@ from attnflow import AttnflowError
 from attnflow.capture.architectures import (
     ARCHITECTURES,
     architecture,
-    architecture_fixes,
     layer_windows,
     model_type,
     stack_attentions,
     why_not_rows,
 )
+from attnflow.capture.hooks import architecture_fixes
 from attnflow.capture.rows import capture_rows, run_rows
 from attnflow.capture.text import encode
 from attnflow.core.raw import raw_rows

@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 
 import attnflow
 from attnflow.capture.architectures import LRP_GATES
-from attnflow.capture.attnlrp import _ACTIVE, _attention, _Pass, attnlrp
-from attnflow.capture.hooks import scoped
+from attnflow.capture.attnlrp import _attention, _Pass, attnlrp
 from attnflow.errors import AttnflowError
 from tests.cli_runner import run_cli
 from tests.factory import saved, tiny_decoder, tiny_model
@@ -59,10 +58,12 @@ def _tiny(kind: str) -> torch.nn.Module:
 
 
 def _bias_terms(model):
-    """Hooks computing each bias term from its definition; returns (terms dict, observe, reset)."""
-    attnlrp(model, torch.arange(3))  # attnflow's hooks first: the norm hooks below see the rule's output
+    """Hooks computing each bias term from its definition; returns (terms dict, observe, reset). They are
+    put on at the start of each forward pass and taken off at its end, so that they come after attnflow's
+    (which its scope puts on when the call starts): the norm hooks below see the rule's output."""
     terms: dict[str, float] = {}
     constants: list[torch.Tensor] = []
+    handles = []
 
     def add(key, t):
         terms[key] = terms.get(key, 0.0) + float(t.to(torch.float64).sum())
@@ -73,18 +74,28 @@ def _bias_terms(model):
         return hook
 
     inputs = model.get_input_embeddings()
-    for module in model.modules():
-        bias = getattr(module, "bias", None)
-        if isinstance(module, torch.nn.LayerNorm) and bias is not None:
-            module.register_forward_hook(on_grad("norm offsets", lambda m, o: m.bias))
-        elif isinstance(bias, torch.Tensor) and type(module).__name__ in ("Linear", "Conv1D"):
-            # before attnflow's halving hook (a gated factor): the gradient at the layer's own output
-            module.register_forward_hook(on_grad("linear biases", lambda m, o: m.bias), prepend=True)
-        elif isinstance(module, torch.nn.Embedding) and module is not inputs:
-            module.register_forward_hook(lambda m, a, o: constants.append(o.detach()))
-    # position / token-type embeddings are added to the token embedding: the same gradient reaches them
-    inputs.register_forward_hook(lambda m, a, o: o.register_hook(
-        lambda g: add("position embeddings", sum(constants) * g) if constants else None) and None)
+
+    def put_on(*_):
+        for module in model.modules():
+            bias = getattr(module, "bias", None)
+            if isinstance(module, torch.nn.LayerNorm) and bias is not None:
+                handles.append(module.register_forward_hook(on_grad("norm offsets", lambda m, o: m.bias)))
+            elif isinstance(bias, torch.Tensor) and type(module).__name__ in ("Linear", "Conv1D"):
+                # before attnflow's halving hook (a gated factor): the gradient at the layer's own output
+                handles.append(module.register_forward_hook(on_grad("linear biases", lambda m, o: m.bias),
+                                                            prepend=True))
+            elif isinstance(module, torch.nn.Embedding) and module is not inputs:
+                handles.append(module.register_forward_hook(lambda m, a, o: constants.append(o.detach())))
+        # position / token-type embeddings are added to the token embedding: the same gradient reaches them
+        handles.append(inputs.register_forward_hook(lambda m, a, o: o.register_hook(
+            lambda g: add("position embeddings", sum(constants) * g) if constants else None) and None))
+
+    def take_off(*_):
+        while handles:
+            handles.pop().remove()
+
+    model.register_forward_pre_hook(put_on)
+    model.register_forward_hook(take_off)
 
     def observe(module, x, s):
         def hook(g):
@@ -184,8 +195,7 @@ def test_one_attention_layer_against_a_naive_loop_of_the_papers_rules():
     mask = torch.triu(torch.full((n, n), torch.finfo(torch.float64).min, dtype=torch.float64), 1)[None, None]
     module = torch.nn.Module()
     module.num_key_value_groups, scale = heads, d ** -0.5
-    with scoped(_ACTIVE, _Pass(None)):
-        out, _ = _attention(module, q, k, v, mask, scaling=scale)
+    out, _ = _attention(_Pass(None))(module, q, k, v, mask, scaling=scale)
     gq, gk, gv = torch.autograd.grad((out * g).sum(), (q, k, v))
     got = [(t * gt).detach().numpy()[0] for t, gt in ((q, gq), (k, gk), (v, gv))]
 

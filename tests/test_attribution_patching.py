@@ -277,7 +277,7 @@ def test_the_sdpa_pass_never_forms_attention_weights_and_eager_does(kind):
 
 
 def test_the_attention_implementation_is_restored_when_the_pass_raises():
-    from attnflow.capture.efficient_attention import KERNEL
+    from attnflow.hf.points import installed_on
 
     model = _build("llama")
     seen = []
@@ -290,6 +290,46 @@ def test_the_attention_implementation_is_restored_when_the_pass_raises():
     with pytest.raises(RuntimeError, match="stop"):
         attribution_patching(model, _ids(), checkpoint=True)
     handle.remove()
-    assert seen == [KERNEL]  # it was on SDPA when it failed
-    assert model.config._attn_implementation == "eager"
+    assert seen == ["attnflow_eager"]  # it was on the hook points' dispatching attention (SDPA) when it failed
+    assert model.config._attn_implementation == "eager" and installed_on(model) == {}
     assert attribution_patching(model, _ids(), checkpoint=True).attention == "sdpa"  # and still works
+
+
+@pytest.mark.parametrize("attention", [None, "sdpa"])
+def test_a_layer_recomputed_on_another_thread_still_sees_the_pass(attention):
+    """autograd may run a backward pass, where checkpointed layers are recomputed, on a thread of its own
+    (one per CUDA device): the recomputation must still add the pass's zero leaves and run on the pass's
+    attention, both of which the calling thread's scope holds. Here the backward pass runs on another
+    thread by hand; the gradients must equal those of a backward pass on the calling thread."""
+    import threading
+
+    from attnflow.capture.attribution_patching import _Pass, _receivers
+    from attnflow.hf.points import hook_points, receiving
+
+    model = _build("llama")
+    ids = torch.tensor(_ids(10))[None]
+
+    def grads(elsewhere):
+        state = _Pass(hook_points(model).layers, checkpoint=True)
+        got = {}
+        with torch.enable_grad(), receiving(model, {}, attention=attention), receiving(model, _receivers(model, state)):
+            logit = model(input_ids=ids, use_cache=False).logits[0, -1, 3]
+
+            def backward():
+                try:
+                    got["grads"] = torch.autograd.grad(logit, state.deltas)
+                except Exception as exc:  # noqa: BLE001 - reported on the calling thread
+                    got["error"] = exc
+            if elsewhere:
+                thread = threading.Thread(target=backward)
+                thread.start()
+                thread.join()
+            else:
+                backward()
+        assert "error" not in got, got.get("error")
+        return got["grads"]
+
+    here, there = grads(False), grads(True)
+    for a, b in zip(here, there):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert max(float(g.abs().max()) for g in here) > 1e-3

@@ -16,12 +16,14 @@ def test_capture_returns_per_layer_attention_and_tokens(minilm):
     np.testing.assert_allclose(maps.attentions.sum(-1).numpy(), 1.0, atol=1e-5)
 
 
-def test_capture_switches_an_sdpa_model_to_eager(minilm_path):
+def test_capture_runs_an_sdpa_model_on_eager_for_the_call_only(minilm_path):
     model = transformers.AutoModel.from_pretrained(minilm_path, attn_implementation="sdpa")
+    eager = transformers.AutoModel.from_pretrained(minilm_path, attn_implementation="eager")
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_path)
     maps = attnflow.capture(model, tokenizer, "hello world")
-    assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == "sdpa"  # the user's model is as it was
     assert maps.attentions.shape[0] == 6
+    torch.testing.assert_close(maps.attentions, attnflow.capture(eager, tokenizer, "hello world").attentions)
 
 
 def test_padded_batch_gives_each_text_its_own_rollout(minilm):

@@ -78,13 +78,13 @@ def test_the_generation_cache_is_cropped_not_recomputed(tokenizer, monkeypatch):
 
     monkeypatch.setattr(methods, "BATCH", 2)
     ran = []
-    original = ablation._Prefix.grow
+    original = ablation.Prefix.grow
 
     def grow(self, to):
         ran.append(self.given is None and to > self.built)
         return original(self, to)
 
-    monkeypatch.setattr(ablation._Prefix, "grow", grow)
+    monkeypatch.setattr(ablation.Prefix, "grow", grow)
     model = tiny_model("llama", vocab=tokenizer.vocab_size)
     attnflow.generate(model, tokenizer, PROMPT, 3, method="ablated-flow")
     assert ran and not any(ran)

@@ -180,3 +180,60 @@ def test_a_receiver_that_is_not_a_function_is_refused_before_anything_is_install
         with receiving(model, {"embed": 42}):
             pass
     _same(before, _snapshot(model))
+
+
+def test_group_points_and_the_gate_and_layer_input_resolve_from_the_model():
+    model = tiny_model("llama")
+    points = hook_points(model)
+    layer = model.model.layers[1]
+    norms = points["norms"].modules
+    assert {id(layer.input_layernorm), id(layer.post_attention_layernorm), id(model.model.norm)} <= set(map(id, norms))
+    assert len(norms) == 2 * 3 + 1
+    assert [id(m) for m in points["activations"].modules] == [id(m.mlp.act_fn) for m in model.model.layers]
+    assert points["layers.1.mlp.gate"].modules == (layer.mlp.act_fn, layer.mlp.up_proj)
+    assert points["fixes"].modules == ()  # Llama's row has no fixes
+    with pytest.raises(AttnflowError, match="no layer_input"):
+        points["layer_input"]  # a decoder has no BERT-style embeddings block
+    bert = tiny_model("bert")
+    assert hook_points(bert)["layer_input"].module is bert.bert.embeddings
+
+
+def test_a_group_receiver_runs_on_every_module_of_the_group_and_all_come_off():
+    model = tiny_model("gpt2")
+    before = _snapshot(model)
+    seen = []
+    with receiving(model, {"norms": lambda m, a, out: seen.append(m)}):
+        model(input_ids=_ids())
+    assert len(seen) == 2 * 3 + 1 and all(isinstance(m, torch.nn.LayerNorm) for m in seen)
+    _same(before, _snapshot(model))
+
+
+def test_cross_attention_of_an_sdpa_model_runs_eager_in_the_scope():
+    """The dispatching function serves every attention call of a switched model, not only the layer
+    points': an encoder-decoder's cross-attention returns its weights too."""
+    import transformers as T
+
+    torch.manual_seed(0)
+    config = T.BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                          decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32)
+    model = T.BartForConditionalGeneration(config).eval()
+    model.set_attn_implementation("sdpa")
+    before = _snapshot(model)
+    ids = _ids(5)
+    with receiving(model, {}, attention="eager"):
+        out = model(input_ids=ids, decoder_input_ids=ids, output_attentions=True)
+    assert all(isinstance(a, torch.Tensor) and a.shape[-2:] == (5, 5) for a in out.cross_attentions)
+    assert model.config._attn_implementation == "sdpa"
+    before["hooks"] = _snapshot(model)["hooks"]  # transformers' own recorder hooks, from output_attentions
+    before["dicts"] = _snapshot(model)["dicts"]
+    _same(before, _snapshot(model))
+
+
+def test_the_models_own_implementation_is_known_while_a_scope_has_it_switched():
+    from attnflow.hf.points import implementation, own_implementation
+
+    model = tiny_model("llama")
+    with receiving(model, {}, attention="sdpa") as scope:
+        assert scope.attention == "sdpa" and implementation(model) != "eager"  # on the dispatching function
+        assert own_implementation(model) == "eager"
+    assert implementation(model) == own_implementation(model) == "eager"

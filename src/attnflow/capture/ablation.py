@@ -44,7 +44,8 @@ API (stable; the explain/generate integration and the decoder study use it)::
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -52,11 +53,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import (architecture, architecture_fixes, layer_windows, model_family, model_head,
+from attnflow.capture.architectures import (architecture, layer_windows, model_family, model_head,
                                             model_type, refuse_unsupported)
-from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
+from attnflow.capture.hooks import architecture_fixes, attention_modules, scoped
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
+from attnflow.hf.points import receiving
+from attnflow.hf.weights import input_device
 
 READOUTS = ("logit", "logprob", "contrastive")
 LAYER_MODES = ("all", "each")
@@ -83,7 +86,7 @@ class Ablation:
 # ------------------------------------------------------------------------------------ edits
 
 @dataclass
-class _Edit:
+class Edit:
     """The edit of one batch: ``zero[layer]`` = (batch rows, positions) whose values are zeroed at that
     layer (all layers: key -1); ``embed`` = (rows, positions, vector) replacing input embeddings."""
 
@@ -91,7 +94,7 @@ class _Edit:
     embed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
 
-_EDIT: ContextVar[_Edit | None] = ContextVar("attnflow_ablation", default=None)
+_EDIT: ContextVar[Edit | None] = ContextVar("attnflow_ablation", default=None)
 
 
 def _value_columns(x: torch.Tensor, qkv: str | None, hd: int, heads: int) -> torch.Tensor:
@@ -128,24 +131,29 @@ def _embed_hook(module: Any, args: Any, output: Any) -> Any:
     return out
 
 
-def _install_edit_hooks(model: Any, values: bool) -> None:
-    """Hooks on the input embedding and (``values``) the value projections, installed once per model
-    and idle unless an edit is active in the calling thread (as :mod:`attnflow.capture.hooks` does,
-    so that threads sharing a model never see each other's edits)."""
-    with _INSTALL:  # threads sharing a model (the app's jobs) install them once
-        if not getattr(model, "_attnflow_embed_hook", False):
-            model.get_input_embeddings().register_forward_hook(_embed_hook)
-            model._attnflow_embed_hook = True
-        if values and not getattr(model, "_attnflow_value_zeroing", False):
-            config = getattr(model.config, "text_config", None) or model.config
-            heads = int(getattr(config, "num_attention_heads", 0) or 0)
-            for layer, projection in enumerate(_projections(model)):
-                hd = projection.w_o.shape[1]
-                projection.value.register_forward_hook(_value_hook(layer, projection.qkv, hd, heads))
-            model._attnflow_value_zeroing = True
+@contextmanager
+def editing(model: Any, values: bool) -> Iterator[None]:
+    """For the block, receivers on the model's ``embed`` and (``values``) ``layers.i.attn.value`` hook
+    points (:mod:`attnflow.hf.points`) that apply the :class:`Edit` made active by :func:`edited`; idle
+    while none is, and per thread, so threads sharing a model never see each other's edits."""
+    receivers: dict[str, Any] = {"embed": _embed_hook}
+    if values:
+        config = getattr(model.config, "text_config", None) or model.config
+        heads = int(getattr(config, "num_attention_heads", 0) or 0)
+        for layer, projection in enumerate(value_projections(model)):
+            receivers[f"layers.{layer}.attn.value"] = _value_hook(layer, projection.qkv, projection.w_o.shape[1], heads)
+    with receiving(model, receivers):
+        yield
 
 
-def _projections(model: Any) -> list[Any]:
+def edited(edit: Edit) -> Any:
+    """The context in which ``edit`` is the one applied (inside :func:`editing`), one batch at a time."""
+    return scoped(_EDIT, edit)
+
+
+def value_projections(model: Any) -> list[Any]:
+    """Each layer's value projection (:class:`attnflow.capture.values.Projection`), or a sentence saying
+    why ablated flow cannot zero values in this model."""
     row = architecture(model)
     if row is None or row.value is None:
         raise AttnflowError(f"ablated flow zeroes each layer's value vectors, and the architecture table does not "
@@ -156,7 +164,8 @@ def _projections(model: Any) -> list[Any]:
 
 # ---------------------------------------------------------------------------------- readouts
 
-def _readout(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tensor | None, readout: str) -> torch.Tensor:
+def readout_values(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tensor | None,
+                   readout: str) -> torch.Tensor:
     """``logits (..., vocab)``, ``tokens (...)`` -> ``(...)`` float64."""
     z = logits.to(torch.float64)
     if readout == "logprob":
@@ -167,7 +176,7 @@ def _readout(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tensor | N
     return value
 
 
-def _check(model: Any, input_ids: Any, targets: Any, readout: str, tokens: Any, foils: Any,
+def checked_inputs(model: Any, input_ids: Any, targets: Any, readout: str, tokens: Any, foils: Any,
            batch_size: int) -> tuple[torch.Tensor, list[int]]:
     refuse_unsupported(model)
     if model_family(model) != "decoder" or model_head(model) != "causal-lm":
@@ -196,14 +205,14 @@ def _check(model: Any, input_ids: Any, targets: Any, readout: str, tokens: Any, 
 
 # ------------------------------------------------------------------------------------ engine
 
-def _cache_keyword(model: Any) -> str:
+def cache_keyword(model: Any) -> str:
     """transformers >= 5.24 names the cache argument ``cache`` (``past_key_values`` is deprecated)."""
     import inspect
 
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-class _Prefix:
+class Prefix:
     """The clean key/value cache of ``ids[:built]``, grown chunk by chunk, and the clean logits read
     on the way at the target positions. ``given``: a cache of the same sequence already computed (a
     generation's own): copies of it are cropped to each chunk's prefix instead, when its layers allow
@@ -221,13 +230,13 @@ class _Prefix:
     def grow(self, to: int) -> None:
         if to <= self.built or self.given is not None:
             return
-        device = next(self.model.parameters()).device
+        device = input_device(self.model)
         # logits at the targets in this stretch only (every position's: n x vocab, 1.6 GB at 8,192 tokens of
         # SmolLM2); none wanted: the last one (logits_to_keep=0 would mean all)
         inside = [t for t in self.targets if self.built <= t < to]
         keep = to - min(inside) if inside else 1
         out = self.model(input_ids=self.ids[None, self.built:to].to(device), use_cache=True, logits_to_keep=keep,
-                         **{_cache_keyword(self.model): self.cache})
+                         **{cache_keyword(self.model): self.cache})
         for t in inside:
             self.logits[t] = out.logits[0, t - to + keep].detach()
         self.built = to
@@ -260,21 +269,21 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
     prefix cache of its chunk; ``v`` is the layer zeroed (-1: all layers, or an embedding edit)."""
     n = ids.numel()
     last = max(targets)
-    device = next(model.parameters()).device
+    device = input_device(model)
     scores = np.zeros((len(targets), variants, n))
     index = {t: i for i, t in enumerate(targets)}
     elements = sorted(elements)
-    with torch.no_grad(), architecture_fixes(model):
+    with torch.no_grad(), architecture_fixes(model), editing(model, values=not delete and replacement is None):
         if clean_logits is None:  # the clean readouts: one pass (a generation gives its own logits)
-            prefix = _Prefix(model, ids, targets)
+            prefix = Prefix(model, ids, targets)
             prefix.grow(last + 1)
             clean_logits = torch.stack([prefix.logits[t] for t in targets])
         clean_logits = torch.as_tensor(clean_logits)
         explained = (clean_logits.argmax(-1).cpu() if tokens is None
                      else torch.as_tensor(np.atleast_1d(tokens)).long())
         foil_ids = None if foils is None else torch.as_tensor(np.atleast_1d(foils)).long()
-        clean = _readout(clean_logits.cpu(), explained, foil_ids, readout)
-        prefix = _Prefix(model, ids, targets, given=cache)  # clean prefixes, chunk by chunk
+        clean = readout_values(clean_logits.cpu(), explained, foil_ids, readout)
+        prefix = Prefix(model, ids, targets, given=cache)  # clean prefixes, chunk by chunk
         done = 0
         for start in range(0, len(elements), batch_size):
             chunk = elements[start:start + batch_size]
@@ -301,9 +310,9 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
             # a small model's step): the last `keep` positions of the run, target t at t - last - 1 + keep
             keep = min(last + 1 - max(j0, wanted[0]), batch_ids.shape[1])
             cache_in = prefix.copy(len(chunk), j0)  # before the edit is active: it may run the clean prefix
-            with scoped(_EDIT, _Edit(zero=zero, embed=embed)):
+            with edited(Edit(zero=zero, embed=embed)):
                 out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
-                            **{_cache_keyword(model): cache_in})
+                            **{cache_keyword(model): cache_in})
             logits = out.logits.detach().cpu()
             for b, (j, v) in enumerate(chunk):
                 for t in wanted:
@@ -311,8 +320,9 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
                         continue  # the target cannot see j (or is the deleted token itself): no change
                     at = t - last - 1 + keep
                     i = index[t]
-                    edited = _readout(logits[b, at], explained[i], None if foil_ids is None else foil_ids[i], readout)
-                    scores[i, max(v, 0) if variants > 1 else 0, j] = float(clean[i] - edited)
+                    changed = readout_values(logits[b, at], explained[i], None if foil_ids is None else foil_ids[i],
+                                             readout)
+                    scores[i, max(v, 0) if variants > 1 else 0, j] = float(clean[i] - changed)
             done += len(chunk)
             if progress is not None:
                 progress(done, len(elements))
@@ -341,11 +351,10 @@ def ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, layers: str
 
     Returns an :class:`Ablation` with ``scores (len(targets), 1 or layers, n)``.
     """
-    ids, targets = _check(model, input_ids, targets, readout, tokens, foils, batch_size)
+    ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     if layers not in LAYER_MODES:
         raise AttnflowError(f"layers must be 'all' (every layer at once) or 'each' (one at a time); got {layers!r}")
-    _install_edit_hooks(model, values=True)
-    n_layers = len(_projections(model))
+    n_layers = len(value_projections(model))
     variants = [-1] if layers == "all" else list(range(n_layers))
     lowest = [reach(layer_windows(model), t) for t in targets]  # per target, per variant: what can reach it
     elements = [(j, v) for j in _sources(targets) for v in variants if any(j >= low[v] for low in lowest)]
@@ -380,10 +389,11 @@ def mean_embedding(model: Any, chunk: int = 8192) -> torch.Tensor:
     included, e.g. Gemma's), the usual "uninformative token" for replacement occlusion."""
     module = model.get_input_embeddings()
     vocab = module.weight.shape[0]
+    device = input_device(model)
     total = None
     with torch.no_grad():
         for start in range(0, vocab, chunk):
-            ids = torch.arange(start, min(vocab, start + chunk), device=module.weight.device)
+            ids = torch.arange(start, min(vocab, start + chunk), device=device)
             part = module(ids[None])[0].to(torch.float64).sum(0)
             total = part if total is None else total + part
     return (total / vocab).to(module.weight.dtype)
@@ -396,7 +406,7 @@ def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: A
     (``replacement=None``) or its input embedding replaced by ``replacement`` (a ``(hidden,)``
     vector, or ``"mean"`` for :func:`mean_embedding`, ``"zero"`` for zeros). Batched and cached as
     :func:`ablated_flow`; ``scores (len(targets), 1, n)``."""
-    ids, targets = _check(model, input_ids, targets, readout, tokens, foils, batch_size)
+    ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     vector = None
     if replacement is not None:
         hidden = model.get_input_embeddings().weight.shape[1]
@@ -410,7 +420,6 @@ def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: A
             if vector.numel() != hidden:
                 raise AttnflowError(f"the replacement embedding must have {hidden} numbers (the model's hidden size); "
                                     f"got {vector.numel()}")
-    _install_edit_hooks(model, values=False)
     last = max(targets)  # deleting the last target itself leaves nothing to read; it scores 0
     elements = [(j, -1) for j in range(last if vector is None else last + 1)]
     return _run(model, ids, targets, elements, delete=vector is None, replacement=vector, readout=readout,

@@ -22,7 +22,7 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   query, key and value: GPT-NeoX's ``query_key_value``). Set in :data:`PROJECTIONS`, each row checked
   against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
   type without them is refused for the norm weighting.
-- ``fixes``: corrections applied while attnflow runs the model (see :func:`architecture_fixes`).
+- ``fixes``: corrections applied while attnflow runs the model (see :func:`attnflow.capture.hooks.architecture_fixes`).
 - ``lrp_gate``: for AttnLRP (:mod:`attnflow.capture.attnlrp`), the two factors of a gated feed-forward
   block's elementwise product (``act(gate(x)) * up(x)``), as paths from the attention module like
   ``mlp``, whose gradients the uniform rule halves; ``()`` for a family whose feed-forward block has no
@@ -41,8 +41,7 @@ per-token maps (:func:`stack_attentions`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,7 +134,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     # GPT-Neo's local layers keep a full KV cache and mask outside the window
     "gpt_neo": Architecture("decoder", window="window_size", layer_types="attention_layers", windowed_type="local"),
     # Falcon's eager attention (rotary variant) adds the boolean causal mask to the scores instead of masking:
-    # without the fix every multi-token forward pass attends to future tokens (see architecture_fixes).
+    # without the fix every multi-token forward pass attends to future tokens (see architecture_fixes in capture.hooks).
     "falcon": Architecture("decoder", fixes=("boolean_mask_as_bias",)),
     # ------------------------------------------------------------------ encoder-decoders
     **{t: Architecture(**_SEQ2SEQ_BART) for t in (
@@ -449,23 +448,5 @@ def _boolean_mask_as_bias(module: Any, args: tuple, kwargs: dict) -> tuple[tuple
     return args, kwargs
 
 
-# fix name -> (class-name suffix of the modules it hooks, forward pre-hook)
+# fix name -> (class-name suffix of the modules it corrects: the ``fixes`` hook point, a receiver before them)
 FIXES = {"boolean_mask_as_bias": ("Attention", _boolean_mask_as_bias)}
-
-
-@contextmanager
-def architecture_fixes(model: Any) -> Iterator[None]:
-    """Apply the table's ``fixes`` for ``model`` (forward pre-hooks on its attention modules) for the
-    duration of the block; nothing for models whose row has none."""
-    row = architecture(model)
-    handles = []
-    try:
-        for fix in row.fixes if row is not None else ():
-            suffix, hook = FIXES[fix]
-            for module in model.modules():
-                if type(module).__name__.endswith(suffix):
-                    handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()

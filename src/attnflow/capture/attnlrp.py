@@ -38,11 +38,12 @@ embeddings . g) - (softmax bias terms)``, exact up to floating point (``tests/te
 it in float64 for every family of the architecture table's ``lrp_gate`` column, with every term computed
 separately).
 
-How: a scoped switch puts the model on attnflow's attention function (registered with transformers'
-``AttentionInterface``; it applies the q.k, softmax and attention.V rules and does what eager attention
-does otherwise), and hooks installed once per model, idle outside a pass, apply the norm, activation
-and gated-product rules. Per-architecture facts (the gated product's factors) are the architecture
-table's ``lrp_gate`` column; norms and activations are found by their class.
+How: receivers on the model's hook points (:mod:`attnflow.hf.points`) for the pass only: a kernel
+receiver on every layer's attention call applies the q.k, softmax and attention.V rules and does what
+eager attention does otherwise, and receivers on the ``norms``, ``activations``, ``layers.i.mlp.gate``,
+``embed`` and ``unembed`` points apply the norm, activation and gated-product rules and keep the input
+leaf and the unembedding's output. Per-architecture facts (the gated product's factors) are the
+architecture table's ``lrp_gate`` column; norms and activations are the hook points' groups.
 
 API::
 
@@ -53,22 +54,19 @@ API::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, architecture_fixes, model_family, model_head, model_type
-from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
-from attnflow.capture.logit_paths import _is_norm
-from attnflow.capture.values import _find
+from attnflow.capture.architectures import architecture, model_family, model_head, model_type
+from attnflow.capture.hooks import architecture_fixes
 from attnflow.errors import AttnflowError
+from attnflow.hf.points import hook_points, receiving
+from attnflow.hf.weights import input_device, parameter
 
-ATTENTION = "attnflow_attnlrp"  # the name attnflow's attention function is registered under
 READOUTS = ("logit", "contrastive")
 
 
@@ -94,9 +92,6 @@ class _Pass:
         self.calls = 0
 
 
-_ACTIVE: ContextVar[_Pass | None] = ContextVar("attnflow_attnlrp", default=None)
-
-
 # ------------------------------------------------------------------------------------- the rules
 
 def uniform(t: torch.Tensor) -> torch.Tensor:
@@ -113,122 +108,82 @@ def identity(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return y.detach() + (x - x.detach()) * ratio.detach()
 
 
-def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-               softcap: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager attention (query ``(b, heads, n, d)``, key/value ``(b, kv heads, m, d)``) with AttnLRP's rules
-    while a pass is active in this thread; plain eager attention otherwise."""
-    active = _ACTIVE.get()
-    half = uniform if active is not None else (lambda t: t)
-    groups = int(getattr(module, "num_key_value_groups", 1) or 1)
-    if groups > 1:  # grouped-query heads: each key/value head serves `groups` query heads (linear: gradients sum)
-        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    if scaling is None:
-        scaling = query.size(-1) ** -0.5
-    scores = half(torch.matmul(query, key.transpose(-1, -2))) * scaling
-    if softcap is not None:
-        capped = torch.tanh(scores / softcap) * softcap
-        scores = capped if active is None else identity(scores, capped)
-    if attention_mask is not None:
-        scores = scores + attention_mask[..., :key.shape[-2]]
-    # the softmax rule is x * (the standard gradient): nothing to change; softmax at least in float32 as eager does
-    weights = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1).to(query.dtype)
-    if active is not None:
-        active.calls += 1
-        if active.observe is not None:
-            active.observe(module, scores, weights)
-    if dropout and module.training:
-        weights = torch.nn.functional.dropout(weights, p=dropout, training=True)
-    out = half(torch.matmul(weights, value))
-    return out.transpose(1, 2).contiguous(), weights
+def _attention(state: _Pass) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The kernel receiver of every layer (``layers.i.attn.kernel``): eager attention (query
+    ``(b, heads, n, d)``, key/value ``(b, kv heads, m, d)``, an additive mask) with AttnLRP's rules."""
 
+    def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                  softcap: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        groups = int(getattr(module, "num_key_value_groups", 1) or 1)
+        if groups > 1:  # grouped-query heads: each key/value head serves `groups` query heads (linear: gradients sum)
+            key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        if scaling is None:
+            scaling = query.size(-1) ** -0.5
+        scores = uniform(torch.matmul(query, key.transpose(-1, -2))) * scaling
+        if softcap is not None:
+            scores = identity(scores, torch.tanh(scores / softcap) * softcap)
+        if attention_mask is not None:
+            scores = scores + attention_mask[..., :key.shape[-2]]
+        # the softmax rule is x * (the standard gradient): nothing to change; softmax at least in float32 as eager does
+        weights = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1).to(query.dtype)
+        state.calls += 1
+        if state.observe is not None:
+            state.observe(module, scores, weights)
+        if dropout and module.training:
+            weights = torch.nn.functional.dropout(weights, p=dropout, training=True)
+        out = uniform(torch.matmul(weights, value))
+        return out.transpose(1, 2).contiguous(), weights
 
-def _register() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-    AttentionInterface.register(ATTENTION, _attention)
-    AttentionMaskInterface.register(ATTENTION, eager_mask)  # an additive mask, as eager attention reads it
+    return attention
 
 
 # ------------------------------------------------------------------------------------------ hooks
 
-def _is_activation(module: Any) -> bool:
-    """An elementwise non-linearity module: transformers' activation classes (``ACT2FN``) and torch's."""
-    nn = torch.nn
-    return (type(module).__module__ == "transformers.activations"
-            or isinstance(module, (nn.SiLU, nn.GELU, nn.Tanh, nn.ReLU, nn.Sigmoid, nn.Mish, nn.Softplus)))
-
-
-def _activation_hook(module: Any, args: Any, output: Any) -> Any:
-    if _ACTIVE.get() is None or not args or not isinstance(output, torch.Tensor):
+def _activation(module: Any, args: Any, output: Any) -> Any:
+    if not args or not isinstance(output, torch.Tensor):
         return None
     return identity(args[0], output)
 
 
-def _norm_hook(module: Any, args: Any, output: Any) -> Any:
+def _norm(module: Any, args: Any, output: Any) -> Any:
     """The normalisation as the linear map it is with its denominator held constant."""
-    if _ACTIVE.get() is None or not args or not isinstance(output, torch.Tensor):
+    if not args or not isinstance(output, torch.Tensor):
         return None
     x = args[0]
     if isinstance(module, torch.nn.LayerNorm):
         centred = x - x.mean(-1, keepdim=True)  # linear: kept in the backward pass
         sigma = torch.sqrt(x.detach().var(-1, unbiased=False, keepdim=True) + module.eps)
-        scale = (module.weight.detach() if module.weight is not None else 1.0) / sigma
+        gamma = parameter(module)
+        scale = (gamma if gamma is not None else 1.0) / sigma
         linear = centred * scale
         return output.detach() + (linear - linear.detach())
     # RMS norms (every variant's spelling of the weight, Gemma's 1 + w included): y / x = w / rms(x)
     return identity(x, output)
 
 
-def _half_hook(module: Any, args: Any, output: Any) -> Any:
-    return uniform(output) if _ACTIVE.get() is not None and isinstance(output, torch.Tensor) else None
+def _half(module: Any, args: Any, output: Any) -> Any:
+    return uniform(output) if isinstance(output, torch.Tensor) else None
 
 
-def _embedding_hook(module: Any, args: Any, output: Any) -> Any:
-    active = _ACTIVE.get()
-    if active is None:
-        return None
-    active.leaf = output.detach().requires_grad_(True)
-    return active.leaf
+def _receivers(model: Any, state: _Pass, gate: tuple[str, ...], decoder: bool) -> dict[str, Any]:
+    """The pass's receivers on the hook points. Order matters on a gated feed-forward's activation (both
+    the ``activations`` and the ``layers.i.mlp.gate`` point): the identity rule first, then the halving,
+    as the scope installs them in this order."""
+    points = hook_points(model)
 
+    def leaf(module: Any, args: Any, output: Any) -> torch.Tensor:
+        state.leaf = output.detach().requires_grad_(True)
+        return state.leaf
 
-def _unembedding_hook(module: Any, args: Any, output: Any) -> None:
-    active = _ACTIVE.get()
-    if active is not None:
-        active.unembedded = output
-
-
-def _install(model: Any, gate: tuple[str, ...], decoder: bool) -> None:
-    """The hooks, once per model, idle unless a pass is active in the calling thread. Order matters on a
-    gated feed-forward's activation: the identity rule first, then the halving."""
-    with _INSTALL:
-        if getattr(model, "_attnflow_attnlrp", False):
-            return
-        _register()
-        for module in model.modules():
-            if _is_norm(module):
-                module.register_forward_hook(_norm_hook)
-            elif _is_activation(module):
-                module.register_forward_hook(_activation_hook)
-        for found in attention_modules(model):
-            for path in gate:
-                _find(model, found.name, path).register_forward_hook(_half_hook)
-        model.get_input_embeddings().register_forward_hook(_embedding_hook)
-        if decoder:
-            model.get_output_embeddings().register_forward_hook(_unembedding_hook)
-        model._attnflow_attnlrp = True
-
-
-@contextmanager
-def _lrp_attention(model: Any) -> Iterator[None]:
-    """The model on attnflow's attention function for the block, then back on its own."""
-    previous = getattr(model.config, "_attn_implementation", None) or "eager"
-    model.set_attn_implementation(ATTENTION)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(previous)
+    wanted: dict[str, Any] = {"norms": _norm, "activations": _activation}
+    if gate:
+        wanted.update(dict.fromkeys(points.names("mlp.gate"), _half))
+    wanted.update(dict.fromkeys(points.names("attn.kernel"), _attention(state)))
+    wanted["embed"] = leaf
+    if decoder:
+        wanted["unembed"] = lambda module, args, output: setattr(state, "unembedded", output)
+    return wanted
 
 
 # ------------------------------------------------------------------------------------------ entry
@@ -290,14 +245,15 @@ def attnlrp(model: Any, input_ids: Any, targets: Any = None, *, tokens: Any = No
             raise AttnflowError(f"give one of {what} per target ({len(targets)}); got {len(np.atleast_1d(given))}")
     if readout == "contrastive" and foils is None:
         raise AttnflowError(f"readout='contrastive' needs one foil token per target ({len(targets)} targets)")
-    _install(model, gate, decoder)
-    device = next(model.parameters()).device
+    device = input_device(model)
     state = _Pass(observe)
     last = max(targets)
     feed: dict[str, Any] = {"input_ids": ids[None, :last + 1 if decoder else n].to(device), "use_cache": False}
     if decoder:
         feed["logits_to_keep"] = last + 1 - min(targets)
-    with torch.enable_grad(), architecture_fixes(model), _lrp_attention(model), scoped(_ACTIVE, state):
+    # eager attention's additive mask for the kernel receivers (the scope switches the model's attention)
+    with torch.enable_grad(), architecture_fixes(model), \
+            receiving(model, _receivers(model, state, gate, decoder), attention="eager"):
         out = model(**feed)
         if state.leaf is None or state.calls == 0:
             raise AttnflowError(f"{type(model).__name__} did not run through attnflow's attention function or its input "

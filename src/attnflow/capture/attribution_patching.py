@@ -52,19 +52,20 @@ API::
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from attnflow.capture.ablation import LAYER_MODES, Ablation, _check, _projections, _readout
-from attnflow.capture.architectures import architecture_fixes
+from attnflow.capture.ablation import LAYER_MODES, Ablation, checked_inputs, readout_values, value_projections
 from attnflow.capture.efficient_attention import efficient_attention
-from attnflow.capture.hooks import _INSTALL, attention_modules, scoped
+from attnflow.capture.hooks import architecture_fixes
 from attnflow.capture.load import output_cache
 from attnflow.errors import AttnflowError
+from attnflow.hf.points import hook_points, own_implementation, receiving
+from attnflow.hf.weights import input_device
 
 
 @dataclass
@@ -97,51 +98,40 @@ class _Pass:
         self.checkpoint = checkpoint
 
 
-_ACTIVE: ContextVar[_Pass | None] = ContextVar("attnflow_attribution_patching", default=None)
-
-
-def _value_hook(layer: int) -> Any:
-    def hook(module: Any, args: Any, output: Any) -> Any:
-        active = _ACTIVE.get()
-        if active is None:
-            return None
+def _value_receiver(state: _Pass, layer: int) -> Any:
+    def receiver(module: Any, args: Any, output: Any) -> Any:
         # v + 0 with the zero a leaf of autograd: d z / d delta is the total derivative d z / d v, and the
         # path from earlier layers through v stays open (a detached leaf in place of v would cut it).
         # A checkpointed layer runs again in the backward pass: it must add the same leaf.
-        delta = active.deltas[layer]
+        delta = state.deltas[layer]
         if delta is None or delta.shape != output.shape:
             delta = torch.zeros_like(output, requires_grad=True)
-        active.outputs[layer], active.deltas[layer] = output.detach(), delta
+        state.outputs[layer], state.deltas[layer] = output.detach(), delta
         return output + delta
-    return hook
+    return receiver
 
 
-def _checkpointed(forward: Any) -> Any:
-    """A decoder layer's ``forward`` that, while a checkpointing pass is active in this thread, keeps
-    only its inputs and recomputes the rest in the backward pass (memory: one layer's activations at a
-    time instead of every layer's; about one more forward pass of compute)."""
-    def run(*args: Any, **kwargs: Any) -> Any:
-        active = _ACTIVE.get()
-        if active is None or not active.checkpoint or not torch.is_grad_enabled():
-            return forward(*args, **kwargs)
-        from torch.utils.checkpoint import checkpoint
+def _checkpointed(forward: Any, args: tuple, kwargs: dict) -> Any:
+    """Around a decoder layer (its ``layers.i.block`` hook point): keep only its inputs and recompute the
+    rest in the backward pass (memory: one layer's activations at a time instead of every layer's; about
+    one more forward pass of compute). The recomputation runs in this call's context: autograd may run it
+    on a device thread of its own, where this thread's receivers and attention choice would be unseen."""
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    from torch.utils.checkpoint import checkpoint
 
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
-    return run
+    context = contextvars.copy_context()
+    return checkpoint(lambda *a, **k: context.run(forward, *a, **k), *args, use_reentrant=False, **kwargs)
 
 
-def _install(model: Any, found: list[Any]) -> None:
-    """Hooks on the value projections and the checkpointing switch on each decoder layer (the parent of
-    its attention module), once per model, idle unless a pass is active in this thread."""
-    with _INSTALL:
-        if getattr(model, "_attnflow_attribution_patching", False):
-            return
-        for layer, projection in enumerate(found):
-            projection.value.register_forward_hook(_value_hook(layer))
-        for module in attention_modules(model):
-            block = model.get_submodule(module.name.rpartition(".")[0])
-            block.forward = _checkpointed(block.forward)
-        model._attnflow_attribution_patching = True
+def _receivers(model: Any, state: _Pass) -> dict[str, Any]:
+    """The pass's receivers: the value projections' zero leaves and (checkpointing) around each layer."""
+    points = hook_points(model)
+    wanted: dict[str, Any] = {name: _value_receiver(state, layer)
+                              for layer, name in enumerate(points.names("attn.value"))}
+    if state.checkpoint:
+        wanted.update(dict.fromkeys(points.names("block"), _checkpointed))
+    return wanted
 
 
 def _detached(cache: Any) -> Any:
@@ -177,15 +167,14 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     Returns a :class:`Patching` with ``scores (len(targets), 1 or layers, n)``; sources after a
     target score 0 for it.
     """
-    ids, targets = _check(model, input_ids, targets, readout, tokens, foils, 1)
+    ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, 1)
     if layers not in LAYER_MODES:
         raise AttnflowError(f"layers must be 'all' (every layer at once) or 'each' (one at a time); got {layers!r}")
-    found = _projections(model)
-    _install(model, found)
+    found = value_projections(model)
     config = getattr(model.config, "text_config", None) or model.config
     heads = int(config.num_attention_heads)
     n, last = ids.numel(), max(targets)
-    device = next(model.parameters()).device
+    device = input_device(model)
     checkpoint = long_input(last + 1) if checkpoint is None else bool(checkpoint)
     keep_cache = keep_cache and not checkpoint
     sdpa = checkpoint if sdpa is None else bool(sdpa)
@@ -194,13 +183,13 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     # checkpointed (long inputs): attention on SDPA where it is the same function (no (heads, n, n) weights
     # kept or recomputed in the backward pass); the backward passes run inside the block, which recompute layers
     with torch.enable_grad(), architecture_fixes(model), efficient_attention(model, sdpa) as kernel, \
-            scoped(_ACTIVE, state):
+            receiving(model, _receivers(model, state)):
         out = model(input_ids=ids[None, :last + 1].to(device), use_cache=keep_cache, logits_to_keep=keep)
         logits = out.logits[0, [t - last - 1 + keep for t in targets]]
         explained = (logits.detach().argmax(-1).cpu() if tokens is None
                      else torch.as_tensor(np.atleast_1d(tokens)).long())
         foil_ids = None if foils is None else torch.as_tensor(np.atleast_1d(foils)).long()
-        objective = _readout(logits, explained.to(logits.device),
+        objective = readout_values(logits, explained.to(logits.device),
                              None if foil_ids is None else foil_ids.to(logits.device), readout)
         if any(d is None for d in state.deltas):
             raise AttnflowError("a layer's value projection did not run; the architecture table names the wrong "
@@ -224,9 +213,8 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     if layers == "all":
         scores = scores.sum(1, keepdims=True)
     clean_logits = logits.detach().cpu()
-    clean = _readout(clean_logits, explained, foil_ids, readout)
+    clean = readout_values(clean_logits, explained, foil_ids, readout)
     return Patching(scores=scores, targets=targets, tokens=[int(c) for c in explained.tolist()],
                     clean=clean.numpy(), readout=readout, method="ablated-flow-estimate", logits=clean_logits,
                     cache=_detached(output_cache(out)) if keep_cache else None,
-                    attention="sdpa" if kernel.calls else str(getattr(model.config, "_attn_implementation", None)
-                                                              or "eager"))
+                    attention="sdpa" if kernel.calls else own_implementation(model))

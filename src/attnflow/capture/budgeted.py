@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.capture.ablation import BATCH, Progress, _check
+from attnflow.capture.ablation import BATCH, Progress, checked_inputs
 from attnflow.capture.architectures import layer_windows
 from attnflow.capture.attribution_patching import attribution_patching, long_input
 from attnflow.capture.efficient_attention import efficient_attention
@@ -97,7 +97,7 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
         ``[0, 1]`` (0: the estimate's top spans only, as before the tail phase existed).
     Other arguments as :func:`attnflow.capture.span_ablation.ablate_spans`.
     """
-    ids, sorted_targets = _check(model, input_ids, targets, readout, tokens, foils, batch_size)
+    ids, sorted_targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     last = max(sorted_targets)
     m = last + 1
     spans = checked_spans(range(m) if spans is None else spans, ids.numel())

@@ -9,10 +9,10 @@ no attention weights, only gradients through attention, so it can run on torch's
 memory-efficient kernels) keep per query only its output and the softmax's log-sum-exp and recompute
 the rest block by block in the backward pass: memory ``O(n)`` per head instead of ``O(n^2)``.
 
-The switch is scoped: :func:`efficient_attention` registers one attention function with transformers'
-``AttentionInterface`` (transformers' own SDPA function, counted), puts the model on it for the block
-and back on its previous implementation after, also when the block raises. It only switches where
-SDPA computes the same function as eager attention:
+The switch is scoped: :func:`efficient_attention` opens a :func:`attnflow.hf.points.receiving` scope
+with ``attention="sdpa"`` and a kernel receiver per layer that counts the calls (and refuses attention
+sinks, which SDPA would silently leave out); the model is back on its own implementation after the
+block, also when it raises. It only switches where SDPA computes the same function as eager attention:
 
 - the model class declares SDPA support (``_supports_sdpa``; Gemma 2 does not: its attention
   logits are soft-capped, ``cap * tanh(s / cap)``, which SDPA cannot apply);
@@ -25,10 +25,8 @@ attention (a boolean ``(n, n)`` mask per windowed layer, one byte per entry: 64 
 and the CPU flash kernel takes a mask. Elsewhere the block runs on the model's own attention and
 says so (the yielded :class:`Kernel` has ``used`` False and ``why`` the reason).
 
-The switch changes the model's config for the block: another thread running the same model at the
-same time would see SDPA too (and get no attention weights). attnflow runs this only from
-:data:`attnflow.capture.attribution_patching.CHECKPOINT_FROM` positions, beyond what the app explains
-(512 tokens), as AttnLRP switches to its own function for its pass.
+Another thread running the same model meanwhile keeps its own attention (the hook points dispatch per
+calling context).
 
 API::
 
@@ -40,13 +38,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from attnflow.capture.architectures import architecture
-
-KERNEL = "attnflow_sdpa"  # the name the counted SDPA function is registered under
+from attnflow.hf.points import can_switch, hook_points, receiving
 
 
 @dataclass
@@ -59,26 +55,12 @@ class Kernel:
     calls: int = 0
 
 
-_ACTIVE: ContextVar[Kernel | None] = ContextVar("attnflow_efficient_attention", default=None)
-
-
-def _attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    if kwargs.get("s_aux") is not None:  # attention sinks: SDPA would silently leave them out
-        raise ValueError("attention sinks are not supported by SDPA")
-    counting = _ACTIVE.get()
-    if counting is not None:
-        counting.calls += 1
-    return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, **kwargs)
-
-
-def _register() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(KERNEL, _attention)
-    AttentionMaskInterface.register(KERNEL, sdpa_mask)  # a boolean mask, or none where is_causal does it
+def _counter(kernel: Kernel) -> Any:
+    def receiver(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> None:
+        if kwargs.get("s_aux") is not None:  # attention sinks: SDPA would silently leave them out
+            raise ValueError("attention sinks are not supported by SDPA")
+        kernel.calls += 1  # None: the scope's implementation (SDPA) runs the call
+    return receiver
 
 
 def why_not(model: Any) -> str:
@@ -92,7 +74,7 @@ def why_not(model: Any) -> str:
     row = architecture(model)
     if row is not None and row.fixes:
         return f"attnflow corrects its attention masks ({', '.join(row.fixes)})"
-    if not callable(getattr(model, "set_attn_implementation", None)):
+    if not can_switch(model):
         return f"{type(model).__name__} cannot switch its attention implementation"
     return ""
 
@@ -107,14 +89,6 @@ def efficient_attention(model: Any, enabled: bool = True) -> Iterator[Kernel]:
     if not kernel.used:
         yield kernel
         return
-    _register()
-    previous = getattr(model.config, "_attn_implementation", None) or "eager"
-    token = _ACTIVE.set(kernel)
-    try:
-        model.set_attn_implementation(KERNEL)
-        if getattr(model.config, "_attn_implementation", None) != KERNEL:  # transformers declined (it warns)
-            kernel.used, kernel.why = False, f"{type(model).__name__} did not switch to SDPA"
+    counter = _counter(kernel)
+    with receiving(model, dict.fromkeys(hook_points(model).names("attn.kernel"), counter), attention="sdpa"):
         yield kernel
-    finally:
-        _ACTIVE.reset(token)
-        model.set_attn_implementation(previous)

@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture_fixes, layer_windows, refuse_unsupported
-from attnflow.capture.hooks import checked_weights, pending_norms, replay_attentions, streamable_modules, streaming
-from attnflow.capture.load import ensure_eager, output_cache
+from attnflow.capture.architectures import layer_windows, refuse_unsupported
+from attnflow.capture.hooks import (architecture_fixes, checked_weights, pending_norms, replay_attentions,
+                                   streamable_modules, streaming)
+from attnflow.capture.load import output_cache
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion, fuse_heads
@@ -43,6 +44,7 @@ from attnflow.core.incremental import IncrementalRollout, window_columns
 from attnflow.core.rollout import rollout_rows
 from attnflow.core.weighting import check_weighting, norm_weighted
 from attnflow.errors import AttnflowError
+from attnflow.hf.weights import input_device
 
 _REFUSED = {"num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "assistant_model": None,
             "prompt_lookup_num_tokens": None}
@@ -225,7 +227,6 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         raise AttnflowError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
     check_head_fusion(head_fusion)
     check_weighting(weighting)
-    ensure_eager(model)
     enc = encode(tokenizer, [prompt])
     m = enc["input_ids"].shape[1]
     limit = max_length(model, tokenizer)
@@ -239,7 +240,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         strategy = choose_strategy(m, max_new_tokens, n_layers)
     steps = _Steps(n_layers, m, m + max_new_tokens, head_fusion, strategy, tracker, from_output=not modules,
                    windows=layer_windows(model), projections=found)
-    device = next(model.parameters()).device
+    device = input_device(model)
     kwargs = {"do_sample": False, **generate_kwargs, "max_new_tokens": max_new_tokens,
               "return_dict_in_generate": False, "use_cache": True}
     if not modules:

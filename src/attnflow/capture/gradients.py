@@ -1,8 +1,10 @@
 """Capture attention together with its gradient, for gradient-weighted rollout.
 
-One forward pass with ``output_attentions=True`` under eager attention; each layer's returned
-attention tensor is the very tensor the layer multiplies with the values, so ``retain_grad()`` on it
-gives ``d logit / d A_l`` for layer ``l`` (paired by layer index, never by hook order).
+One forward pass under eager attention, each layer's weights received at its ``layers.i.attn`` hook
+point (``output_attentions=True`` for a model whose classes declare no attention modules); each layer's
+attention tensor is the very tensor the layer multiplies with the values, so a gradient hook on that
+tensor (not on the model) receives ``d logit / d A_l`` for layer ``l`` (paired by layer index, never
+by hook order). The model runs on eager attention for the call only (:mod:`attnflow.hf.points`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.load import ensure_eager
+from attnflow.capture.hooks import attention_for_weights, eager, layer_weights, streamable_modules
+from attnflow.hf.points import receiving
 from attnflow.errors import AttnflowError
 
 
@@ -55,11 +58,19 @@ def capture_gradients(model: Any, inputs: dict[str, torch.Tensor], target: Any =
 
     Examples in a batch do not interact, so the summed logits give each example its own gradient.
     """
-    ensure_eager(model)
     model.zero_grad(set_to_none=True)
-    with torch.enable_grad():
-        out = model(**inputs, output_attentions=True)
-        attentions = getattr(out, "attentions", None)
+    modules = streamable_modules(model)
+    kept: list[Any] = [None] * len(modules)
+
+    def keep(layer: int, index: int) -> Any:
+        return lambda module, args, output: kept.__setitem__(layer, layer_weights(output, index))
+
+    # transformers' own output_attentions would leave its recorder's hooks on the model: receivers instead
+    scope = receiving(model, {f"layers.{i}.attn": keep(i, m.index) for i, m in enumerate(modules)},
+                      attention=attention_for_weights(model)) if modules else eager(model)
+    with torch.enable_grad(), scope:
+        out = model(**inputs) if modules else model(**inputs, output_attentions=True)
+        attentions = kept if modules and all(a is not None for a in kept) else getattr(out, "attentions", None)
         logits = getattr(out, "logits", None)
         if not attentions:
             raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
@@ -68,11 +79,12 @@ def capture_gradients(model: Any, inputs: dict[str, torch.Tensor], target: Any =
                                 "(batch, classes), e.g. a *ForSequenceClassification or *ForImageClassification model")
         if not attentions[0].requires_grad:
             raise AttnflowError("the attentions are not differentiable; do not run the model under torch.no_grad()")
-        for a in attentions:
-            a.retain_grad()
+        received: list[torch.Tensor | None] = [None] * len(attentions)
+        for layer, a in enumerate(attentions):
+            a.register_hook(lambda g, layer=layer: received.__setitem__(layer, g))
         classes = resolve_classes(target, logits, getattr(model.config, "id2label", None))
         logits.gather(1, classes[:, None]).sum().backward()
-    grads = [a.grad if a.grad is not None else torch.zeros_like(a) for a in attentions]
+    grads = [g if g is not None else torch.zeros_like(a) for g, a in zip(received, attentions)]
     model.zero_grad(set_to_none=True)
     return Gradients(attentions=torch.stack([a.detach().float().cpu() for a in attentions], dim=1),
                      gradients=torch.stack([g.detach().float().cpu() for g in grads], dim=1),

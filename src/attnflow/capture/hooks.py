@@ -2,8 +2,9 @@
 
 ``model(..., output_attentions=True)`` makes transformers keep every layer's ``(batch, heads, n, n)``
 weights in a tuple until the forward pass ends; stacking them for the methods then holds a second
-copy. At 4,096 tokens on SmolLM2-135M (30 layers, 9 heads) one copy alone is 18 GB. Here a hook on
-each attention module receives that layer's weights (under eager attention, transformers 5 attention
+copy. At 4,096 tokens on SmolLM2-135M (30 layers, 9 heads) one copy alone is 18 GB. Here a receiver on
+each attention module's hook point (``layers.i.attn``, :mod:`attnflow.hf.points`) gets that layer's
+weights (under eager attention, switched on for the call only; transformers 5 attention
 modules return them whether or not ``output_attentions`` is set), writes what the methods need into
 one preallocated float32 buffer (the head-fused ``(n, n)`` map, or every head only when per-head
 results are asked for) and returns; nothing else keeps the weights, so each layer's are freed before
@@ -15,11 +16,14 @@ with the tuple index and a sub-module name such as ``"self_attn"``), which trans
 ``output_attentions`` machinery reads. We read the same declaration, in the same way (a sub-model's
 declaration applies to its own sub-tree), so no per-architecture table is needed for this. Models
 without one (older code such as Falcon, Bloom, DeBERTa-v2) fall back to ``output_attentions``.
+
+This module also holds what the capture and the interventions share about a pass through the hook
+points: :func:`eager` (eager attention for a call, no receivers) and :func:`architecture_fixes` (the
+table's corrections as receivers on the ``fixes`` point).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -27,10 +31,11 @@ from typing import Any
 
 import torch
 
+from attnflow.capture.architectures import FIXES, architecture
 from attnflow.core.fusion import fuse_heads
 from attnflow.core.weighting import norm_weighted
 from attnflow.errors import AttnflowError
-from attnflow.hf.points import AttentionModule, attention_modules
+from attnflow.hf.points import AttentionModule, attention_modules, can_switch, receiving
 
 
 def streamable_modules(model: Any) -> list[AttentionModule]:
@@ -135,82 +140,80 @@ class Reducer:
         target[:, 0] = fuse_heads(w.to(dtype=torch.float32), self.head_fusion).to(device="cpu")
 
 
-_ACTIVE: ContextVar[Any] = ContextVar("attnflow_streaming", default=None)
-_INSTALL = threading.Lock()
+def layer_weights(output: Any, index: int) -> Any:
+    """What a ``layers.i.attn`` receiver gets as the layer's weights: ``output[index]`` of an attention
+    module that returns a tuple (its :class:`AttentionModule` ``index``), else the output itself."""
+    return output[index] if isinstance(output, (tuple, list)) else output
 
 
-def _install_capture_hooks(model: Any, modules: list[AttentionModule]) -> None:
-    """Hooks that hand each forward call's attention to the receiver active in the calling thread
-    (:func:`streaming`), installed once per model and left in place, as transformers does for its
-    own recorder: hooks added and removed per call would race when several threads share a model
-    (the app runs jobs in parallel on one), and a hook that finds no receiver returns at once."""
-    with _INSTALL:
-        if getattr(model, "_attnflow_streaming_layers", None) == len(modules):
-            return
-        for layer, found in enumerate(modules):
-            found.module.register_forward_hook(_layer_hook(layer, found.index))
-        model.register_forward_hook(_end_hook)
-        model._attnflow_streaming_layers = len(modules)
+def _receivers(modules: list[AttentionModule], receiver: Any) -> dict[str, Any]:
+    """The named points a streaming receiver takes: each layer's attention module (its weights at
+    ``output[index]``), each value projection when it weights by norms, and the whole model's output."""
+    def layer_hook(layer: int, index: int) -> Any:
+        def hook(module: Any, args: Any, output: Any) -> None:
+            receiver.layer(layer, layer_weights(output, index))
+        return hook
 
+    def value_hook(layer: int) -> Any:
+        return lambda module, args, output: receiver.values(layer, output)
 
-def _install_values(model: Any, projections: list[Any]) -> None:
-    """Hooks on the value projections (norm weighting), installed once per model like :func:`_install_capture_hooks`;
-    they hand the projection's output to the active receiver only when it asks for values."""
-    with _INSTALL:
-        if getattr(model, "_attnflow_value_layers", None) == len(projections):
-            return
-        for layer, projection in enumerate(projections):
-            projection.value.register_forward_hook(_value_hook(layer))
-        model._attnflow_value_layers = len(projections)
-
-
-def _value_hook(layer: int) -> Any:
-    def hook(module: Any, args: Any, output: Any) -> None:
-        receiver = _ACTIVE.get()
-        if receiver is not None and getattr(receiver, "projections", None) is not None:
-            receiver.values(layer, output)
-    return hook
-
-
-def _layer_hook(layer: int, index: int) -> Any:
-    def hook(module: Any, args: Any, output: Any) -> None:
-        receiver = _ACTIVE.get()
-        if receiver is not None:
-            receiver.layer(layer, output[index] if isinstance(output, (tuple, list)) else output)
-    return hook
-
-
-def _end_hook(module: Any, args: Any, output: Any) -> None:
-    receiver = _ACTIVE.get()
-    if receiver is not None and module is receiver.model:
+    def end_hook(module: Any, args: Any, output: Any) -> None:
         receiver.end_call(output)
+
+    wanted: dict[str, Any] = {f"layers.{i}.attn": layer_hook(i, found.index) for i, found in enumerate(modules)}
+    if modules and getattr(receiver, "projections", None) is not None:
+        wanted.update({f"layers.{i}.attn.value": value_hook(i) for i in range(len(modules))})
+    wanted["output"] = end_hook
+    return wanted
 
 
 @contextmanager
 def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iterator[Any]:
-    """For the duration of the block, every forward call of ``model`` in this thread hands layer
-    ``i``'s attention (``output[index]`` of ``modules[i]``) to ``receiver.layer(i, weights)`` and,
-    once the whole model has run, its output to ``receiver.end_call(output)``. A receiver with
-    ``projections`` (norm weighting) also gets each value projection's output first:
-    ``receiver.values(i, output)``."""
-    _install_capture_hooks(model, modules)
-    if getattr(receiver, "projections", None) is not None:
-        _install_values(model, receiver.projections)
+    """For the duration of the block, every forward call of ``model`` in this thread runs on eager
+    attention and hands layer ``i``'s attention (``output[index]`` of ``modules[i]``, the model's
+    ``layers.i.attn`` hook points) to ``receiver.layer(i, weights)`` and, once the whole model has
+    run, its output to ``receiver.end_call(output)``. A receiver with ``projections`` (norm
+    weighting) also gets each value projection's output first: ``receiver.values(i, output)``.
+    ``modules`` empty (a model whose classes declare none): eager attention and the end call only.
+    The model is as it was after the block (:mod:`attnflow.hf.points`)."""
     receiver.model = model
-    token = _ACTIVE.set(receiver)
-    try:
+    with receiving(model, _receivers(modules, receiver), attention=attention_for_weights(model)):
         yield receiver
-    finally:
-        _ACTIVE.reset(token)
+
+
+def attention_for_weights(model: Any) -> str | None:
+    """"eager" where the model can switch; None (its own) for older modelling code that cannot (Falcon,
+    Bloom): such code returns weights for ``output_attentions`` on any implementation, or none, which the
+    capture refuses with a sentence."""
+    return "eager" if can_switch(model) else None
+
+
+def eager(model: Any) -> Any:
+    """The model on eager attention (which returns weights) for a block with no receivers: transformers'
+    own ``output_attentions`` tuple, for models whose classes declare no attention modules."""
+    return receiving(model, {}, attention=attention_for_weights(model))
 
 
 @contextmanager
 def scoped(variable: ContextVar[Any], value: Any) -> Iterator[None]:
-    """Set ``variable`` (which hooks installed once on a model read) for the duration of one pass, and
-    restore it after, also when the pass fails: how ablation's edits and logit paths' frozen state
-    reach their persistent hooks."""
+    """Set ``variable`` (which receivers in an open scope read) for the duration of one pass, and
+    restore it after, also when the pass fails (ablation's edits, one batch at a time, reach the
+    receivers of its scope this way)."""
     token = variable.set(value)
     try:
         yield
     finally:
         variable.reset(token)
+
+
+@contextmanager
+def architecture_fixes(model: Any) -> Iterator[None]:
+    """Apply the architecture table's ``fixes`` for ``model`` (:data:`attnflow.capture.architectures.FIXES`:
+    receivers on its ``fixes`` hook point, before each module they correct runs) for the duration of the
+    block; nothing for models whose row has none."""
+    row = architecture(model)
+    if row is None or not row.fixes:
+        yield
+        return
+    with receiving(model, {"fixes": [FIXES[fix][1] for fix in row.fixes]}):
+        yield

@@ -36,19 +36,19 @@ API (stable)::
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import (architecture, architecture_fixes, model_family, model_head, model_type,
+from attnflow.capture.architectures import (architecture, model_family, model_head, model_type,
                                             refuse_unsupported)
-from attnflow.capture.hooks import _INSTALL, checked_weights, scoped, streamable_modules, streaming
-from attnflow.capture.load import ensure_eager
-from attnflow.capture.values import _find, projections
+from attnflow.capture.hooks import architecture_fixes, checked_weights, streamable_modules, streaming
+from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
+from attnflow.hf.points import receiving
+from attnflow.hf.weights import input_device, parameter
 
 
 @dataclass
@@ -76,6 +76,7 @@ class _Pass:
         self.weights: list[torch.Tensor | None] = [None] * n_layers
         self.v: list[torch.Tensor | None] = [None] * n_layers
         self.leaves: list[torch.Tensor | None] = [None] * n_layers
+        self.residual: list[torch.Tensor | None] = [None] * n_layers
 
     def layer(self, layer: int, weights: Any) -> None:
         self.weights[layer] = checked_weights(weights)[0].to(torch.float64).cpu()
@@ -87,77 +88,79 @@ class _Pass:
         pass
 
 
-_ACTIVE: ContextVar[_Pass | None] = ContextVar("attnflow_logit_paths", default=None)
-
-
-def _leaf_hook(layer: int) -> Any:
-    def hook(module: Any, args: tuple) -> Any:
-        active = _ACTIVE.get()
-        if active is None or not args:
+def _leaf_receiver(state: _Pass, layer: int) -> Any:
+    """Before layer ``layer``'s output projection: its input becomes a leaf of autograd (the gradient of
+    the logit with respect to each head's context)."""
+    def receiver(module: Any, args: tuple, kwargs: dict) -> Any:
+        if not args:
             return None
         leaf = args[0].detach().requires_grad_(True)
-        active.leaves[layer] = leaf
-        return (leaf, *args[1:])
-    return hook
+        state.leaves[layer] = leaf
+        return (leaf, *args[1:]), kwargs
+    return receiver
 
 
-def _cut_hook(module: Any, args: Any, output: Any) -> Any:
-    if _ACTIVE.get() is None:
-        return None
+def _residual_receiver(state: _Pass, layer: int) -> Any:
+    """Around layer ``layer``'s block: keep its input, the residual stream the layer reads (what
+    transformers' ``hidden_states[layer]`` would be, without its recorder's hooks on the model)."""
+    def receiver(forward: Any, args: tuple, kwargs: dict) -> Any:
+        hidden = args[0] if args else kwargs.get("hidden_states")
+        state.residual[layer] = hidden[0].detach().to(torch.float64).cpu()
+        return forward(*args, **kwargs)
+    return receiver
+
+
+def _cut(module: Any, args: Any, output: Any) -> Any:
+    """A feed-forward block's output, cut from the gradient's path."""
     if isinstance(output, tuple):
         return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in output)
     return output.detach()
 
 
-def _is_norm(module: Any) -> bool:
-    name = type(module).__name__
-    return isinstance(module, torch.nn.LayerNorm) or name.endswith(("RMSNorm", "LayerNorm", "RmsNorm"))
-
-
-def _norm_hook(module: Any, args: Any, output: Any) -> Any:
+def _frozen_norm(module: Any, args: Any, output: Any) -> Any:
     """Freeze a normalisation's scale at this input: the output is unchanged, its derivative is the
     frozen linear map (LayerNorm: centre, then scale by gamma / sigma; RMS norms: the element-wise
     ratio output / input, which is gamma / rms whatever the variant's spelling of gamma)."""
-    if _ACTIVE.get() is None or not args or not isinstance(output, torch.Tensor):
+    if not args or not isinstance(output, torch.Tensor):
         return None
     x = args[0]
     if isinstance(module, torch.nn.LayerNorm):
         centred = x - x.mean(-1, keepdim=True)
         sigma = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + module.eps)
-        scale = (module.weight if module.weight is not None else 1.0) / sigma
+        gamma = parameter(module)
+        scale = (gamma if gamma is not None else 1.0) / sigma
         frozen = centred * scale.detach()  # the bias is a constant: its derivative is zero
         return frozen + (output - frozen).detach()
     ratio = torch.where(x != 0, output / torch.where(x != 0, x, torch.ones_like(x)), torch.zeros_like(x))
     return x * ratio.detach() + (output - x * ratio).detach()
 
 
-def _tanh_hook(module: Any, args: Any, output: Any) -> Any:
-    if _ACTIVE.get() is None or not args:
+def _frozen_tanh(module: Any, args: Any, output: Any) -> Any:
+    """A tanh module (of the ``activations`` point) as the ratio output / input, frozen."""
+    if not isinstance(module, torch.nn.Tanh) or not args:
         return None
     x = args[0]
     ratio = torch.where(x != 0, output / torch.where(x != 0, x, torch.ones_like(x)), torch.ones_like(x))
     return x * ratio.detach() + (output - x * ratio).detach()
 
 
-def _install_path_hooks(model: Any, modules: list[Any], found: list[Any]) -> None:
-    """The hooks, once per model, idle unless a pass is active in the calling thread."""
-    with _INSTALL:  # threads sharing a model (the app's jobs) install them once
-        if getattr(model, "_attnflow_logit_paths", False):
-            return
-        row = architecture(model)
-        if row is None or row.mlp is None:
-            name = model_type(model) or type(model).__name__
-            raise AttnflowError(f"logit attribution cuts each layer's feed-forward block out of the direct path, "
-                                f"and the architecture table does not name it for {name!r} models")
-        for layer, m in enumerate(modules):
-            _find(model, m.name, row.output).register_forward_pre_hook(_leaf_hook(layer))
-            _find(model, m.name, row.mlp).register_forward_hook(_cut_hook)
-        for module in model.modules():
-            if _is_norm(module):
-                module.register_forward_hook(_norm_hook)
-            elif isinstance(module, torch.nn.Tanh):
-                module.register_forward_hook(_tanh_hook)
-        model._attnflow_logit_paths = True
+def _receivers(model: Any, state: _Pass, n_layers: int, seen: dict[str, torch.Tensor] | None) -> dict[str, Any]:
+    """The pass's receivers on the hook points: leaves before each output projection, each feed-forward
+    block cut, norms and tanh frozen, and (``seen``) the unembedding's input and output kept."""
+    row = architecture(model)
+    if row is None or row.mlp is None:
+        name = model_type(model) or type(model).__name__
+        raise AttnflowError(f"logit attribution cuts each layer's feed-forward block out of the direct path, "
+                            f"and the architecture table does not name it for {name!r} models")
+    wanted: dict[str, Any] = {}
+    for layer in range(n_layers):
+        wanted[f"layers.{layer}.attn.out"] = _leaf_receiver(state, layer)
+        wanted[f"layers.{layer}.mlp"] = _cut
+        wanted[f"layers.{layer}.block"] = _residual_receiver(state, layer)
+    wanted.update(norms=_frozen_norm, activations=_frozen_tanh)
+    if seen is not None:  # u_c = h . W_U[c] without a backward pass through the vocabulary
+        wanted["unembed"] = lambda module, args, output: seen.update(h=args[0], u=output)
+    return wanted
 
 
 def _unembedded(seen: dict[str, torch.Tensor], unembed: Any, targets: list[int], tokens: torch.Tensor,
@@ -167,8 +170,10 @@ def _unembedded(seen: dict[str, torch.Tensor], unembed: Any, targets: list[int],
     scales its logits after the unembedding; exact at this input): the same gradient as through the
     logits, without a backward pass through the whole vocabulary."""
     h = seen["h"][0][targets]
-    weight = unembed.weight
-    rows = (weight.T if type(unembed).__name__ == "Conv1D" else weight)[tokens.to(weight.device)]
+    weight = parameter(unembed)
+    from transformers.pytorch_utils import Conv1D
+
+    rows = (weight.T if isinstance(unembed, Conv1D) else weight)[tokens.to(weight.device)]
     ratio = torch.where(u != 0, z / torch.where(u != 0, u, torch.ones_like(u)), torch.ones_like(u)).detach()
     return ratio * (h * rows.to(h.dtype)).sum(-1)
 
@@ -196,7 +201,6 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
     """
     refuse_unsupported(model)
     decoder = _head(model)
-    ensure_eager(model)
     feed = dict(inputs) if isinstance(inputs, dict) else {"input_ids": torch.as_tensor(inputs).reshape(1, -1).long()}
     ids = feed["input_ids"]
     n = ids.shape[-1]
@@ -214,46 +218,40 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
         raise AttnflowError(f"logit attribution hooks each attention module, and {type(model).__name__} declares "
                             "none to transformers (or shares one module between layers)")
     found = projections(model, modules)
-    _install_path_hooks(model, modules, found)
     config = getattr(model.config, "text_config", None) or model.config
     heads = int(config.num_attention_heads)
     state = _Pass(len(modules), found, heads)
-    device = next(model.parameters()).device
+    device = input_device(model)
     feed = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in feed.items()}
     unembed = model.get_output_embeddings() if decoder else None
     pre_cap: dict[str, torch.Tensor] = {}
-    handles = []
-    if decoder:  # the unembedding's input and output: u_c = h . W_U[c] without a backward pass through the vocabulary
-        handles.append(unembed.register_forward_pre_hook(lambda m, a: pre_cap.__setitem__("h", a[0])))
-        handles.append(unembed.register_forward_hook(lambda m, a, out: pre_cap.__setitem__("u", out)))
-    try:
-        with torch.enable_grad(), architecture_fixes(model), streaming(model, modules, state), scoped(_ACTIVE, state):
-            out = model(**feed, output_hidden_states=True, use_cache=False)
-            z = out.logits[0]
-            u = pre_cap.get("u", out.logits)[0] if decoder else z
-            rows = z[targets] if decoder else z[None]
-            urows = u[targets] if decoder else u[None]
-            explained = rows.detach().argmax(-1) if tokens is None else torch.as_tensor(np.atleast_1d(tokens)).long()
-            explained = explained.to(rows.device)
-            pick = lambda r, ids: r.gather(-1, ids[:, None])[:, 0]  # noqa: E731
-            zc, uc = pick(rows, explained), pick(urows, explained)
-            # soft-capped logits (z = cap * tanh(u / cap)): the ratio z / u, frozen, is exact here
-            objective = _unembedded(pre_cap, unembed, targets, explained, zc, uc) if decoder else zc
-            value = zc.detach().to(torch.float64)
-            if foils is not None:
-                foil_ids = torch.as_tensor(np.atleast_1d(foils)).long().to(rows.device)
-                zf, uf = pick(rows, foil_ids), pick(urows, foil_ids)
-                objective = objective - (_unembedded(pre_cap, unembed, targets, foil_ids, zf, uf) if decoder else zf)
-                value = value - zf.detach().to(torch.float64)
-            leaves = state.leaves
-            if any(leaf is None for leaf in leaves) or any(w is None for w in state.weights) \
-                    or any(v is None for v in state.v):
-                raise AttnflowError("an attention layer's output projection, weights or values were not seen; the "
-                                    "architecture table names the wrong modules for logit attribution")
-            grads = torch.autograd.grad(objective.sum(), leaves, allow_unused=True)
-    finally:
-        for handle in handles:
-            handle.remove()
+    receivers = _receivers(model, state, len(modules), pre_cap if decoder else None)
+    with torch.enable_grad(), architecture_fixes(model), streaming(model, modules, state), receiving(model, receivers):
+        out = model(**feed, use_cache=False)
+        z = out.logits[0]
+        u = pre_cap.get("u", out.logits)[0] if decoder else z
+        rows = z[targets] if decoder else z[None]
+        urows = u[targets] if decoder else u[None]
+        explained = rows.detach().argmax(-1) if tokens is None else torch.as_tensor(np.atleast_1d(tokens)).long()
+        explained = explained.to(rows.device)
+        pick = lambda r, ids: r.gather(-1, ids[:, None])[:, 0]  # noqa: E731
+        zc, uc = pick(rows, explained), pick(urows, explained)
+        # soft-capped logits (z = cap * tanh(u / cap)): the ratio z / u, frozen, is exact here
+        objective = _unembedded(pre_cap, unembed, targets, explained, zc, uc) if decoder else zc
+        value = zc.detach().to(torch.float64)
+        if foils is not None:
+            foil_ids = torch.as_tensor(np.atleast_1d(foils)).long().to(rows.device)
+            zf, uf = pick(rows, foil_ids), pick(urows, foil_ids)
+            objective = objective - (_unembedded(pre_cap, unembed, targets, foil_ids, zf, uf) if decoder else zf)
+            value = value - zf.detach().to(torch.float64)
+        leaves = state.leaves
+        if any(leaf is None for leaf in leaves) or any(w is None for w in state.weights) \
+                or any(v is None for v in state.v):
+            raise AttnflowError("an attention layer's output projection, weights or values were not seen; the "
+                                "architecture table names the wrong modules for logit attribution")
+        if any(r is None for r in state.residual):
+            raise AttnflowError("a layer's input was not seen; logit attribution cannot read the residual stream")
+        grads = torch.autograd.grad(objective.sum(), leaves, allow_unused=True)
     n_layers = len(modules)
     g = torch.stack([torch.zeros_like(leaf[0]) if gr is None else gr[0] for gr, leaf in zip(grads, leaves)])
     ctx = torch.stack([leaf[0].detach() for leaf in leaves]).to(torch.float64).cpu()
@@ -267,8 +265,7 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
     # the attention part of the logit per target and layer: sum_p select[i, p] grads[l, p] . ctx[l, p]
     part = torch.einsum("ip,lp->il", select, (g * ctx).sum(-1))
     w_o = [f.w_o.detach().reshape(f.w_o.shape[0], heads, d) for f in found]  # views: no copy of the weights
-    hidden = out.hidden_states
-    residual = torch.stack([h[0].detach().to(torch.float64).cpu() for h in hidden[:n_layers]])
+    residual = torch.stack(state.residual)
     return LogitPaths(attentions=torch.stack(state.weights), values=torch.stack(state.v), w_o=w_o,
                       residual=residual, grads=g.reshape(n_layers, n, heads, d), select=select, targets=targets,
                       tokens=[int(t) for t in explained.tolist()], logits=value.cpu().numpy(),

@@ -36,7 +36,7 @@ from attnflow.capture.text import forward_takes
 from attnflow.core.maps import AttentionMaps, TargetRows
 from attnflow.core.qk_rows import CHUNK_MEMORY, QK, chunk_size, head_weights, target_rows
 from attnflow.errors import AttnflowError
-from attnflow.hf.points import hook_points, implementation, receiving
+from attnflow.hf.points import hook_points, own_implementation, receiving
 
 # Above this many bytes of queries and keys (every layer) each layer's are kept in a temporary file
 # instead: SmolLM2-135M in float32 holds 92 KiB per token (377 MiB at 4,096 tokens).
@@ -192,7 +192,7 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
     n = int(inputs["input_ids"].shape[-1])
     if memory is None:
         memory = CHUNK_MEMORY if inputs["input_ids"].device.type == "cpu" else DEVICE_CHUNK_MEMORY
-    own = implementation(model) == "sdpa"
+    own = own_implementation(model) == "sdpa"
     spill = bool(methods) and qk_bytes(model, n) > keep_in_memory
     with tempfile.TemporaryDirectory(prefix="attnflow-qk-") if spill else nullcontext() as folder:
         store = QKStore(points.layers, folder)

@@ -17,13 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture_fixes, refuse_unsupported, stack_attentions
+from attnflow.capture.architectures import refuse_unsupported, stack_attentions
 from attnflow.capture.generation import _check, _quiet_generate_warning
-from attnflow.capture.load import ensure_eager
+from attnflow.capture.hooks import architecture_fixes, attention_for_weights, eager
+from attnflow.hf.points import receiving
 from attnflow.capture.text import encode, max_length, token_strings
 from attnflow.core.joint.incremental import IncrementalJointRollout
 from attnflow.core.rollout import rollout
 from attnflow.errors import AttnflowError
+from attnflow.hf.weights import input_device
 
 
 @dataclass
@@ -78,7 +80,6 @@ def check_seq2seq(model: Any, tokenizer: Any) -> None:
     if not hasattr(model, "get_encoder"):
         raise AttnflowError(f"{type(model).__name__} has no language-model head; load it with "
                             "AutoModelForSeq2SeqLM (attnflow.load_model does)")
-    ensure_eager(model)
 
 
 def decoder_start_id(model: Any) -> int:
@@ -101,7 +102,7 @@ def _source(model: Any, tokenizer: Any, source: str, truncate: bool) -> dict:
             raise AttnflowError(f"the source is {n} tokens long but the model takes at most {limit}; shorten it or pass "
                                 "truncate=True (--truncate)")
         enc = encode(tokenizer, [source], max_length=limit)
-    device = next(model.parameters()).device
+    device = input_device(model)
     return {"input_ids": enc["input_ids"].to(device), "attention_mask": enc["attention_mask"].to(device)}
 
 
@@ -127,7 +128,7 @@ def capture_seq2seq(model: Any, tokenizer: Any, source: str, target: str, *, tru
     start = decoder_start_id(model)
     device = inputs["input_ids"].device
     decoder_ids = torch.tensor([[start, *target_ids[:-1]]], device=device)
-    with torch.no_grad(), architecture_fixes(model):
+    with torch.no_grad(), architecture_fixes(model), eager(model):
         out = model(**inputs, decoder_input_ids=decoder_ids, output_attentions=True)
     if not getattr(out, "encoder_attentions", None) or not getattr(out, "cross_attentions", None):
         raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
@@ -150,7 +151,7 @@ def track_seq2seq_generation(model: Any, tokenizer: Any, source: str, max_new_to
     _check(source, max_new_tokens, generate_kwargs)
     check_seq2seq(model, tokenizer)
     inputs = _source(model, tokenizer, source, truncate)
-    with torch.no_grad(), architecture_fixes(model):
+    with torch.no_grad(), architecture_fixes(model), eager(model):
         encoder_outputs = model.get_encoder()(**inputs, output_attentions=True, return_dict=True)
     if not getattr(encoder_outputs, "attentions", None):
         raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
@@ -158,7 +159,7 @@ def track_seq2seq_generation(model: Any, tokenizer: Any, source: str, max_new_to
     e = torch.as_tensor(rollout(encoder.double(), residual=residual, head_fusion=head_fusion))[-1]
     tracker: list[IncrementalJointRollout] = []
 
-    def hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
+    def hook(module: Any, args: Any, output: Any) -> None:
         self_att, cross = getattr(output, "decoder_attentions", None), getattr(output, "cross_attentions", None)
         if not self_att or not cross:
             raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
@@ -175,12 +176,9 @@ def track_seq2seq_generation(model: Any, tokenizer: Any, source: str, max_new_to
 
     kwargs = {"do_sample": False, "num_beams": 1, **generate_kwargs, "max_new_tokens": max_new_tokens,
               "output_attentions": True, "return_dict_in_generate": False, "use_cache": True}
-    handle = model.register_forward_hook(hook, with_kwargs=True)
-    try:
-        with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model):
-            sequences = model.generate(**inputs, encoder_outputs=encoder_outputs, **kwargs)
-    finally:
-        handle.remove()
+    with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model), \
+            receiving(model, {"output": hook}, attention=attention_for_weights(model)):
+        sequences = model.generate(**inputs, encoder_outputs=encoder_outputs, **kwargs)
     decoded = sequences[0].tolist()
     new_ids = decoded[1:]
     n_new = len(new_ids)

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.ablation import (BATCH, LAYER_MODES, Ablation, Progress, _cache_keyword, _check, _Edit, _EDIT,
-                                       _install_edit_hooks, _Prefix, _projections, _readout)
-from attnflow.capture.architectures import architecture_fixes
-from attnflow.capture.hooks import scoped
+from attnflow.capture.ablation import (BATCH, LAYER_MODES, Ablation, Edit, Prefix, Progress, cache_keyword,
+                                       checked_inputs, edited, editing, readout_values, value_projections)
+from attnflow.capture.hooks import architecture_fixes
 from attnflow.errors import AttnflowError
+from attnflow.hf.weights import input_device
 
 
 SMALL_CALL = 256  # positions (rows x length) below which a call costs about its fixed overhead
@@ -100,32 +100,31 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
     Returns a :class:`SpanAblation` with ``scores (len(targets), 1 or layers, len(spans))``; a span
     that starts after a target scores 0 for it.
     """
-    ids, targets = _check(model, input_ids, targets, readout, tokens, foils, batch_size)
+    ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     if layers not in LAYER_MODES:
         raise AttnflowError(f"layers must be 'all' (every layer at once) or 'each' (one at a time); got {layers!r}")
     spans = checked_spans(spans, ids.numel())
-    _install_edit_hooks(model, values=True)
-    variants = [-1] if layers == "all" else list(range(len(_projections(model))))
+    variants = [-1] if layers == "all" else list(range(len(value_projections(model))))
     last = max(targets)
-    device = next(model.parameters()).device
+    device = input_device(model)
     index = {t: i for i, t in enumerate(targets)}
     scores = np.zeros((len(targets), len(variants), len(spans)))
     # elements: (span, variant), started at the span's first position; spans after the last target skipped
     elements = [(s, v) for s in range(len(spans)) if spans[s][0] <= last for v in variants]
     steps = 0
-    with torch.no_grad(), architecture_fixes(model):
-        prefix = _Prefix(model, ids, targets, given=cache)
+    with torch.no_grad(), architecture_fixes(model), editing(model, values=True):
+        prefix = Prefix(model, ids, targets, given=cache)
         if clean_logits is None:
             prefix.grow(last + 1)
             steps += last + 1
             clean_logits = torch.stack([prefix.logits[t] for t in targets])
             # the grown cache holds every position: prefixes are cropped from it (where layers allow cropping)
-            prefix = _Prefix(model, ids, targets, given=cache if cache is not None else prefix.cache)
+            prefix = Prefix(model, ids, targets, given=cache if cache is not None else prefix.cache)
         clean_logits = torch.as_tensor(clean_logits)
         explained = (clean_logits.argmax(-1).cpu() if tokens is None
                      else torch.as_tensor(np.atleast_1d(tokens)).long())
         foil_ids = None if foils is None else torch.as_tensor(np.atleast_1d(foils)).long()
-        clean = _readout(clean_logits.cpu(), explained, foil_ids, readout)
+        clean = readout_values(clean_logits.cpu(), explained, foil_ids, readout)
         done = 0
         for group in batches([spans[s][0] for s, _ in elements], last, batch_size):
             chunk = [elements[k] for k in group]
@@ -141,9 +140,9 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
             wanted = [t for t in targets if t >= j0]
             keep = last + 1 - wanted[0]
             batch_ids = ids[j0:last + 1][None].expand(len(chunk), -1)
-            with scoped(_EDIT, _Edit(zero=zero)):
+            with edited(Edit(zero=zero)):
                 out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
-                            **{_cache_keyword(model): cache_in})
+                            **{cache_keyword(model): cache_in})
             steps += batch_ids.numel()
             logits = out.logits.detach().cpu()
             for b, (s, v) in enumerate(chunk):
@@ -151,9 +150,9 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
                     if t < spans[s][0]:
                         continue  # the target cannot see the span: no change
                     i = index[t]
-                    edited = _readout(logits[b, t - last - 1 + keep], explained[i],
-                                      None if foil_ids is None else foil_ids[i], readout)
-                    scores[i, max(v, 0), s] = float(clean[i] - edited)
+                    changed = readout_values(logits[b, t - last - 1 + keep], explained[i],
+                                             None if foil_ids is None else foil_ids[i], readout)
+                    scores[i, max(v, 0), s] = float(clean[i] - changed)
             done += len(chunk)
             if progress is not None:
                 progress(done, len(elements))

@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import architecture_fixes, check_text_model, model_family
-from attnflow.capture.hooks import Reducer, replay_attentions, streamable_modules, streaming
-from attnflow.capture.load import ensure_eager
+from attnflow.capture.architectures import check_text_model, model_family
+from attnflow.capture.hooks import Reducer, architecture_fixes, eager, replay_attentions, streamable_modules, streaming
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
+from attnflow.hf.weights import input_device
 
 
 def is_causal(model: Any) -> bool:
@@ -131,7 +131,8 @@ def run_streaming(model: Any, inputs: dict, head_fusion: str | None, *, weightin
             return reducer.buffer, out
         # A model whose class declares no attention modules: take transformers' tuple, but reduce and
         # drop each layer's entry in turn, so that the tuple and the buffer never both hold everything.
-        out = model(**inputs, output_attentions=True, **forward)
+        with eager(model):
+            out = model(**inputs, output_attentions=True, **forward)
         reducer = Reducer(len(getattr(out, "attentions", None) or ()), head_fusion)
         replay_attentions(out, reducer)
         return reducer.buffer, out
@@ -154,8 +155,8 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     decoder right padding also leaves every real token's position unchanged, so each row equals the
     text's row alone). Texts longer than the
     model's maximum length are refused with an error, or cut to it with a warning when
-    ``truncate=True``. The model is switched to eager attention if needed (transformers returns no
-    attention weights under sdpa).
+    ``truncate=True``. The model runs on eager attention for the call (transformers returns no
+    attention weights under sdpa) and is back on its own implementation after it.
 
     head_fusion: None keeps every head; ``"mean"``, ``"max"`` or ``"min"`` fuses the heads of each
         layer while the model runs (the heads axis then has length 1 and ``maps.head_fusion`` says
@@ -174,7 +175,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     if weighting == "norm" and head_fusion is None:
         raise AttnflowError("the norm weighting sums the heads while the model runs; pass head_fusion 'mean', "
                             "'max' or 'min'")
-    given = encoded(model, tokenizer, text, truncate=truncate, before=ensure_eager)
+    given = encoded(model, tokenizer, text, truncate=truncate)
     with architecture_fixes(model):
         stacked, out = run_streaming(model, given.inputs, head_fusion, weighting=weighting, **given.forward)
     return maps_of(given, tokenizer, text, out, stacked, head_fusion=head_fusion, weighting=weighting)
@@ -193,16 +194,13 @@ class Encoded:
     forward: dict
 
 
-def encoded(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool = False,
-            before: Any = None) -> Encoded:
-    """Check ``text`` and ``model`` for a capture, call ``before(model)`` (e.g. the switch to eager
-    attention), tokenize, and refuse or cut (``truncate``) a text longer than the model takes."""
+def encoded(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool = False) -> Encoded:
+    """Check ``text`` and ``model`` for a capture, tokenize, and refuse or cut (``truncate``) a text longer
+    than the model takes; the inputs go to the model's input device."""
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
         raise AttnflowError("text must be a non-empty string (or a list of non-empty strings)")
     check_text_model(model)
-    if before is not None:
-        before(model)
     limit = max_length(model, tokenizer)
     enc = encode(tokenizer, texts)
     n = enc["input_ids"].shape[1]
@@ -214,7 +212,7 @@ def encoded(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
         warnings.warn(f"text truncated from {n} to {limit} tokens (the model's maximum)", stacklevel=3)
         enc = encode(tokenizer, texts, max_length=limit)
     special = enc.pop("special_tokens_mask")
-    device = next(model.parameters()).device
+    device = input_device(model)
     causal = is_causal(model)
     forward = {"logits_to_keep": 1} if causal and forward_takes(model, "logits_to_keep") else {}
     return Encoded(enc, special, {k: v.to(device) for k, v in enc.items()}, causal, forward)

@@ -4,7 +4,8 @@ weighting (:mod:`attnflow.core.weighting`), read from the model while it runs.
 ``f_h(x) = (x W_V^h + b_V^h) W_O^h``: the first factor is what the attention module's value
 projection outputs (a forward hook takes it, bias included, with no second computation of it); the
 second is the head's slice of the output projection's weight, read once from the parameters. Which
-modules those are, and how a fused query/key/value projection lays out its output, is a row of the
+modules those are (the ``layers.i.attn.value`` and ``layers.i.attn.out`` hook points of
+:mod:`attnflow.hf.points`), and how a fused query/key/value projection lays out its output, is a row of the
 architecture table (:data:`attnflow.capture.architectures.PROJECTIONS`). Grouped-query and
 multi-query models share a key/value head among ``heads / kv_heads`` consecutive query heads, as
 transformers' ``repeat_kv`` does; the number of heads is read from the attention weights themselves.
@@ -20,7 +21,8 @@ import torch
 
 from attnflow.capture.architectures import architecture, model_type
 from attnflow.errors import AttnflowError
-from attnflow.hf.points import submodule as _find
+from attnflow.hf.points import hook_points
+from attnflow.hf.weights import parameter
 
 
 @dataclass
@@ -76,15 +78,18 @@ def projections(model: Any, modules: list[Any]) -> list[Projection]:
     if not modules:
         raise AttnflowError(f"the norm weighting hooks the attention modules, and {name!r} models declare none "
                             "to transformers; use weighting='attention'")
+    from transformers.pytorch_utils import Conv1D
+
     found = []
-    for m in modules:
-        try:
-            value, output = _find(model, m.name, row.value), _find(model, m.name, row.output)
-        except (AttributeError, ValueError) as exc:
-            raise AttnflowError(f"{m.name} has no {row.value!r} / {row.output!r} projection as the architecture table "
-                                f"says for {name!r} models ({exc}); use weighting='attention'") from None
-        weight = output.weight.detach()
+    points = hook_points(model)
+    for layer in range(len(modules)):
+        try:  # the layer's hook points, named from the table's paths
+            value = points[f"layers.{layer}.attn.value"].module
+            output = points[f"layers.{layer}.attn.out"].module
+        except AttnflowError as exc:
+            raise AttnflowError(f"{exc} for {name!r} models; use weighting='attention'") from None
+        weight = parameter(output)  # brought in where accelerate offloads it
         # transformers' Conv1D (GPT-2) stores (in, out) and computes x @ W; nn.Linear stores (out, in).
-        w_o = weight.T if type(output).__name__ == "Conv1D" else weight
+        w_o = weight.T if isinstance(output, Conv1D) else weight
         found.append(Projection(value=value, w_o=w_o, qkv=row.qkv))
     return found

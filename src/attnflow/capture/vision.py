@@ -21,10 +21,11 @@ import torch
 
 from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path, stack_attentions
 from attnflow.capture.gradients import capture_gradients, resolve_classes
-from attnflow.capture.load import cached, check_model_path, ensure_eager, load_pretrained, read_config, resolve_model
+from attnflow.capture.load import cached, check_model_path, load_pretrained, read_config, resolve_model
 from attnflow.capture.text import run_streaming
 from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
+from attnflow.hf.weights import input_device
 
 # Per-architecture facts (model_type -> how the classifier pools), instead of forking model code.
 MEAN_POOLED = {"siglip", "siglip_vision_model", "siglip2", "siglip2_vision_model"}
@@ -232,29 +233,22 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
     if not isinstance(images, (list, tuple)) or not images:
         raise AttnflowError("images must be a non-empty list of paths, PIL images or arrays")
     refuse_unsupported(model)
-    ensure_eager(model)
     settings, originals = image_settings(model), []
     pixel_values, shown = preprocess(list(images), settings, originals)
-    pixel_values = pixel_values.to(next(model.parameters()).device)
+    pixel_values = pixel_values.to(input_device(model))
     grads = classes = None
     check_weighting(weighting)
     if weighting == "norm" and gradients:
         raise AttnflowError("grad-rollout weighs attention by its gradients and has no norm weighting; "
                             "use weighting='attention' for it")
-    if weighting == "norm":
-        attentions, out = run_streaming(model, {"pixel_values": pixel_values}, head_fusion, weighting="norm")
-        logits = out.logits.detach().float().cpu()
-        if target is not None:
-            classes = resolve_classes(target, logits, getattr(model.config, "id2label", None))
-    elif gradients:
+    if gradients:
         got = capture_gradients(model, {"pixel_values": pixel_values}, target)
         attentions, grads, logits, classes = got.attentions, got.gradients, got.logits, got.target
-    else:
-        with torch.no_grad():
-            out = model(pixel_values=pixel_values, output_attentions=True)
-        if not getattr(out, "attentions", None):
-            raise AttnflowError("the model returned no attentions; load it with attn_implementation='eager'")
-        attentions = stack_attentions(out.attentions, model)
+    else:  # streamed layer by layer (every head kept unless the norm weighting fuses them)
+        attentions, out = run_streaming(model, {"pixel_values": pixel_values},
+                                        head_fusion if weighting == "norm" else None, weighting=weighting)
+        if attentions.shape[-1] != attentions.shape[-2]:
+            stack_attentions(list(attentions.unbind(1)), model)  # refuses with the model type
         logits = out.logits.detach().float().cpu()
         if target is not None:
             classes = resolve_classes(target, logits, getattr(model.config, "id2label", None))

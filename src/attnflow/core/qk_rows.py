@@ -139,6 +139,8 @@ def target_rows(layers: Sequence[QK], positions: Any, *, methods: Sequence[str] 
     for done, layer in enumerate(range(n_layers - 1, -1, -1)):
         qk = first_layer if layer == n_layers - 1 else layers[layer]
         _check_layer(qk, n, layer)
+        if qk.query.device != device:  # a model dispatched over devices: its layers' inputs come to the top's
+            qk = QK(qk.query.to(device), qk.key.to(device), qk.scaling, qk.softcap, qk.window)
         if "rollout" in out:
             offset[layer] = chains.shape[0]
             chains = torch.cat([chains, starts])

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from attnflow.errors import AttnflowError
+from attnflow.hf.points import hook_points, receiving
 
 
 def _logits(out: Any) -> torch.Tensor:
@@ -92,16 +93,6 @@ def blank_out(model: Any, input_ids: Any, *, unk_id: int, target: int | None = N
     return scores
 
 
-def _first_layer_input(model: Any) -> Any:
-    """The module whose output the first Transformer layer reads (BERT-style ``embeddings``)."""
-    module = getattr(getattr(model, "base_model", model), "embeddings", None)
-    if module is None:
-        raise AttnflowError(
-            f"{type(model).__name__} has no base_model.embeddings module; use at='word' for this model"
-        )
-    return module
-
-
 def embedding_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] = (0, 1),
                         at: str = "word") -> tuple[np.ndarray, np.ndarray]:
     """``(g, e)``, both ``(n, d)`` in the model's dtype: ``g_i = d(p_a - p_b)/d e_i`` for every token,
@@ -133,11 +124,11 @@ def embedding_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] 
             seen.append(output.detach().requires_grad_(True))  # differentiate w.r.t. this tensor
             return seen[-1]
 
-        handle = _first_layer_input(model).register_forward_hook(leaf)
-        try:
+        if not hook_points(model).has("layer_input"):
+            raise AttnflowError(f"{type(model).__name__} has no base_model.embeddings module; use at='word' for this "
+                                "model")
+        with receiving(model, {"layer_input": leaf}):  # the first layer's input, a leaf of autograd
             logits = _logits(model(input_ids=ids[None], attention_mask=mask))
-        finally:
-            handle.remove()
         e = seen[0]
     probs = logits.double().softmax(-1)[0]
     a, b = classes

@@ -21,9 +21,23 @@ name                        where                                  a receiver is
 ``layers.i.mlp``            the feed-forward block (table)         ``fn(module, args, output)``
 ``layers.i.block``          the attention module's parent          ``fn(forward, args, kwargs)`` (around it)
 ``layers.i.attn.kernel``    the attention function's call          ``fn(module, query, key, value, mask, **kw)``
+``layers.i.mlp.gate``       the gated product's factors (table)    ``fn(module, args, output)``
+``layer_input``             the embeddings block (``embeddings``)  ``fn(module, args, output)``
+``norms``                   every normalisation module             ``fn(module, args, output)``
+``activations``             every activation module                ``fn(module, args, output)``
+``fixes``                   the modules the table's fixes correct  ``fn(module, args, kwargs)`` (before them)
 ``unembed``                 the output embeddings                  ``fn(module, args, output)``
 ``output``                  the whole model                        ``fn(module, args, output)``
 ==========================  =====================================  ==========================================
+
+``layer_input`` is what the first layer reads (BERT's ``embeddings``: word, position and segment
+embeddings summed and normalised; ``embed`` is the word embeddings alone). ``layers.i.mlp.gate``
+is both factors of a gated feed-forward product (the table's ``lrp_gate``, e.g. ``act_fn`` and
+``up_proj``). ``norms``, ``activations`` and ``fixes`` are groups: one receiver for every module of
+the group, which it tells apart by ``module``. Norms are ``torch.nn.LayerNorm`` and the classes
+transformers names ``*RMSNorm``/``*LayerNorm``; activations are the modules of
+``transformers.activations`` (``ACT2FN``) and torch's own; ``fixes`` are the modules the table's
+``fixes`` name by class (Falcon's attention).
 
 A ``fn(module, args, output)`` receiver may return a replacement output (an edit) or None; a
 ``fn(module, args, kwargs)`` one may return replacement ``(args, kwargs)`` or None; an around receiver
@@ -60,13 +74,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnflow.capture.architectures import architecture
+from attnflow.capture.architectures import FIXES, architecture
 from attnflow.errors import AttnflowError
 
 KINDS = ("forward", "pre", "around", "kernel")
 _LAYER_POINTS = {"attn": "forward", "attn.value": "forward", "attn.out": "pre", "mlp": "forward",
-                 "block": "around", "attn.kernel": "kernel"}
-_MODEL_POINTS = {"embed": "forward", "unembed": "forward", "output": "forward"}
+                 "block": "around", "attn.kernel": "kernel", "mlp.gate": "forward"}
+_MODEL_POINTS = {"embed": "forward", "unembed": "forward", "output": "forward", "layer_input": "forward",
+                 "norms": "forward", "activations": "forward", "fixes": "pre"}
 
 
 # ------------------------------------------------------------------------- the attention modules
@@ -151,13 +166,51 @@ def submodule(model: Any, name: str, path: str) -> Any:
 
 @dataclass(frozen=True)
 class Point:
-    """One named place: ``module`` (the model itself for ``output``), ``kind`` (how a receiver is
-    called, see the module docstring) and ``layer`` (None for the model-wide points)."""
+    """One named place: ``module`` (the model itself for ``output``; a tuple of modules for a group
+    point), ``kind`` (how a receiver is called, see the module docstring) and ``layer`` (None for the
+    model-wide points)."""
 
     name: str
     module: Any
     kind: str
     layer: int | None = None
+
+    @property
+    def modules(self) -> tuple[Any, ...]:
+        """The module(s) the point's hook goes on."""
+        return self.module if isinstance(self.module, tuple) else (self.module,)
+
+
+def is_norm(module: Any) -> bool:
+    """A normalisation module: torch's LayerNorm, or a class transformers names ``*RMSNorm`` /
+    ``*LayerNorm`` (each modelling file defines its own; no common base class)."""
+    import torch
+
+    name = type(module).__name__
+    return isinstance(module, torch.nn.LayerNorm) or name.endswith(("RMSNorm", "LayerNorm", "RmsNorm"))
+
+
+def is_activation(module: Any) -> bool:
+    """An elementwise non-linearity module: transformers' activation classes (``ACT2FN``) and torch's."""
+    import torch
+
+    nn = torch.nn
+    return (type(module).__module__ == "transformers.activations"
+            or isinstance(module, (nn.SiLU, nn.GELU, nn.Tanh, nn.ReLU, nn.Sigmoid, nn.Mish, nn.Softplus)))
+
+
+def _group(model: Any, name: str) -> tuple[Any, ...]:
+    if name == "norms":
+        return tuple(m for m in model.modules() if is_norm(m))
+    if name == "activations":
+        return tuple(m for m in model.modules() if not is_norm(m) and is_activation(m))
+    row = architecture(model)
+    suffixes = tuple(FIXES[fix][0] for fix in (row.fixes if row is not None else ()))
+    return tuple(m for m in model.modules() if suffixes and type(m).__name__.endswith(suffixes))
+
+
+def _layer_input(model: Any) -> Any:
+    return getattr(getattr(model, "base_model", model), "embeddings", None)
 
 
 class HookPoints:
@@ -203,9 +256,12 @@ class HookPoints:
 
     def _resolve(self, name: str) -> Point:
         model = self.model
+        if name in ("norms", "activations", "fixes"):
+            return Point(name, _group(model, name), _MODEL_POINTS[name])
         if name in _MODEL_POINTS:
             module = {"embed": lambda: model.get_input_embeddings(), "output": lambda: model,
-                      "unembed": lambda: model.get_output_embeddings()}[name]()
+                      "unembed": lambda: model.get_output_embeddings(), "layer_input": lambda: _layer_input(model),
+                      }[name]()
             if module is None:
                 raise AttnflowError(f"{type(model).__name__} has no {name} module for the hook point {name!r}")
             return Point(name, module, _MODEL_POINTS[name])
@@ -224,11 +280,14 @@ class HookPoints:
         if suffix == "block":
             return Point(name, model.get_submodule(found.name.rpartition(".")[0]), kind, layer)
         row = architecture(model)
-        path = None if row is None else {"attn.value": row.value, "attn.out": row.output, "mlp": row.mlp}[suffix]
+        path = None if row is None else {"attn.value": row.value, "attn.out": row.output, "mlp": row.mlp,
+                                         "mlp.gate": row.lrp_gate}[suffix]
         if path is None:
             raise AttnflowError(f"the architecture table does not name the module of {name!r} for "
                                 f"{type(model).__name__}")
         try:
+            if isinstance(path, tuple):
+                return Point(name, tuple(submodule(model, found.name, p) for p in path), kind, layer)
             return Point(name, submodule(model, found.name, path), kind, layer)
         except (AttributeError, ValueError) as exc:
             raise AttnflowError(f"{found.name} has no {path!r} module as the architecture table says ({exc})") from None
@@ -264,7 +323,7 @@ _INSTALLED: weakref.WeakKeyDictionary[Any, _Installed] = weakref.WeakKeyDictiona
 _ACTIVE: ContextVar[dict[Any, tuple[Callable, ...]]] = ContextVar("attnflow_receivers", default={})
 # id(points) -> the attention implementation this context asked for that model
 _ATTENTION: ContextVar[dict[int, str]] = ContextVar("attnflow_attention", default={})
-# id(attention module) -> its model's points, while the model runs on the dispatching function
+# id(module) -> its model's points, while the model runs on the dispatching function
 _KERNEL_OWNERS: dict[int, HookPoints] = {}
 _REGISTERED: dict[str, int] = {}  # dispatching function name -> models switched onto it
 
@@ -306,10 +365,15 @@ def _around(points: HookPoints, name: str, forward: Callable) -> Callable:
 
 def _install(points: HookPoints, point: Point) -> Callable[[], None]:
     """Put ``point``'s one dispatching hook on the model; returns what takes it off again."""
-    if point.kind == "forward":
-        return point.module.register_forward_hook(_forward_hook(points, point.name)).remove
-    if point.kind == "pre":
-        return point.module.register_forward_pre_hook(_pre_hook(points, point.name), with_kwargs=True).remove
+    if point.kind in ("forward", "pre"):
+        hook = (_forward_hook if point.kind == "forward" else _pre_hook)(points, point.name)
+        handles = [m.register_forward_hook(hook) if point.kind == "forward"
+                   else m.register_forward_pre_hook(hook, with_kwargs=True) for m in point.modules]
+
+        def remove() -> None:
+            for handle in handles:
+                handle.remove()
+        return remove
     if point.kind == "around":
         block = point.module
         own = block.__dict__.get("forward", _MISSING)  # an instance's own forward (rare) is put back as it was
@@ -334,6 +398,23 @@ def implementation(model: Any) -> str:
     return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager")
 
 
+def own_implementation(model: Any) -> str:
+    """The implementation ``model`` was given by its user: :func:`implementation`, or, while a scope has it
+    on the dispatching function, the one it had before (what calls without a scope of their own run on)."""
+    with _LOCK:
+        installed = _INSTALLED.get(model)
+        previous = installed.previous if installed is not None else None
+    return previous or implementation(model)
+
+
+def can_switch(model: Any) -> bool:
+    """Whether ``model`` can be switched to another attention implementation while it runs (older modelling
+    code, e.g. Falcon's and Bloom's, picks its attention by its own flags and cannot)."""
+    setter = getattr(model, "set_attn_implementation", None)
+    can = getattr(model, "_can_set_attn_implementation", None)
+    return callable(setter) and (not callable(can) or bool(can()))
+
+
 def _implementation_function(name: str, module: Any) -> Callable:
     if name == "eager":  # each modelling file has its own (Gemma 2's soft-caps, GPT-2's scales by layer, ...)
         eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
@@ -352,7 +433,8 @@ def _dispatcher(base: str) -> tuple[Callable, Callable]:
         points = _KERNEL_OWNERS.get(id(module))
         chosen = base
         if points is not None:
-            for receiver in _receivers(points, f"layers.{points.layer_of(module)}.attn.kernel"):
+            layer = points.layer_of(module)  # None for a module no layer point names (cross-attention)
+            for receiver in _receivers(points, f"layers.{layer}.attn.kernel") if layer is not None else ():
                 out = receiver(module, query, key, value, attention_mask, **kwargs)
                 if out is not None:
                     return out
@@ -388,12 +470,10 @@ def _switch(model: Any, points: HookPoints, installed: _Installed) -> None:
         AttentionMaskInterface.register(name, mask)
     _REGISTERED[name] = _REGISTERED.get(name, 0) + 1
     installed.previous = previous
-    for found in points.attention:
-        _KERNEL_OWNERS[id(found.module)] = points
-    setter = getattr(model, "set_attn_implementation", None)
-    can = getattr(model, "_can_set_attn_implementation", None)
-    if callable(setter) and (not callable(can) or can()):
-        setter(name)
+    for module in model.modules():  # every attention call of the model (cross-attention too) finds its scope
+        _KERNEL_OWNERS[id(module)] = points
+    if can_switch(model):
+        model.set_attn_implementation(name)
     if implementation(model) != name:
         _unswitch(model, points, installed)
         raise AttnflowError(f"{type(model).__name__} cannot switch its attention implementation while it runs "
@@ -410,8 +490,8 @@ def _unswitch(model: Any, points: HookPoints, installed: _Installed) -> None:
         if implementation(model) == name:
             model.set_attn_implementation(previous)
     finally:
-        for found in points.attention:
-            _KERNEL_OWNERS.pop(id(found.module), None)
+        for module in model.modules():
+            _KERNEL_OWNERS.pop(id(module), None)
         _REGISTERED[name] -= 1
         if not _REGISTERED[name]:
             del _REGISTERED[name]

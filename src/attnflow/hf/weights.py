@@ -1,0 +1,61 @@
+"""A model's weights and devices as attnflow reads them, also for a model dispatched over devices.
+
+A model loaded with ``device_map`` (accelerate's big-model inference) may keep some modules' weights off
+the device they run on: offloaded to the CPU or to disk, they sit on the ``meta`` device between calls,
+and accelerate's hooks bring them in for the module's own forward only. Methods that read a weight
+directly (the norm weighting's output projection, logit paths' unembedding rows, a LayerNorm's scale,
+the mean input embedding) read it through :func:`parameter`, which brings an offloaded module's weights
+in for the read (accelerate's ``align_module_device``); and inputs go where the model takes them
+(:func:`input_device`), not where its first parameter happens to be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+
+def offloaded(module: Any) -> bool:
+    """True when accelerate keeps ``module``'s weights off its execution device between calls."""
+    hook = getattr(module, "_hf_hook", None)
+    return bool(getattr(hook, "offload", False)) or any(
+        bool(getattr(h, "offload", False)) for h in getattr(hook, "hooks", ()) or ())
+
+
+@contextmanager
+def present(module: Any) -> Iterator[Any]:
+    """``module`` with its own parameters readable for the block (brought in where offloaded)."""
+    if not offloaded(module):
+        yield module
+        return
+    from accelerate.utils import align_module_device
+
+    with align_module_device(module):
+        yield module
+
+
+def parameter(module: Any, name: str = "weight") -> torch.Tensor | None:
+    """``module``'s parameter ``name``, detached (a copy where accelerate offloads it: the copy outlives
+    the read); None where the module has none."""
+    with present(module):
+        value = getattr(module, name, None)
+        if value is None:
+            return None
+        return value.detach().clone() if offloaded(module) else value.detach()
+
+
+def input_device(model: Any) -> torch.device:
+    """Where ``model`` takes its input ids: the input embedding's execution device for a model dispatched
+    with ``device_map``, else the device of its parameters."""
+    embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+    hook = getattr(embeddings, "_hf_hook", None)
+    device = getattr(hook, "execution_device", None)
+    if device is not None:
+        return torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    for p in model.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return torch.device("cpu")
