@@ -19,7 +19,12 @@ above the model). Steps:
   keys (in temporary files beyond ``KEEP_IN_MEMORY``), then rollout's row of the last position at every
   layer (:func:`attnflow.core.qk_rows.target_rows`), what ``attnflow.explain`` runs for rollout;
 - ``eager rows`` (``--eager`` lengths): today's eager capture of the fused ``(layers, n, n)`` maps and
-  ``rollout_rows`` on them, and ``max|diff|`` between the two rows.
+  ``rollout_rows`` on them, and ``max|diff|`` between the two rows;
+- ``--steps`` adds whole calls, each in a fresh process of its own (the plain pass measured after it):
+  ``defaults`` = ``attnflow.explain(text, model, tokenizer=...)`` with no method (rollout beside the decoder
+  defaults), ``by sentence`` = the same with ``spans="sentence"``, ``estimate`` = ``method=
+  "ablated-flow-estimate"``, ``budgeted`` = ``method="ablated-flow-budgeted"``; their notes name the methods
+  that ran.
 
 Times are wall and CPU seconds, printed as multiples of ``forward sdpa`` in the same process (torch on
 ``--threads`` threads). The load average is printed before and after each length. Results are added to
@@ -93,8 +98,19 @@ def child(job: dict) -> dict:
         return run
 
     plain(batch[:, :64])()  # warm-up: lazy imports, allocator pools
-    rows(batch[:, :64])()
     out: dict = {"n": n, "device": device, "dtype": job["dtype"]}
+    if job.get("call"):
+        calls = {"defaults": {}, "by sentence": {"spans": "sentence"},
+                 "estimate": {"method": "ablated-flow-estimate"}, "budgeted": {"method": "ablated-flow-budgeted"}}
+        text = tokenizer.decode(ids)
+
+        def call():
+            result = attnflow.explain(text, model, tokenizer=tokenizer, **calls[job["call"]])
+            return {"methods": "+".join(result.methods)}
+        out[job["call"]] = _measured(gpu(call))
+        out["forward sdpa"] = _measured(gpu(plain()))
+        return out
+    rows(batch[:, :64])()
     # the row step first: its peak is measured on a process that has run nothing long before it
     out["rollout row"] = _measured(gpu(rows()))
     out["forward sdpa"] = _measured(gpu(plain()))
@@ -109,7 +125,8 @@ def child(job: dict) -> dict:
     return out
 
 
-STEPS = ("forward sdpa", "rollout row", "eager rows")
+CALLS = ("defaults", "by sentence", "estimate", "budgeted")
+STEPS = ("forward sdpa", "rollout row", "eager rows", *CALLS)
 
 
 def main() -> None:
@@ -117,6 +134,8 @@ def main() -> None:
     parser.add_argument("--lengths", nargs="*", type=int, default=[1024, 2048, 4096, 8192])
     parser.add_argument("--eager", nargs="*", type=int, default=[],
                         help="lengths at which today's eager capture also runs (and the rows are compared)")
+    parser.add_argument("--steps", nargs="*", default=["rollout row"], choices=("rollout row", *CALLS),
+                        help="what to measure at each length (each whole call in a fresh process of its own)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--threads", type=int, default=1)
@@ -138,12 +157,14 @@ def main() -> None:
     print("-" * len(header))
     results: dict = {"model": "smollm2", "device": args.device, "dtype": args.dtype, "threads": args.threads,
                      "load_before": load(), "lengths": {}}
-    for n in args.lengths:
+    jobs = [(n, None) for n in args.lengths if "rollout row" in args.steps]
+    jobs += [(n, step) for n in args.lengths for step in args.steps if step != "rollout row"]
+    for n, call in jobs:
         started = time.perf_counter()
         got = run_child({"n": n, "threads": args.threads, "device": args.device, "dtype": args.dtype,
-                         "eager": n in args.eager}, __file__)
+                         "eager": n in args.eager and call is None, "call": call}, __file__)
         got["load_after"] = load()
-        results["lengths"][str(n)] = got
+        results["lengths"].setdefault(str(n), {}).update(got)
         if "forward sdpa" not in got:
             print(f"{n:>6} failed: {got.get('error')}", flush=True)
             continue
