@@ -46,7 +46,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         classifier). A bare encoder (no head) or an encoder-decoder model is refused.
     method: anything :func:`attnflow.explain` takes ("all", a name, a list).
     options: passed to :func:`attnflow.explain` (``settings=`` or its keywords ``target``,
-        ``residual``, ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``, ``weighting``).
+        ``residual``, ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``, ``weighting``, ``device``, ``dtype``).
     fractions, positions, fill_id: see :func:`attnflow.evaluation.faithfulness.evaluate` (AOPC
         levels; which tokens are ranked and deleted, default all but special tokens and the target;
         replace instead of delete).
@@ -64,7 +64,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     # the one Settings of this request: settings= with the setting keywords on top, built once here
     keywords = {k: options.pop(k) for k in list(options) if k in OPTIONS}
     settings = Settings.build(options.pop("settings", None), **keywords)
-    loaded = resolve(model, tokenizer, device=settings.device)
+    loaded = resolve(model, tokenizer, device=settings.device, dtype=settings.dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
     decoder = _head(loaded) == "decoder"
     # it measures the methods asked for, no more (`attnflow faithfulness --method all` adds the decoder defaults)

@@ -143,9 +143,9 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings,
     if is_name(model):
         info = inspect(model)
         warn_unknown_words(text, _before_loading(text, info, settings), info.path)
-        loaded = resolve(info, device=settings.device)
+        loaded = resolve(info, device=settings.device, dtype=settings.dtype)
     else:
-        loaded = resolve(model, tokenizer, device=settings.device)
+        loaded = resolve(model, tokenizer, device=settings.device, dtype=settings.dtype)
         warn_unknown_words(text, tokenizer, str(getattr(model, "name_or_path", "") or ""))
     model, tokenizer = loaded.model, loaded.tokenizer
     lm = loaded.family == "decoder" and loaded.head == "causal-lm"
@@ -201,7 +201,23 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
                           input_ids=attentions.input_ids if run is not None else None,
                           spans=spans if registry.get(method).spans else None, notes=notes)
         blocks[method] = run_method(registry.get(method), context)
+        if run is not None:
+            refuse_overflow(blocks[method].values, method, run.model)
     return blocks
+
+
+def refuse_overflow(values: np.ndarray, method: str, model: Any) -> None:
+    """A model in float16 or bfloat16 whose numbers overflowed gives infinite or NaN scores: refused in a
+    sentence with the next step, not returned (float32 and wider models are left as they compute)."""
+    import torch
+
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    if dtype not in (torch.float16, torch.bfloat16) or np.isfinite(values).all():
+        return
+    name = str(dtype).removeprefix("torch.")
+    wider = "bfloat16 or float32" if name == "float16" else "float32"
+    raise AttnflowError(f"{method} gave infinite or NaN scores: the model's numbers overflow in {name} on this "
+                        f"input; load it in {wider} (dtype=..., --dtype)")
 
 
 def _rows_for(targets: Any, flow_targets: str, target: int, n: int,
@@ -403,7 +419,8 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
             residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
             progress: Progress | None = None, causal_norm: str | None = UNSET,
             target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
-            paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None) -> Attribution:
+            paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None,
+            dtype: str = UNSET) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
     model: a local path or hub id (loaded with eager attention), or a loaded model together with
@@ -426,6 +443,9 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
         :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
     device: where a model given by name runs ("auto": a GPU when torch sees one; "cpu", "cuda",
         "cuda:N", "mps"); a loaded model stays where it is (a device it is not on is refused).
+    dtype: what a model given by name is loaded in ("auto": its checkpoint's; "float32", "bfloat16",
+        "float16"); a loaded model keeps its own (another is refused). Scores are accumulated in float32
+        or wider; a float16 model whose outputs overflow is refused in a sentence, not answered with NaN.
     settings: an :class:`attnflow.Settings` holding every setting; the keywords above (residual,
         head_fusion, weighting, causal_norm, solver, target, truncate, device) override it.
 
@@ -442,24 +462,27 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     ``result.params`` is ``settings.as_dict()``.
     """
     return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
-                          causal_norm, target_text, weighting, settings, paper_only, device=device, spans=spans)
+                          causal_norm, target_text, weighting, settings, paper_only, device=device, spans=spans,
+                          dtype=dtype)
 
 
 def explain_as_asked(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = None,
                      target: Any = UNSET, residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                      truncate: bool = UNSET, progress: Progress | None = None, causal_norm: str | None = UNSET,
                      target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
-                     paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None) -> Attribution:
+                     paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None,
+                     dtype: str = UNSET) -> Attribution:
     """:func:`explain` (kept for callers that measure exactly the methods they are given,
     ``attnflow.faithfulness``: a method named runs alone in :func:`explain` too)."""
     return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
-                          causal_norm, target_text, weighting, settings, paper_only, device=device, spans=spans)
+                          causal_norm, target_text, weighting, settings, paper_only, device=device, spans=spans,
+                          dtype=dtype)
 
 
 def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: Any, residual: float, head_fusion: str,
                    solver: str, truncate: bool, progress: Progress | None, causal_norm: str | None,
                    target_text: str | None, weighting: str, settings: Settings | None, paper_only: bool, *,
-                   device: str = UNSET, spans: Any = None) -> Attribution:
+                   device: str = UNSET, spans: Any = None, dtype: str = UNSET) -> Attribution:
     from attnflow.api.spans import checked_spans
 
     named = method is not None
@@ -470,13 +493,15 @@ def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: A
         from attnflow.api.seq2seq import explain_seq2seq
 
         # a seq2seq target picks a target token by index or by its text: not a Settings target
-        settings = Settings.build(settings, device=device, residual=residual, head_fusion=head_fusion, solver=solver,
+        settings = Settings.build(settings, device=device, dtype=dtype, residual=residual, head_fusion=head_fusion,
+                                  solver=solver,
                                   truncate=truncate, causal_norm=causal_norm, weighting=weighting)
         refuse_seq2seq_settings(settings)
         check_options({"spans": checked_spans(spans), **settings.as_dict()}, resolve_methods(method, "seq2seq")[0])
         return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, settings=settings,
                                target=None if target is UNSET else target, progress=progress)
-    settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
+    settings = Settings.build(settings, device=device, dtype=dtype, target=target, residual=residual,
+                              head_fusion=head_fusion,
                               solver=solver, truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     methods, shown = resolve_methods(method)
     return _explain(text, model if info is None else info, tokenizer, settings, methods=methods, shown=shown,
@@ -523,7 +548,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  truncate: bool = UNSET, progress: Progress | None = None,
                  causal_norm: str | None = UNSET, targets: str = "auto", weighting: str = UNSET,
                  settings: Settings | None = None, paper_only: bool = PAPER_ONLY, device: str = UNSET,
-                 spans: Any = None, preview: Callable[[Attribution], None] | None = None,
+                 dtype: str = UNSET, spans: Any = None, preview: Callable[[Attribution], None] | None = None,
                  defaults: bool | None = None) -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
@@ -541,7 +566,8 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     the report shows. ``preview(result)``: called first with flow for the explained target alone and
     every other method in full, when flow for more targets is still to come (what the app shows
     while the rest runs; see :func:`attribute`)."""
-    settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
+    settings = Settings.build(settings, device=device, dtype=dtype, target=target, residual=residual,
+                              head_fusion=head_fusion,
                               solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     named = methods is not None if defaults is None else not defaults
