@@ -34,6 +34,8 @@ from texts import text  # noqa: E402
 
 import attnflow  # noqa: E402
 from attnflow.api.models import resolve  # noqa: E402
+from attnflow.capture.efficient_attention import efficient_attention  # noqa: E402
+from attnflow.hf.points import own_implementation  # noqa: E402
 
 
 def prompt_of(tokenizer, n: int) -> str:
@@ -73,7 +75,11 @@ def main() -> None:
         prompt = prompt_of(tokenizer, n)
         x = torch.tensor([tokenizer(prompt)["input_ids"]])
         with torch.no_grad():
-            forward, _ = cpu_time(lambda: model(input_ids=x, use_cache=False), args.repeat)
+            with efficient_attention(model, True) as kernel:  # the unit: a forward pass on SDPA
+                forward, _ = cpu_time(lambda: model(input_ids=x, use_cache=False), args.repeat)
+            eager, _ = cpu_time(lambda: model(input_ids=x, use_cache=False), args.repeat)
+        print(f"{x.shape[1]} tokens: a forward pass {forward:.2f} s CPU on {'SDPA' if kernel.used else 'its own attention'}"
+              f", {eager:.2f} s on the model's own ({own_implementation(model)}): {eager / forward:.2f}x", flush=True)
         for budget in args.budgets:
             settings = attnflow.Settings(budget=budget)
             seconds, result = cpu_time(lambda: attnflow.explain(prompt, bound, method="ablated-flow-budgeted",

@@ -11,7 +11,9 @@ import pytest
 
 from attnflow.capture import budgeted
 from attnflow.capture.attribution_patching import attribution_patching
-from attnflow.capture.budgeted import TAIL, budgeted_ablated_flow
+from attnflow.capture.architectures import layer_windows
+from attnflow.capture.budgeted import TAIL, budgeted_ablated_flow, runs_compute
+from attnflow.capture.compute import Shapes
 from attnflow.capture.segments import segments
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder, tiny_model
@@ -22,6 +24,19 @@ from tests.test_spans import TEXT, naive_drop
 @pytest.fixture(scope="module")
 def decoder(minilm_path):
     return tiny_decoder(minilm_path)
+
+
+def in_positions(model):
+    """A cost model in token positions: a pass of the input costs 1, a backward pass as much as a forward
+    pass, logits and attention nothing (the chooser's plans as they were counted before MACs): the tiny
+    models' logits (30,522 words of 32 numbers) would otherwise dwarf their layers and make everything exact."""
+    layers = len(layer_windows(model))
+    return Shapes(linear=1.0, pair=(0.0,) * layers, windows=(None,) * layers, logits=0.0)
+
+
+@pytest.fixture(autouse=True)
+def positions(monkeypatch):
+    monkeypatch.setattr(Shapes, "of", classmethod(lambda cls, model: in_positions(model)))
 
 
 def _check_against_oracles(model, kind, ids, found, atol=None):
@@ -41,9 +56,12 @@ def _check_against_oracles(model, kind, ids, found, atol=None):
 
 def test_a_short_input_within_the_budget_is_exact(decoder):
     model, tokenizer = decoder
-    ids = tokenizer("the keys to the")["input_ids"]  # 6 tokens: 1 + (6 + 5 + ... + 1) / 6 = 4.5 passes
-    found = budgeted_ablated_flow(model, ids, budget=5)
-    assert found.plan == "exact" and found.exact.all() and found.cost == pytest.approx(4.5)
+    ids = tokenizer("the keys to the")["input_ids"]  # 6 tokens: the clean pass, then 6 rows of 6 in one call: 7
+    cost = 1 + runs_compute(in_positions(model), list(range(6)), [5], 16, rebuild=False) / 6
+    assert cost == pytest.approx(7)  # as batched: a small call's rows all run from the first start
+    found = budgeted_ablated_flow(model, ids, budget=7)
+    assert found.plan == "exact" and found.exact.all() and found.cost == pytest.approx(7)
+    assert budgeted_ablated_flow(model, ids, budget=6.9).plan == "estimate+refine"
     _check_against_oracles(model, "llama", ids, found)
 
 
@@ -59,12 +77,13 @@ def test_a_long_input_is_estimated_and_refined_within_the_budget(decoder):
         assert 1 <= k < len(ids) and k > previous  # more budget, more re-scored
         previous = k
         _check_against_oracles(model, "llama", ids, found)
-        # the tail: the latest sources whose runs (1, 2, ... positions) fit TAIL of what the estimate left
+        # the tail: the latest sources whose runs, batched as they run, fit TAIL of what the estimate left
         share, tail = TAIL * (budget - 2) * m, 0
-        while (tail + 1) * (tail + 2) / 2 <= share:
+        while runs_compute(in_positions(model), list(range(m - 1, m - tail - 2, -1)), [m - 1], 4, False) <= share:
             tail += 1
         assert tail >= 1 and found.exact[m - tail:].all()
-    assert budgeted_ablated_flow(model, ids, budget=13).plan == "exact"
+    exact = 1 + runs_compute(in_positions(model), list(range(m)), [m - 1], 16, False) / m
+    assert budgeted_ablated_flow(model, ids, budget=exact).plan == "exact"
 
 
 def test_the_tail_share_splits_the_refinement_between_the_latest_sources_and_the_top(decoder):
@@ -94,7 +113,8 @@ def test_sentences_and_several_targets(decoder):
     enc = tokenizer(TEXT, return_offsets_mapping=True)
     ids, spans = enc["input_ids"], segments(TEXT, enc["offset_mapping"], "sentence")
     n = len(ids)
-    exact = budgeted_ablated_flow(model, ids, [10, n - 1], spans=spans, budget=5)
+    cost = 1 + runs_compute(in_positions(model), [s[0] for s in spans], [10, n - 1], 16, False) / n
+    exact = budgeted_ablated_flow(model, ids, [10, n - 1], spans=spans, budget=cost)
     assert exact.plan == "exact" and exact.scores.shape == (2, 1, len(spans))
     _check_against_oracles(model, "llama", ids, exact)
     mixed = budgeted_ablated_flow(model, ids, [10, n - 1], budget=4)
@@ -117,7 +137,7 @@ def test_a_sliding_window_model_rebuilds_its_prefixes_within_the_budget():
 
 def test_a_budget_below_the_estimate_is_refused(decoder):
     model, tokenizer = decoder
-    with pytest.raises(AttnflowError, match="budget must be at least 2 passes"):
+    with pytest.raises(AttnflowError, match="budget must be at least 2.00 forward passes"):
         budgeted_ablated_flow(model, tokenizer(TEXT)["input_ids"], budget=1.5)
 
 

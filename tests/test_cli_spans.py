@@ -38,6 +38,11 @@ def test_explain_by_sentence_ablates_each_sentence_at_once(monkeypatch, capsys, 
 
 
 def test_explain_by_a_file_of_passages_with_a_budget(monkeypatch, capsys, tmp_path, folder):
+    from attnflow.capture.compute import Shapes
+    from tests.test_budgeted import in_positions
+
+    # priced in positions (the capture pass 1, the estimate 2): the tiny decoder's logits would make runs free
+    monkeypatch.setattr(Shapes, "of", classmethod(lambda cls, model: in_positions(model)))
     passages = tmp_path / "p.txt"
     passages.write_text("asked John\nwould give it\n", encoding="utf-8")
     js = tmp_path / "p.json"

@@ -177,6 +177,7 @@ LONG = ("Sara asked John to return her book. He said he would give it back to he
 def test_the_budget_counts_the_capture_pass_and_states_its_unit(monkeypatch, capsys, tmp_path, decoder_dir, budget):
     from attnflow.api.models import resolve
     from attnflow.capture.budgeted import budgeted_ablated_flow
+    from attnflow.capture.compute import Shapes
 
     js = tmp_path / "b.json"
     code, out, err = run_cli(monkeypatch, capsys, "explain", LONG, "--model", decoder_dir, "--method",
@@ -184,14 +185,18 @@ def test_the_budget_counts_the_capture_pass_and_states_its_unit(monkeypatch, cap
     assert code == 0, err
     report = attnflow.load(js).meta["ablated-flow-budgeted"]
     assert report["budget"] == budget and report["cost"] <= budget
-    assert report["unit"].startswith("forward-pass equivalents of the whole call: the capture pass (1)")
-    # the chooser itself got what the capture pass left: the same plan, run alone, costs one pass less
+    assert report["unit"].startswith("forward passes of the input (its compute, counted from the model's shapes")
+    # the chooser itself got what the capture pass left (every position, the last one's logits): the same plan,
+    # run alone, costs that much less
     bound = resolve(decoder_dir)
     ids = bound.tokenizer(LONG)["input_ids"]
-    alone = budgeted_ablated_flow(bound.model, ids, budget=budget - 1)
-    assert report["cost"] == pytest.approx(1 + alone.cost) and report["exact"] == [bool(e) for e in alone.exact]
+    shapes = Shapes.of(bound.model)
+    capture = shapes.run(0, len(ids), logits=1) / shapes.forward(len(ids))
+    assert 0 < capture < 1
+    alone = budgeted_ablated_flow(bound.model, ids, budget=budget - capture)
+    assert report["cost"] == pytest.approx(capture + alone.cost) and report["exact"] == [bool(e) for e in alone.exact]
     shown = " ".join(out.split())
-    spent = f"ablated-flow-budgeted: spent {report['cost']:.1f} of a budget of {budget} forward-pass equivalents"
+    spent = f"ablated-flow-budgeted: spent {report['cost']:.1f} of a budget of {budget} forward passes of the input"
     assert spent in shown
 
 

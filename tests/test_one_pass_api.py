@@ -24,7 +24,11 @@ def decoder(minilm_path):
     return tiny_decoder(minilm_path)
 
 
-def test_explain_with_the_estimate_and_the_budget(decoder):
+def test_explain_with_the_estimate_and_the_budget(decoder, monkeypatch):
+    from attnflow.capture.compute import Shapes
+    from tests.test_budgeted import in_positions
+
+    monkeypatch.setattr(Shapes, "of", classmethod(lambda cls, model: in_positions(model)))  # a plan that mixes
     model, tokenizer = decoder
     text = "the keys to the old wooden cabinet near the door"
     ids = tokenizer(text)["input_ids"]

@@ -1,16 +1,19 @@
 """Exact where it is cheap, estimated where it is not, refined where it matters: ablated flow within a
 stated cost budget.
 
-Costs are counted in *passes*: token positions run through the model divided by the explained
-sequence's length ``m`` (the last target + 1), so one clean forward pass is 1. The plan:
+Costs are counted in *forward passes of the input*: the multiply-accumulates of what is run, counted
+from the model's shapes (:mod:`attnflow.capture.compute`), over those of one forward pass of the whole
+input with every position's logits, so one clean forward pass is 1 (on SDPA, where these counts and the
+time agree, also in time). The plan:
 
 - **exact** ablated flow (:mod:`attnflow.capture.span_ablation`, by token or by span) costs one clean
-  pass plus, per span starting at ``s``, a run over ``[s, m)``: ``1 + sum_s (m - s) / m`` (about
-  ``1 + m / 2`` by token), plus, on models whose key/value cache cannot be cropped (sliding-window
-  layers), the clean prefix rebuilt up to the last span's start. When that fits the budget, every span is scored exactly.
+  pass plus the runs as :func:`attnflow.capture.span_ablation.batches` groups them (a batch's rows all
+  run from its first span's start to the last target: the padding is counted), plus, on models whose
+  key/value cache cannot be cropped (sliding-window layers), the clean prefix rebuilt up to the last
+  batch's start. When that fits the budget, every span is scored exactly.
 - otherwise the **one-pass estimate** (:mod:`attnflow.capture.attribution_patching`; one forward pass
-  and one backward pass per target, counted as 1 each: 2 for one target) scores every span, and the
-  rest of the budget re-scores spans exactly, in two phases:
+  and one backward pass per target, and on a long, checkpointed input each layer's forward again per
+  backward pass) scores every span, and the rest of the budget re-scores spans exactly, in two phases:
 
   1. **the tail**: a share ``tail`` of what is left (default :data:`TAIL`) goes to the latest spans,
      latest first, while their runs fit. The first order is weak there: on SmolLM2's 168-token
@@ -29,11 +32,11 @@ sequence's length ``m`` (the last target + 1), so one clean forward pass is 1. T
   Re-runs start from the estimate pass's own clean cache and logits, so they cost only their edited
   runs. How many get re-scored follows from the budget and from where the spans start.
 
-The budget is compute: positions as if every span ran alone. Runs are batched as
-:func:`attnflow.capture.span_ablation.batches` says, which pads (``steps``, the positions actually run,
-can exceed the plan: on a short input, where one call of a few rows takes about as long as one row,
-by up to the number of rows; on a long one by about an eighth at most); ``benchmarks/one_pass.py``
-reports the wall time against a forward pass beside it.
+What is counted is what runs: each re-scoring's batches are priced before they are chosen as they
+will be run, and added as they run. What the counts leave out: element-wise work (norms, softmax, the
+position encoding: a few percent), and on a long input the copies of the clean key/value cache that
+every row of a batch starts from (memory traffic, not multiply-accumulates); ``benchmarks/budget.py``
+measures the whole call's time against a forward pass.
 
 The result says per span which was done (``exact``) and what was planned (``cost``, in passes).
 With spans, a span's estimate is the sum of its tokens' (the first order is additive).
@@ -42,7 +45,7 @@ API::
 
     budgeted_ablated_flow(model, input_ids, targets=None, *, budget=5.0, spans=None, tail=0.75,
                           readout="logit", tokens=None, foils=None, batch_size=16, progress=None) -> Budgeted
-    Budgeted.scores (len(targets), 1, len(spans)); .exact (len(spans),) bool; .cost; .plan
+    Budgeted.scores (len(targets), 1, len(spans)); .exact (len(spans),) bool; .cost (forward passes); .plan
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ from attnflow.capture.ablation import BATCH, Progress, checked_inputs
 from attnflow.capture.architectures import layer_windows
 from attnflow.capture.attribution_patching import attribution_patching, long_input
 from attnflow.capture.efficient_attention import efficient_attention
-from attnflow.capture.span_ablation import SpanAblation, ablate_spans, checked_spans
+from attnflow.capture.compute import Shapes
+from attnflow.capture.span_ablation import SpanAblation, ablate_spans, batches, checked_spans
 from attnflow.errors import AttnflowError
 
 BUDGET = 5.0
@@ -66,7 +70,7 @@ TAIL = 0.75  # share of the refinement budget spent on the latest spans first
 @dataclass
 class Budgeted(SpanAblation):
     """Scores per span, ``exact[s]`` whether span ``s`` was scored exactly (else estimated), ``cost``
-    in passes (see the module docstring), ``plan``: ``"exact"`` or ``"estimate+refine"``, ``tail``: the
+    in forward passes of the input (see the module docstring), ``plan``: ``"exact"`` or ``"estimate+refine"``, ``tail``: the
     share of the refinement budget given to the latest spans first."""
 
     exact: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
@@ -76,9 +80,32 @@ class Budgeted(SpanAblation):
     tail: float = TAIL
 
 
-def run_cost(starts: list[int], last: int) -> int:
-    """Token positions of the exact runs of spans starting at ``starts``, one span at a time."""
-    return sum(last + 1 - s for s in starts)
+def runs_compute(shapes: Shapes, starts: list[int], targets: list[int], batch_size: int, rebuild: bool) -> float:
+    """MACs of the exact runs of spans starting at ``starts`` as :func:`ablate_spans` runs them: in the
+    batches of :func:`attnflow.capture.span_ablation.batches` (a batch's rows all run from its first
+    start: padding counted), each with its logits; ``rebuild``: the clean prefix is run up to each
+    batch's start (no clean cache to crop)."""
+    last, total = max(targets), 0.0
+    groups = batches(starts, last, batch_size)
+    for group in groups:
+        j0 = starts[group[0]]
+        keep = last + 1 - min(t for t in targets if t >= j0)
+        total += shapes.run(j0, last + 1, rows=len(group), logits=keep)
+    if rebuild and starts:
+        total += shapes.run(0, max(starts[g[0]] for g in groups), logits=len(groups))
+    return total
+
+
+def estimate_compute(shapes: Shapes, targets: list[int]) -> float:
+    """MACs of the one-pass estimate over ``[0, last target]``: its forward pass (logits from the first
+    target on), one backward pass per target, and on a long input (checkpointed, on SDPA) each layer's
+    forward pass again in every backward pass."""
+    m = max(targets) + 1
+    keep = m - min(targets)
+    long = long_input(m)
+    forward = shapes.run(0, m, logits=keep)
+    again = shapes.run(0, m) if long else 0.0  # the layers, not the logits
+    return forward + len(targets) * (shapes.backward(m, sdpa=long, logits=keep) + again)
 
 
 def _croppable(model: Any) -> bool:
@@ -92,7 +119,8 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
     """Ablated flow within ``budget`` passes (see the module docstring).
 
     spans: None (every token up to the last target is a span) or a sequence of spans (positions).
-    budget: the most passes to spend, at least 2 + 1 per extra target (the estimate's price).
+    budget: the most forward passes of the input to spend, at least the estimate's price (about 1.6 on a
+        short input for one target, more for more targets and on a long, checkpointed input).
     tail: the share of the budget left after the estimate that goes to the latest spans first, in
         ``[0, 1]`` (0: the estimate's top spans only, as before the tail phase existed).
     Other arguments as :func:`attnflow.capture.span_ablation.ablate_spans`.
@@ -101,17 +129,20 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
     last = max(sorted_targets)
     m = last + 1
     spans = checked_spans(range(m) if spans is None else spans, ids.numel())
-    estimate_cost = 1.0 + len(sorted_targets)
-    if not isinstance(budget, (int, float)) or budget < estimate_cost:
-        raise AttnflowError(f"budget must be at least {estimate_cost:g} passes (one forward and one backward pass "
-                            f"per target for the estimate); got {budget!r}")
+    shapes = Shapes.of(model)
+    unit = shapes.forward(ids.numel())  # one forward pass of the input, every logit: the budget's unit
+    estimate_cost = estimate_compute(shapes, sorted_targets) / unit
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= estimate_cost * (1 - 1e-9):
+        raise AttnflowError(f"budget must be at least {estimate_cost:.2f} forward passes here (the estimate's "
+                            f"forward pass and one backward pass per target); got {budget!r}")
     if isinstance(tail, bool) or not isinstance(tail, (int, float)) or not 0.0 <= tail <= 1.0:
         raise AttnflowError(f"tail must be a share of the refinement budget in [0, 1]; got {tail!r}")
     starts = [s[0] for s in spans if s[0] <= last]
     croppable = _croppable(model)
-    # clean prefixes: cropped from the clean pass's cache, or rebuilt up to the last run's start
-    prefix = (lambda first: 0 if croppable or not first else max(first))  # noqa: E731
-    exact_cost = (m + prefix(starts) + run_cost(starts, last)) / m
+    # the exact plan: one clean pass (its logits from the first target on), then the runs, their prefixes
+    # cropped from the clean pass's cache (or rebuilt where layers cannot be cropped)
+    exact_cost = (shapes.run(0, m, logits=m - min(sorted_targets))
+                  + runs_compute(shapes, starts, sorted_targets, batch_size, rebuild=not croppable)) / unit
     common = dict(readout=readout, tokens=tokens, foils=foils, batch_size=batch_size)
     if exact_cost <= budget:
         found = ablate_spans(model, ids, spans, sorted_targets, progress=progress, **common)
@@ -119,14 +150,18 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
                         plan="exact")
     est = attribution_patching(model, ids, sorted_targets, readout=readout, tokens=tokens, foils=foils,
                                keep_cache=croppable)
-    if est.cache is None:  # a sliding window, or a checkpointed (long) estimate pass: prefixes are rebuilt
-        prefix = (lambda first: max(first) if first else 0)  # noqa: E731
+    # a sliding window, or a checkpointed (long) estimate pass, keeps no cache: prefixes are rebuilt
+    rebuild = est.cache is None
     per_token = est.scores[:, 0]  # (targets, n)
     scores = np.stack([[per_token[i, s].sum() for s in spans] for i in range(len(sorted_targets))])[:, None]
     exact = np.zeros(len(spans), dtype=bool)
-    spent = run = estimate_cost * m  # token positions: planned, run
+    spent = estimate_cost * unit  # MACs: the estimate, then each batch of exact runs as it is run
+    run = 0  # token positions run
     visible = np.array([s[0] <= last for s in spans])
     clean_logits, explained = est.logits, est.tokens
+
+    def compute(chosen: list[int]) -> float:
+        return runs_compute(shapes, [spans[k][0] for k in chosen], sorted_targets, batch_size, rebuild)
 
     def rescore(chosen: list[int]) -> None:
         nonlocal spent, run
@@ -135,8 +170,7 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
             found = ablate_spans(model, ids, [spans[k] for k in chosen], sorted_targets, readout=readout,
                                  tokens=explained, foils=foils, batch_size=batch_size, cache=est.cache,
                                  clean_logits=clean_logits)
-        trial_starts = [spans[k][0] for k in chosen]
-        spent += prefix(trial_starts) + run_cost(trial_starts, last)
+        spent += compute(chosen)
         run += found.steps
         scores[:, :, chosen] = found.scores
         exact[chosen] = True
@@ -144,16 +178,15 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
             progress(int(exact.sum()), len(spans))
 
     def fitting(order: Any, limit: float, stop: int | None, skip: bool) -> list[int]:
-        """Spans of ``order`` not yet exact, in that order, while their exact runs fit ``limit`` positions;
-        ``skip``: pass over a span that does not fit (it never will: what is left only shrinks) and go on
-        to later, cheaper ones, else stop at it."""
+        """Spans of ``order`` not yet exact, in that order, while their exact runs (batched as they will
+        run) fit ``limit`` MACs; ``skip``: pass over a span that does not fit and go on to later, cheaper
+        ones, else stop at it."""
         chosen: list[int] = []
         for s in order:
             if exact[s] or not visible[s]:
                 continue
             trial = chosen + [int(s)]
-            trial_starts = [spans[k][0] for k in trial]
-            if spent + prefix(trial_starts) + run_cost(trial_starts, last) > limit:
+            if spent + compute(trial) > limit:
                 if skip:
                     continue
                 break
@@ -164,16 +197,16 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
 
     # 1. the tail: the latest spans, latest first, within `tail` of what the estimate left
     latest = sorted(range(len(spans)), key=lambda k: (-spans[k][0], k))
-    chosen = fitting(latest, spent + tail * (budget * m - spent), None, skip=False)
+    chosen = fitting(latest, spent + tail * (budget * unit - spent), None, skip=False)
     if chosen:
         rescore(chosen)
     # 2. the top: rounds of the highest current scores, within the whole budget
     while True:
-        chosen = fitting(np.argsort(-scores[:, 0].max(0), kind="stable"), budget * m, batch_size, skip=True)
+        chosen = fitting(np.argsort(-scores[:, 0].max(0), kind="stable"), budget * unit, batch_size, skip=True)
         if not chosen:
             break
         rescore(chosen)
     exact |= ~visible  # a span after every target scores 0 exactly
     return Budgeted(scores=scores, targets=sorted_targets, tokens=list(explained), clean=est.clean, readout=readout,
-                    method="ablated-flow", spans=spans, steps=int(run), exact=exact, cost=spent / m,
+                    method="ablated-flow", spans=spans, steps=int(run), exact=exact, cost=spent / unit,
                     budget=budget, plan="estimate+refine", tail=float(tail))

@@ -77,10 +77,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("dtype", "auto", "The dtype a model given by name is loaded in: auto (its checkpoint's), float32, bfloat16 or "
            "float16. A loaded model keeps its own. Scores are accumulated in float32 or wider whatever it is.",
            choices=("auto", "float32", "bfloat16", "float16"), cli=False),
-    Option("budget", 5.0, "ablated-flow-budgeted: the most the whole call may spend, in forward-pass equivalents: the "
-           "capture pass (1), the estimate's forward and backward pass (1 each), the exact re-runs (positions run / "
-           "the input's length). Exact ablated flow when it fits, else the one-pass estimate with its latest and its "
-           "top sources re-scored exactly.", bounds=(3.0, 100000.0), scope=ANY),
+    Option("budget", 5.0, "ablated-flow-budgeted: the most the whole call may spend, in forward passes of the input "
+           "(compute counted from the model's shapes: the capture pass, the estimate's forward and backward passes, "
+           "the exact re-runs as batched; in time, a forward pass on SDPA). Exact ablated flow when it fits, else "
+           "the one-pass estimate with its latest and its top sources re-scored exactly.", bounds=(3.0, 100000.0),
+           scope=ANY),
 )}
 
 # What an entry point takes beside the settings whose reach is checked the same way (a keyword of explain, not a
@@ -181,7 +182,7 @@ class Settings:
         sees one; "cpu", "cuda", "cuda:N", "mps"); a loaded model is used where it is.
     dtype: what a model given by name is loaded in ("auto": its checkpoint's; "float32", "bfloat16",
         "float16"); a loaded model keeps its own (another is refused).
-    budget: what ``ablated-flow-budgeted`` may spend, in forward passes (:mod:`attnflow.capture.budgeted`).
+    budget: what ``ablated-flow-budgeted`` may spend, in forward passes of the input (:mod:`attnflow.capture.compute`).
     """
 
     residual: float = OPTIONS["residual"].default

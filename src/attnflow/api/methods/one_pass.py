@@ -21,6 +21,7 @@ and ``spans`` (groups of positions; :mod:`attnflow.api.spans`): each token then 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -28,14 +29,14 @@ import numpy as np
 from attnflow.api.methods.ablation import _needs_decoder, _options, _place, _rows, _sorted_tokens
 from attnflow.api.spans import spread
 from attnflow.capture.attribution_patching import attribution_patching
-from attnflow.capture.budgeted import BUDGET, budgeted_ablated_flow
+from attnflow.capture.budgeted import BUDGET, budgeted_ablated_flow, estimate_compute
+from attnflow.capture.compute import Shapes
 from attnflow.errors import AttnflowError
 
 # What the budget counts (help, table and result.meta say it): the passes of the whole call, each token position
 # run through the model counted as 1 / the explained length; a backward pass counted as one forward pass.
-UNIT = ("forward-pass equivalents of the whole call: the capture pass (1), the estimate's forward pass (1) and "
-        "backward pass (1 per explained row), and the exact re-runs (positions run / explained length)")
-CAPTURE = 1.0  # the capture pass explain runs before any method (a generation's own passes are not explaining)
+UNIT = ("forward passes of the input (its compute, counted from the model's shapes; on SDPA a forward pass's "
+        "time): the capture pass, the estimate's forward and backward passes, the exact re-runs as batched")
 
 
 def _estimate(context: Any, layers: str) -> np.ndarray:
@@ -69,15 +70,19 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     rows = _rows(context)
     options = _sorted_tokens(rows, _options(context))
     asked = float(getattr(context.settings, "budget", BUDGET))
-    spent = CAPTURE if context.attentions is not None else 0.0  # a capture pass ran for these maps
-    least = spent + 1.0 + len(rows)  # and the estimate: one forward and one backward pass per row
+    n = len(np.asarray(context.input_ids).reshape(-1))
+    shapes = Shapes.of(context.model)
+    unit = shapes.forward(n)
+    # the capture pass explain ran for these maps (every position, the last one's logits; a generation's own
+    # passes are not explaining), then the estimate: one forward and one backward pass per row
+    spent = shapes.run(0, n, logits=1) / unit if context.attentions is not None else 0.0
+    least = spent + estimate_compute(shapes, sorted(rows)) / unit
     if asked < least and len(rows) == 1:
-        raise AttnflowError(f"budget {asked:g} is below what ablated-flow-budgeted spends here at least: {least:g} "
-                            f"{UNIT.split(':')[0]} (the capture pass, the estimate's forward and backward pass); "
-                            f"give --budget {least:g} or more")
+        raise AttnflowError(f"budget {asked:g} is below what ablated-flow-budgeted spends here at least: "
+                            f"{least:.2f} forward passes (the capture pass, the estimate's forward and backward "
+                            f"pass); give --budget {math.ceil(least * 100) / 100:g} or more")
     # several rows (every target of a report, a generation): the estimate's price is the least it can spend
     budget = max(asked, least)
-    n = len(np.asarray(context.input_ids).reshape(-1))
     groups = _groups(context)
     found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget - spent,
                                   spans=[[j] for j in range(n)] if groups is None else groups,

@@ -1,0 +1,97 @@
+"""What a pass through a decoder computes, counted from the model's shapes: the unit of the budgeted
+chooser (:mod:`attnflow.capture.budgeted`), so that a stated budget is the compute the call runs.
+
+Counted in multiply-accumulates (MACs) of the matrix products, which are nearly all of a pass:
+
+- per position run, every weight matrix of the decoder layers once (``linear``: the layers' parameters
+  of two or more dimensions; a mixture of experts' experts scaled by the share that a token runs);
+- per (query, key) pair a query attends to, ``2 * heads * head_dim`` per layer (the scores and the
+  weighted sum of values), a sliding-window layer's keys capped at its window (``pair`` per layer);
+- per position whose logits are computed, ``hidden * vocab`` (``logits``).
+
+Norms, the position encoding, softmax and activations (element-wise) are left out: a few percent.
+**The unit is one forward pass of the input**: every position, every position's logits
+(``model(input_ids)``). A backward pass to the activations alone (the estimate's: no weight
+gradients) runs the linear products once more and attention's twice (the gradients of the scores
+and of the values), two and a half times on SDPA, whose fused kernels recompute the scores;
+checkpointing adds the forward pass again. A pass's MACs are the same whatever kernel runs them; its
+*time* is not: eager attention materialises the ``(heads, n, n)`` weights (at 2,000 tokens a forward
+pass of SmolLM2-135M on eager attention takes about twice as long as on SDPA, where these counts and
+the time agree), so the unit is a forward pass on SDPA, where attnflow's own passes run on long inputs.
+
+API::
+
+    shapes = Shapes.of(model)
+    shapes.run(start, stop, rows=1, logits=0)   # MACs of rows x positions [start, stop), causal keys [0, p]
+    shapes.forward(n)                           # the unit: a forward pass of n positions with every logit
+    shapes.backward(n, sdpa=False)              # the estimate's backward pass over n positions
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from attnflow.capture.architectures import layer_windows
+from attnflow.hf.points import hook_points
+
+
+def _causal_keys(start: int, stop: int, window: int | None) -> float:
+    """Keys attended to by queries ``p`` in ``[start, stop)``: ``min(p + 1, window)`` each."""
+    if stop <= start:
+        return 0.0
+    if window is None or window >= stop:
+        return (stop * (stop + 1) - start * (start + 1)) / 2
+    full_to = max(start, min(stop, window))  # queries below window - 1 see p + 1 keys
+    return (full_to * (full_to + 1) - start * (start + 1)) / 2 + (stop - full_to) * window
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """MACs per position (``linear``), per attended key per layer (``pair``, with ``windows``) and per
+    position's logits (``logits``); see the module docstring."""
+
+    linear: float
+    pair: tuple[float, ...]
+    windows: tuple[int | None, ...]
+    logits: float
+
+    @classmethod
+    def of(cls, model: Any) -> Shapes:
+        config = getattr(model.config, "text_config", None) or model.config
+        points = hook_points(model)
+        experts = getattr(config, "num_experts_per_tok", None)
+        total = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+        share = experts / total if isinstance(experts, int) and isinstance(total, int) and total > 0 else 1.0
+        linear = 0.0
+        for name in points.names("block"):
+            for module in points[name].modules:
+                for pname, p in module.named_parameters():
+                    if p.dim() >= 2:
+                        linear += p.numel() * (share if "experts" in pname else 1.0)
+        heads = int(config.num_attention_heads)
+        hidden = int(config.hidden_size)
+        head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+        windows = tuple(layer_windows(model))
+        out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        vocab = int(out.weight.shape[0]) if out is not None else int(config.vocab_size)
+        return cls(linear=linear, pair=(2.0 * heads * head_dim,) * points.layers,
+                   windows=windows if len(windows) == points.layers else (None,) * points.layers,
+                   logits=float(hidden * vocab))
+
+    def run(self, start: int, stop: int, rows: int = 1, logits: int = 0) -> float:
+        """``rows`` runs of positions ``[start, stop)`` (the keys before ``start`` from a cache), with
+        ``logits`` positions' logits each."""
+        attention = sum(pair * _causal_keys(start, stop, w) for pair, w in zip(self.pair, self.windows))
+        return rows * (max(stop - start, 0) * self.linear + attention + logits * self.logits)
+
+    def attention(self, n: int) -> float:
+        return sum(pair * _causal_keys(0, n, w) for pair, w in zip(self.pair, self.windows))
+
+    def forward(self, n: int) -> float:
+        """One forward pass of ``n`` positions with every position's logits: the unit."""
+        return self.run(0, n, logits=n)
+
+    def backward(self, n: int, sdpa: bool = False, logits: int = 1) -> float:
+        """A backward pass to the activations over ``n`` positions from ``logits`` positions' logits."""
+        return n * self.linear + (2.5 if sdpa else 2.0) * self.attention(n) + logits * self.logits
