@@ -20,6 +20,8 @@ from tests.factory import tiny_decoder, tiny_model
 from tests.oracles import float32_softmax_atol
 from tests.test_spans import TEXT, naive_drop
 
+REAL_OF = Shapes.of  # before the fixture below prices in positions
+
 
 @pytest.fixture(scope="module")
 def decoder(minilm_path):
@@ -164,3 +166,24 @@ def test_a_checkpointed_estimate_pass_keeps_no_cache_and_the_rebuilt_prefixes_ar
     assert model.config._attn_implementation == "eager"
     # prefixes rebuilt in chunks sum in another order than one plain pass (norms and softmax in float32)
     _check_against_oracles(model, "llama", ids, long, atol=1e-5)
+
+
+def test_the_unit_is_a_forward_pass_counted_in_multiply_accumulates(decoder):
+    from attnflow.capture.compute import _causal_keys
+
+    model, _ = decoder
+    c = model.config
+    h, heads, kv, d, inner, layers = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+                                      c.hidden_size // c.num_attention_heads, c.intermediate_size,
+                                      c.num_hidden_layers)
+    shapes = REAL_OF(model)  # this module prices in positions otherwise
+    per_layer = h * heads * d + 2 * h * kv * d + heads * d * h + 3 * h * inner  # q, k, v, o; gate, up, down
+    assert shapes.linear == layers * per_layer and shapes.pair == (2 * heads * d,) * layers
+    assert shapes.logits == h * c.vocab_size
+    n = 23
+    assert shapes.forward(n) == n * layers * per_layer + layers * 2 * heads * d * n * (n + 1) / 2 + n * h * c.vocab_size
+    # a run from a cache attends to the cached keys too; rows multiply it
+    assert shapes.run(20, 23, rows=4) == 4 * (3 * layers * per_layer + layers * 2 * heads * d * (21 + 22 + 23))
+    # a sliding window caps the keys a query sees
+    assert _causal_keys(0, 10, 4) == 1 + 2 + 3 + 4 * 7 and _causal_keys(5, 10, None) == 6 + 7 + 8 + 9 + 10
+    assert _causal_keys(2, 6, 3) == 3 + 3 + 3 + 3 and _causal_keys(0, 3, 8) == 6
