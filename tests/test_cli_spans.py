@@ -52,7 +52,7 @@ def test_explain_by_a_file_of_passages_with_a_budget(monkeypatch, capsys, tmp_pa
     assert code == 0, err
     saved = attnflow.load(js)
     report = saved.meta["ablated-flow-budgeted"]
-    # the capture pass and the estimate's forward and backward pass fit 3 forward-pass equivalents, no more
+    # the capture pass and the estimate's forward and backward pass fit 3 forward passes, no more
     assert saved.params["budget"] == 3.0 and report["budget"] == 3.0 and report["cost"] == 3.0
     assert report["plan"] == "estimate+refine" and not any(report["exact"])
     assert "asked John" in out and "[estimate]" in out

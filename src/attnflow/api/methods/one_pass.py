@@ -9,9 +9,9 @@ zeroing the source's values lowers the explained token's logit):
 - ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
 - ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
   (default 5), else the estimate with its latest sources, then its top sources, re-scored exactly.
-  The budget is the cost of the whole call in forward-pass equivalents (:data:`UNIT`): on a text, the
-  capture pass that :func:`attnflow.explain` has already run counts as 1, so the chooser gets what is
-  left. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
+  The budget is the compute of the whole call in forward passes of the input (:data:`UNIT`,
+  :mod:`attnflow.capture.compute`): on a text, the capture pass that :func:`attnflow.explain` has already
+  run counts as what it computes (every position, the last one's logits), and the chooser gets what is left. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
   ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in that unit, ``unit``,
   ``plan``, ``tail``).
 
