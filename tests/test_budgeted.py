@@ -181,7 +181,8 @@ def test_the_unit_is_a_forward_pass_counted_in_multiply_accumulates(decoder):
     assert shapes.linear == layers * per_layer and shapes.pair == (2 * heads * d,) * layers
     assert shapes.logits == h * c.vocab_size
     n = 23
-    assert shapes.forward(n) == n * layers * per_layer + layers * 2 * heads * d * n * (n + 1) / 2 + n * h * c.vocab_size
+    # the unit: a forward pass predicting the next token (the last position's logits)
+    assert shapes.forward(n) == n * layers * per_layer + layers * 2 * heads * d * n * (n + 1) / 2 + h * c.vocab_size
     # a run from a cache attends to the cached keys too; rows multiply it
     assert shapes.run(20, 23, rows=4) == 4 * (3 * layers * per_layer + layers * 2 * heads * d * (21 + 22 + 23))
     # a sliding window caps the keys a query sees

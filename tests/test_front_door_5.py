@@ -67,6 +67,17 @@ def test_budget_beside_a_method_without_one_is_refused(monkeypatch, capsys, tmp_
         attnflow.explain(KEYS, decoder_dir, method="occlusion", settings=attnflow.Settings(budget=3))
 
 
+@pytest.fixture
+def in_positions(monkeypatch):
+    """Budgets priced in token positions (the capture pass 1, the estimate's forward and backward pass 1 each):
+    the tiny decoders' one row of 30,522 logits outweighs their layers, so their real counts would plan nothing."""
+    from attnflow.capture.compute import Shapes
+    from tests.test_budgeted import in_positions as positions
+
+    monkeypatch.setattr(Shapes, "of", classmethod(lambda cls, model: positions(model)))
+
+
+@pytest.mark.usefixtures("in_positions")
 def test_a_budget_given_without_a_method_is_kept_by_the_budgeted_default(decoder_dir):
     result = attnflow.explain(KEYS, decoder_dir, settings=attnflow.Settings(budget=3))
     assert result.methods == ["rollout", "ablated-flow-budgeted"]
@@ -174,6 +185,7 @@ LONG = ("Sara asked John to return her book. He said he would give it back to he
 
 
 @pytest.mark.parametrize("budget", [3, 5, 8])
+@pytest.mark.usefixtures("in_positions")
 def test_the_budget_counts_the_capture_pass_and_states_its_unit(monkeypatch, capsys, tmp_path, decoder_dir, budget):
     from attnflow.api.models import resolve
     from attnflow.capture.budgeted import budgeted_ablated_flow
@@ -185,14 +197,14 @@ def test_the_budget_counts_the_capture_pass_and_states_its_unit(monkeypatch, cap
     assert code == 0, err
     report = attnflow.load(js).meta["ablated-flow-budgeted"]
     assert report["budget"] == budget and report["cost"] <= budget
-    assert report["unit"].startswith("forward passes of the input (its compute, counted from the model's shapes")
-    # the chooser itself got what the capture pass left (every position, the last one's logits): the same plan,
-    # run alone, costs that much less
+    assert report["unit"].startswith("forward passes of the input (the next token's: the last position's logits")
+    # the chooser itself got what the capture pass left: the capture pass is the unit (every position, the last
+    # one's logits), so the same plan, run alone, costs one pass less
     bound = resolve(decoder_dir)
     ids = bound.tokenizer(LONG)["input_ids"]
     shapes = Shapes.of(bound.model)
     capture = shapes.run(0, len(ids), logits=1) / shapes.forward(len(ids))
-    assert 0 < capture < 1
+    assert capture == 1
     alone = budgeted_ablated_flow(bound.model, ids, budget=budget - capture)
     assert report["cost"] == pytest.approx(capture + alone.cost) and report["exact"] == [bool(e) for e in alone.exact]
     shown = " ".join(out.split())

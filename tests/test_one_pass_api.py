@@ -50,7 +50,11 @@ def test_explain_with_the_estimate_and_the_budget(decoder, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_through_a_generation_each_row_is_one_teacher_forced_computation(kind, minilm_path):
+def test_through_a_generation_each_row_is_one_teacher_forced_computation(kind, minilm_path, monkeypatch):
+    from attnflow.capture.compute import Shapes
+    from tests.test_budgeted import in_positions
+
+    monkeypatch.setattr(Shapes, "of", classmethod(lambda cls, model: in_positions(model)))  # a plan that mixes
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     model = tiny_model(kind, vocab=tokenizer.vocab_size, dtype=torch.float64)
     methods = ["ablated-flow-estimate", "ablated-flow-budgeted"]

@@ -3,7 +3,7 @@ stated cost budget.
 
 Costs are counted in *forward passes of the input*: the multiply-accumulates of what is run, counted
 from the model's shapes (:mod:`attnflow.capture.compute`), over those of one forward pass of the whole
-input with every position's logits, so one clean forward pass is 1 (on SDPA, where these counts and the
+input computing the last position's logits (as the capture pass does), so one clean forward pass is 1 (on SDPA, where these counts and the
 time agree, also in time). The plan:
 
 - **exact** ablated flow (:mod:`attnflow.capture.span_ablation`, by token or by span) costs one clean
@@ -119,7 +119,7 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
     """Ablated flow within ``budget`` passes (see the module docstring).
 
     spans: None (every token up to the last target is a span) or a sequence of spans (positions).
-    budget: the most forward passes of the input to spend, at least the estimate's price (about 1.6 on a
+    budget: the most forward passes of the input to spend, at least the estimate's price (about 2 on a
         short input for one target, more for more targets and on a long, checkpointed input).
     tail: the share of the budget left after the estimate that goes to the latest spans first, in
         ``[0, 1]`` (0: the estimate's top spans only, as before the tail phase existed).
@@ -130,7 +130,7 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
     m = last + 1
     spans = checked_spans(range(m) if spans is None else spans, ids.numel())
     shapes = Shapes.of(model)
-    unit = shapes.forward(ids.numel())  # one forward pass of the input, every logit: the budget's unit
+    unit = shapes.forward(ids.numel())  # one forward pass of the input, the last logits: the budget's unit
     estimate_cost = estimate_compute(shapes, sorted_targets) / unit
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= estimate_cost * (1 - 1e-9):
         raise AttnflowError(f"budget must be at least {estimate_cost:.2f} forward passes here (the estimate's "

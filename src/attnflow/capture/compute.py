@@ -10,20 +10,24 @@ Counted in multiply-accumulates (MACs) of the matrix products, which are nearly 
 - per position whose logits are computed, ``hidden * vocab`` (``logits``).
 
 Norms, the position encoding, softmax and activations (element-wise) are left out: a few percent.
-**The unit is one forward pass of the input**: every position, every position's logits
-(``model(input_ids)``). A backward pass to the activations alone (the estimate's: no weight
-gradients) runs the linear products once more and attention's twice (the gradients of the scores
-and of the values), two and a half times on SDPA, whose fused kernels recompute the scores;
-checkpointing adds the forward pass again. A pass's MACs are the same whatever kernel runs them; its
-*time* is not: eager attention materialises the ``(heads, n, n)`` weights (at 2,000 tokens a forward
-pass of SmolLM2-135M on eager attention takes about twice as long as on SDPA, where these counts and
-the time agree), so the unit is a forward pass on SDPA, where attnflow's own passes run on long inputs.
+**The unit is one forward pass of the input as a language model runs it to predict the next token**:
+every position, the last one's logits (``model(input_ids, logits_to_keep=1)``, as a generation's first
+pass and attnflow's capture pass run it). Every position's logits would add ``n * hidden * vocab``, a
+fifth of SmolLM2-135M's pass at 200 tokens in one large product that runs faster per multiply-accumulate
+than the layers' small ones: a unit counting them would make the layers' work look cheaper than it is.
+A backward pass to the activations alone (the estimate's: no weight gradients) runs the linear products
+once more and attention's twice (the gradients of the scores and of the values), two and a half times on
+SDPA, whose fused kernels recompute the scores; checkpointing adds the forward pass again. A pass's MACs
+are the same whatever kernel runs them; its *time* is not: eager attention materialises the
+``(heads, n, n)`` weights (at 2,000 tokens a forward pass of SmolLM2-135M on eager attention takes about
+twice as long as on SDPA, where these counts and the time agree), so the unit is a forward pass on SDPA,
+where attnflow's own passes run on long inputs.
 
 API::
 
     shapes = Shapes.of(model)
     shapes.run(start, stop, rows=1, logits=0)   # MACs of rows x positions [start, stop), causal keys [0, p]
-    shapes.forward(n)                           # the unit: a forward pass of n positions with every logit
+    shapes.forward(n)                           # the unit: a forward pass of n positions, the last one's logits
     shapes.backward(n, sdpa=False)              # the estimate's backward pass over n positions
 """
 
@@ -89,8 +93,8 @@ class Shapes:
         return sum(pair * _causal_keys(0, n, w) for pair, w in zip(self.pair, self.windows))
 
     def forward(self, n: int) -> float:
-        """One forward pass of ``n`` positions with every position's logits: the unit."""
-        return self.run(0, n, logits=n)
+        """One forward pass of ``n`` positions with the last position's logits: the unit."""
+        return self.run(0, n, logits=1)
 
     def backward(self, n: int, sdpa: bool = False, logits: int = 1) -> float:
         """A backward pass to the activations over ``n`` positions from ``logits`` positions' logits."""

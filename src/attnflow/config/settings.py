@@ -78,10 +78,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
            "float16. A loaded model keeps its own. Scores are accumulated in float32 or wider whatever it is.",
            choices=("auto", "float32", "bfloat16", "float16"), cli=False),
     Option("budget", 5.0, "ablated-flow-budgeted: the most the whole call may spend, in forward passes of the input "
-           "(compute counted from the model's shapes: the capture pass, the estimate's forward and backward passes, "
-           "the exact re-runs as batched; in time, a forward pass on SDPA). Exact ablated flow when it fits, else "
-           "the one-pass estimate with its latest and its top sources re-scored exactly.", bounds=(3.0, 100000.0),
-           scope=ANY),
+           "predicting the next token (compute counted from the model's shapes: the capture pass 1, the estimate's "
+           "forward and backward passes, the exact re-runs as batched; in time, such a pass on SDPA). Exact ablated "
+           "flow when it fits, else the one-pass estimate with its latest and its top sources re-scored exactly.",
+           bounds=(3.0, 100000.0), scope=ANY),
 )}
 
 # What an entry point takes beside the settings whose reach is checked the same way (a keyword of explain, not a

@@ -11,7 +11,7 @@ zeroing the source's values lowers the explained token's logit):
   (default 5), else the estimate with its latest sources, then its top sources, re-scored exactly.
   The budget is the compute of the whole call in forward passes of the input (:data:`UNIT`,
   :mod:`attnflow.capture.compute`): on a text, the capture pass that :func:`attnflow.explain` has already
-  run counts as what it computes (every position, the last one's logits), and the chooser gets what is left. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
+  run counts as 1 (it is the unit: every position, the last one's logits), and the chooser gets what is left. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
   ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in that unit, ``unit``,
   ``plan``, ``tail``).
 
@@ -35,8 +35,10 @@ from attnflow.errors import AttnflowError
 
 # What the budget counts (help, table and result.meta say it): the passes of the whole call, each token position
 # run through the model counted as 1 / the explained length; a backward pass counted as one forward pass.
-UNIT = ("forward passes of the input (its compute, counted from the model's shapes; on SDPA a forward pass's "
-        "time): the capture pass, the estimate's forward and backward passes, the exact re-runs as batched")
+UNIT = ("forward passes of the input (the next token's: the last position's logits; compute counted from the "
+        "model's shapes, on SDPA a forward pass's time): the capture pass, the estimate's forward and backward "
+        "passes, the exact re-runs as batched")
+CAPTURE = 1.0  # the capture pass: every position, the last one's logits
 
 
 def _estimate(context: Any, layers: str) -> np.ndarray:
@@ -73,9 +75,9 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     n = len(np.asarray(context.input_ids).reshape(-1))
     shapes = Shapes.of(context.model)
     unit = shapes.forward(n)
-    # the capture pass explain ran for these maps (every position, the last one's logits; a generation's own
-    # passes are not explaining), then the estimate: one forward and one backward pass per row
-    spent = shapes.run(0, n, logits=1) / unit if context.attentions is not None else 0.0
+    # the capture pass explain ran for these maps is the unit itself (every position, the last one's logits; a
+    # generation's own passes are not explaining), then the estimate: one forward and one backward pass per row
+    spent = CAPTURE if context.attentions is not None else 0.0
     least = spent + estimate_compute(shapes, sorted(rows)) / unit
     if asked < least and len(rows) == 1:
         raise AttnflowError(f"budget {asked:g} is below what ablated-flow-budgeted spends here at least: "
