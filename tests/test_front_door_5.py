@@ -212,6 +212,25 @@ def test_the_budget_counts_the_capture_pass_and_states_its_unit(monkeypatch, cap
     assert spent in shown
 
 
+def test_a_budget_below_what_the_call_spends_at_least_is_refused_in_one_line(monkeypatch, capsys, tmp_path,
+                                                                             decoder_dir):
+    """Attention priced too (one MAC per attended key per layer): the estimate's backward pass costs more than a
+    forward pass (attention's gradients twice), so the capture pass and the estimate exceed 3."""
+    from attnflow.capture.architectures import layer_windows
+    from attnflow.capture.compute import Shapes
+
+    def shapes(cls, model):
+        layers = len(layer_windows(model))
+        return Shapes(linear=1.0, pair=(1.0,) * layers, windows=(None,) * layers, logits=0.0)
+
+    monkeypatch.setattr(Shapes, "of", classmethod(shapes))
+    err = refused(monkeypatch, capsys, tmp_path, "explain", LONG, "--model", decoder_dir, "--method",
+                  "ablated-flow-budgeted", "--budget", "3", "--json", "o.json",
+                  message="budget 3 is below what ablated-flow-budgeted spends here at least: about 3.")
+    least = float(err.split("give --budget ")[1].split()[0])
+    assert 3 < least < 4 and f"at least: about {least:g} forward passes" in err
+
+
 def test_budget_nan_says_what_a_budget_is(monkeypatch, capsys, tmp_path):
     refused(monkeypatch, capsys, tmp_path, "explain", KEYS, "--budget", "nan", "--json", "o.json",
             message="budget must be a number in [3, 100000]; got nan")

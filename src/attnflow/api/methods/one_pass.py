@@ -80,9 +80,10 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     spent = CAPTURE if context.attentions is not None else 0.0
     least = spent + estimate_compute(shapes, sorted(rows)) / unit
     if asked < least and len(rows) == 1:
-        raise AttnflowError(f"budget {asked:g} is below what ablated-flow-budgeted spends here at least: "
-                            f"{least:.2f} forward passes (the capture pass, the estimate's forward and backward "
-                            f"pass); give --budget {math.ceil(least * 100) / 100:g} or more")
+        enough = math.ceil(least * 100) / 100  # the least, rounded up to what a user types
+        raise AttnflowError(f"budget {asked:g} is below what ablated-flow-budgeted spends here at least: about "
+                            f"{enough:g} forward passes (the capture pass, the estimate's forward and backward "
+                            f"pass); give --budget {enough:g} or more")
     # several rows (every target of a report, a generation): the estimate's price is the least it can spend
     budget = max(asked, least)
     groups = _groups(context)
