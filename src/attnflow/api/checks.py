@@ -39,34 +39,34 @@ def check_text_model(name: Any, *, weighting: str = "attention", causal_norm: st
     """Refuse a model folder (or a hub id, as far as its name tells; or the
     :class:`~attnflow.capture.load.ModelInfo` an entry point inspected) that cannot give text results
     with these settings."""
-    from attnflow.capture.architectures import PROJECTIONS, architecture, model_type, refuse_unsupported
+    from attnflow.capture.architectures import PROJECTIONS, refuse_unsupported
     from attnflow.capture.load import ModelInfo, check_model_path, config_task
+    from attnflow.hf.kind import kind_of
 
     if isinstance(name, ModelInfo):
-        config, name = name.config or None, name.path
+        config, kind, name = name.config or None, name.model_kind, name.path
     else:
         check_model_path(name)
         config = _config(name)
+        kind = kind_of(config) if config else None
     if config is None:
         return
     refuse_unsupported(config)
+    model_type = kind.model_type
     if config.get("is_encoder_decoder"):
-        raise AttnflowError(f"{name!r} is an encoder-decoder model ({model_type(config) or 'no model_type'}); "
+        raise AttnflowError(f"{name!r} is an encoder-decoder model ({model_type or 'no model_type'}); "
                             f"{what} takes encoder-only and decoder-only models. Explain an encoder-decoder "
                             "one input at a time with a target text: attnflow explain SOURCE --target-text "
                             "OUTPUT --model ...")
-    row = architecture(config)
-    if row is not None and row.family == "vision":
-        raise AttnflowError(f"{name!r} is a vision model ({model_type(config)}); {what} takes text models here: "
+    if kind.vision:
+        raise AttnflowError(f"{name!r} is a vision model ({model_type}); {what} takes text models here: "
                             "use explain-image (or batch --images) for images")
-    if weighting == "norm" and model_type(config) not in PROJECTIONS:
-        kind = model_type(config) or "no model_type"
+    if weighting == "norm" and model_type not in PROJECTIONS:
         raise AttnflowError(f"the norm weighting needs each attention layer's value and output projections, and "
-                            f"the architecture table does not name them for {kind!r} models ({name!r}); "
-                            f"use weighting 'attention' (--weighting attention), or a family it covers "
-                            f"({', '.join(sorted(PROJECTIONS)[:6])}, ...)")
-    # the task only when needed: reading a class's head may consult transformers' mappings (torch)
-    if causal_norm is not None and config_task(config) not in ("causal-lm", ""):
+                            f"the architecture table does not name them for {model_type or 'no model_type'!r} "
+                            f"models ({name!r}); use weighting 'attention' (--weighting attention), or a family it "
+                            f"covers ({', '.join(sorted(PROJECTIONS)[:6])}, ...)")
+    if causal_norm is not None and config_task(config, kind) not in ("causal-lm", ""):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
                             "(its queries see the whole input): drop --causal-norm")
 
@@ -232,23 +232,31 @@ def named_info(model: Any, task: str = "auto") -> Any:
     return model if config is None else ModelInfo(path=str(path), config=config, task="auto")
 
 
-def model_kind_of(model: Any) -> str | None:
-    """"encoder", "classifier", "decoder", "encoder-decoder" or "vision" for a
-    :class:`~attnflow.capture.load.ModelInfo`, a :class:`~attnflow.api.models.Loaded` or a loaded model;
-    None when it cannot be told without loading (a hub id whose config is not here, or no model)."""
-    from attnflow.capture.architectures import model_family, model_head, model_kind
-    from attnflow.capture.load import ModelInfo
-    from attnflow.config.registry import MODEL_KINDS
+def kind_record(model: Any) -> Any:
+    """The :class:`~attnflow.hf.kind.ModelKind` a :class:`~attnflow.capture.load.ModelInfo` or a
+    :class:`~attnflow.api.models.Loaded` carries (computed once, when the model was resolved), a
+    ``ModelKind`` itself, or a loaded model's (:func:`attnflow.hf.kind.kind_of`); unknown for a name
+    not inspected (a hub id whose config is not here) or no model."""
+    from attnflow.hf.kind import UNKNOWN, ModelKind, kind_of
 
     if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        return None
-    if isinstance(model, ModelInfo):
-        kind = model_kind(model.family, model.head) if model.family else None
-    elif hasattr(model, "family") and hasattr(model, "head") and hasattr(model, "model"):  # a Loaded
-        kind = model_kind(model.family, model.head)
-    else:
-        family = model_family(model)
-        kind = model_kind(family, model_head(model)) if family else None
+        return UNKNOWN
+    if isinstance(model, ModelKind):
+        return model
+    carried = getattr(model, "model_kind", None)
+    if isinstance(carried, ModelKind):  # a ModelInfo or a Loaded
+        return carried
+    return kind_of(model)
+
+
+def model_kind_of(model: Any) -> str | None:
+    """"encoder", "classifier", "decoder", "encoder-decoder" or "vision" for a
+    :class:`~attnflow.capture.load.ModelInfo`, a :class:`~attnflow.api.models.Loaded`, a
+    :class:`~attnflow.hf.kind.ModelKind` or a loaded model; None when it cannot be told without loading
+    (a hub id whose config is not here, or no model)."""
+    from attnflow.config.registry import MODEL_KINDS
+
+    kind = kind_record(model).name
     # a family attnflow cannot explain at all (state-space models, ...) is refused by its own sentence,
     # which says why; no method's list of model kinds is the place for that
     return kind if kind in MODEL_KINDS else None
@@ -288,15 +296,7 @@ def why_not(method: Any, kind: str | None, family: str | None = None) -> str | N
 
 def model_type_of(model: Any) -> str | None:
     """``config.model_type`` of a ModelInfo, a Loaded or a loaded model (None when not known here)."""
-    from attnflow.capture.architectures import model_type
-    from attnflow.capture.load import ModelInfo
-
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        return None
-    if isinstance(model, ModelInfo):
-        return model_type(model.config) or None
-    inner = getattr(model, "model", None) if hasattr(model, "family") and hasattr(model, "head") else None
-    return model_type(inner if inner is not None else model) or None
+    return kind_record(model).model_type or None
 
 
 def _short(value: Any) -> str:
@@ -363,7 +363,8 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
     records = [m if isinstance(m, registry.Method) else registry.get(m) for m in methods]
     if not records:
         raise AttnflowError(f"choose at least one method ({', '.join(registry.REGISTRY)}); got none")
-    kind, family = model_kind_of(model), model_type_of(model)
+    found = kind_record(model)
+    kind, family = model_kind_of(found), found.model_type or None
     for record in records:
         reason = why_not(record, kind, family)
         if reason is not None and kind == "vision" and "image" not in record.kinds:
@@ -389,5 +390,6 @@ def runnable(model: Any, kind: str | None = None) -> list[tuple[Any, str | None]
     a ModelInfo, a Loaded or a loaded model (``kind``: its kind when already known)."""
     from attnflow.config import registry
 
-    kind, family = kind or model_kind_of(model), model_type_of(model)
+    found = kind_record(model)
+    kind, family = kind or model_kind_of(found), found.model_type or None
     return [(m, why_not(m, kind, family)) for m in registry.REGISTRY.values()]

@@ -53,11 +53,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import (architecture, layer_windows, model_family, model_head,
-                                            model_type, refuse_unsupported)
+from attnflow.capture.architectures import architecture, layer_windows, model_type, refuse_unsupported
 from attnflow.capture.hooks import architecture_fixes, attention_modules, scoped
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import kind_of
 from attnflow.hf.points import receiving
 from attnflow.hf.weights import input_device
 
@@ -179,7 +179,7 @@ def readout_values(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tens
 def checked_inputs(model: Any, input_ids: Any, targets: Any, readout: str, tokens: Any, foils: Any,
            batch_size: int) -> tuple[torch.Tensor, list[int]]:
     refuse_unsupported(model)
-    if model_family(model) != "decoder" or model_head(model) != "causal-lm":
+    if not kind_of(model).lm:
         raise AttnflowError(f"ablated flow and occlusion reuse a causal decoder's key/value cache; "
                             f"{type(model).__name__} is not a decoder-only language model: `attnflow methods --model MODEL` "
                             "lists what it can run (attnflow.api.checks.runnable in Python)")

@@ -74,6 +74,7 @@ class Architecture:
 
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder", "vision", "unsupported")
+EDITS = [0]  # how many rows register_architecture has set: a kind remembered under fewer is read again
 
 # A model's head: what its class puts on top of the family's body, read from transformers' auto-model
 # mappings (model_type -> class name), or from a row's ``heads`` for a registered family.
@@ -246,6 +247,7 @@ def register_architecture(model_type: str, family: str, *, heads: dict[str, str]
     row = Architecture(family, heads=tuple(sorted((heads or {}).items())), **facts)
     _check_row(model_type, row)
     ARCHITECTURES[model_type] = row
+    EDITS[0] += 1  # kinds computed against the table before (attnflow.hf.kind remembers them) are stale
     PROJECTIONS.pop(model_type, None)
     if _weighs(row):
         PROJECTIONS[model_type] = _projections(row)
@@ -299,10 +301,10 @@ def model_head(model_or_config: Any) -> str:
     return ""
 
 
-def model_family(model_or_config: Any) -> str:
+def model_family(model_or_config: Any, head: str | None = None) -> str:
     """The table's family of a model, config or config dict; for a model type without a row, what its
-    config says (``is_encoder_decoder``, ``is_decoder``) or its head (a causal-LM head: a decoder),
-    else "encoder"."""
+    config says (``is_encoder_decoder``, ``is_decoder``) or its head (a causal-LM head: a decoder; ``head``
+    when already read), else "encoder"."""
     row = architecture(model_or_config)
     if row is not None:
         return row.family
@@ -310,7 +312,7 @@ def model_family(model_or_config: Any) -> str:
     flag = (config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d))
     if flag("is_encoder_decoder", False):
         return "encoder-decoder"
-    if flag("is_decoder", False) or model_head(model_or_config) == "causal-lm":
+    if flag("is_decoder", False) or (model_head(model_or_config) if head is None else head) == "causal-lm":
         return "decoder"
     return "encoder"
 

@@ -13,20 +13,21 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import check_text_model, model_family
+from attnflow.capture.architectures import check_text_model
 from attnflow.capture.hooks import Reducer, architecture_fixes, eager, replay_attentions, streamable_modules, streaming
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import kind_of
 from attnflow.hf.weights import input_device
 
 
 def is_causal(model: Any) -> bool:
     """True for decoders, whose queries see only earlier keys: the architecture table's family (or a
     config that says ``is_decoder``)."""
-    return bool(getattr(model.config, "is_decoder", False)) or model_family(model) == "decoder"
+    return bool(getattr(model.config, "is_decoder", False)) or kind_of(model).causal
 
 
 def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
