@@ -314,9 +314,10 @@ def _name_comparisons(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 # The paper's three as core maths, by name, for the evaluation and the benchmarks (the registry's
-# functions are the entry points' way in).
+# functions are the entry points' way in); raw and rollout from queries and keys, by name, likewise.
 # What format 0.1's report opened on is history, not a method fact (attnflow.results.schema).
-NAME_DISPATCH = {"attnflow.config.registry", "attnflow.core.methods", "attnflow.results.schema"}
+NAME_DISPATCH = {"attnflow.config.registry", "attnflow.core.methods", "attnflow.core.qk_rows",
+                 "attnflow.results.schema"}
 
 
 def test_no_module_compares_a_single_method_name_outside_the_registry():

@@ -7,6 +7,9 @@ about a second each), checked against independent oracles.
   applies (zeros outside it, none missing inside it);
 - every decoder: rollout tracked through generate (KV cache) equals rollout on one forward pass over
   prompt + completion;
+- every decoder the row capture serves (attnflow.capture.rows: SDPA, queries and keys, no maps): its raw
+  and rollout rows of the last position at every layer and its logits equal the eager capture's; the
+  others are refused by it with the reason ``attnflow methods --model`` prints;
 - every encoder-decoder: teacher-forced capture gives the naive joint rollout, rows stochastic,
   decoder self-attention causal, the table's module names exist, and joint rollout tracked through
   generate equals one teacher-forced pass;
@@ -39,9 +42,14 @@ from attnflow.capture.architectures import (
     layer_windows,
     model_type,
     stack_attentions,
+    why_not_rows,
 )
 from attnflow.capture.hooks import architecture_fixes
+from attnflow.capture.rows import capture_rows, run_rows
 from attnflow.capture.text import encode
+from attnflow.core.raw import raw_rows
+from attnflow.core.rollout import rollout_rows
+from attnflow.hf.points import installed_on
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architectures.md"
@@ -405,9 +413,47 @@ def test_falcon_fix_makes_eager_attention_match_the_models_default_path(built, t
     assert all(np.all(a[0].numpy()[:, upper] == 0) for a in fixed.attentions)
 
 
+def _config_of(case: Case) -> Any:
+    """The case's config with the class it builds named, as a saved model folder's config says it."""
+    config = getattr(tf, case.config_cls)(vocab_size=30522, **case.config)
+    config.architectures = [case.model_cls]
+    return config
+
+
+@pytest.mark.parametrize("case", DECODERS, ids=[c.name for c in DECODERS])
+def test_row_capture_equals_the_eager_capture(case, built, tokenizer):
+    model = built(case)
+    why = why_not_rows(model)
+    assert why == why_not_rows(_config_of(case))  # what attnflow methods --model says from the config alone
+    n = len(encode(tokenizer, [TEXT])["input_ids"][0])
+    if why:
+        with pytest.raises(AttnflowError, match="cannot explain"):
+            capture_rows(model, tokenizer, TEXT, n - 1, ["raw", "rollout"])
+        return
+    maps = attnflow.capture(model, tokenizer, TEXT, head_fusion="mean")
+    got = capture_rows(model, tokenizer, TEXT, n - 1, ["raw", "rollout"], memory=4_000)  # chunks of a few queries
+    assert got.attentions is None and got.rows.positions == (n - 1,)
+    rollout = rollout_rows(maps, [n - 1], head_fusion="mean")
+    raw = raw_rows(maps, [n - 1], head_fusion="mean")
+    torch.testing.assert_close(got.rows.values["rollout"], rollout, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.rows.values["raw"], raw, atol=1e-5, rtol=0)
+    assert got.last_logits is None  # the model runs on eager: its pass on SDPA is not its own clean readout
+    # ... but equals it to rounding (soft-capped layers: the receiver's own chunked attention)
+    enc = encode(tokenizer, [TEXT])
+    enc.pop("special_tokens_mask")
+    _, out, own = run_rows(model, enc, n - 1, [], residual=0.5, head_fusion="mean", causal_norm=None)
+    assert not own
+    torch.testing.assert_close(out.logits[0, -1], maps.last_logits, atol=1e-5, rtol=1e-5)
+    assert got.tokens == maps.tokens and model.config._attn_implementation == "eager" and not installed_on(model)
+
+
 # ------------------------------------------------------------------------ the docs' tables
 
-def _checks(kind: str) -> str:
+def _checks(kind: str, case: Case | None = None) -> str:
+    if kind == "decoder" and case is not None:
+        why = why_not_rows(_config_of(case))
+        rows = f"explain: eager maps ({why})" if why else "explain: target rows on SDPA = eager rows"
+        return f"{_checks(kind)}; {rows}"
     return {"encoder": "capture = naive rollout; rows stochastic",
             "decoder": "capture = naive rollout; rows stochastic; lower-triangular; generation = one pass",
             "encoder-decoder": "capture = naive joint rollout; rows stochastic; causal decoder; generation = "
@@ -417,7 +463,8 @@ def _checks(kind: str) -> str:
 
 def matrix_table() -> str:
     lines = ["| architecture | model_type | kind | what it exercises | checked |", "|---|---|---|---|---|"]
-    lines += [f"| {c.name} | `{c.model_type}` | {c.kind} | {c.special or '-'} | {_checks(c.kind)} |" for c in CASES]
+    lines += [f"| {c.name} | `{c.model_type}` | {c.kind} | {c.special or '-'} | {_checks(c.kind, c)} |"
+              for c in CASES]
     return "\n".join(lines)
 
 

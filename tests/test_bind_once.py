@@ -1,6 +1,7 @@
 """Bind once: one ``explain`` / ``generate`` of a tiny decoder given by path reads its ``config.json``
 once from attnflow's own code, resolves the model once, and ablated flow runs no clean forward pass of
-its own (the capture pass's logits are reused)."""
+its own where the capture pass ran as the model runs (the capture pass's logits are reused: the eager
+capture on an eager model, the row capture on an SDPA model)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,8 @@ TEXT = "the keys to the old cabinet"
 def test_explain_by_path_reads_the_config_once_and_runs_no_extra_clean_pass(decoder_dir):
     from transformers import LlamaForCausalLM
 
+    from attnflow.api.models import resolve
+
     load.clear_cache()
     attnflow.explain(TEXT, decoder_dir, paper_only=True)  # loads it: the counts below exclude loading
     with counting(LlamaForCausalLM) as paper:
@@ -95,11 +98,20 @@ def test_explain_by_path_reads_the_config_once_and_runs_no_extra_clean_pass(deco
     assert paper["config"] == 1 and paper["resolve"] == 1
     assert counts["config"] == 1 and counts["resolve"] == 1
     # one capture pass, then ablated flow: one edited run per chunk of <=16 sources (all n here), and
-    # the clean prefix cache of [0, j0) grown once per chunk that starts after 0: none for one chunk
+    # the clean prefix cache of [0, j0) grown once per chunk that starts after 0: none for one chunk. The
+    # row capture ran on SDPA and attnflow loads models on eager attention: ablated flow reads its clean
+    # logits from a pass of its own on eager attention, as its edited runs are (capture.rows)
     assert paper["forward"] == 1
-    assert n <= 16 and counts["forward"] == 1 + 1
+    assert n <= 16 and counts["forward"] == 1 + 1 + 1
+    model = resolve(decoder_dir).model
+    model.set_attn_implementation("sdpa")
+    try:  # a model on SDPA: the row capture's pass is its own, and its logits are reused
+        with counting(LlamaForCausalLM) as on_sdpa:
+            attnflow.explain(TEXT, decoder_dir)
+    finally:
+        model.set_attn_implementation("eager")
+    assert on_sdpa["forward"] == 1 + 1
     # the reused logits change nothing: the engine with a clean pass of its own gives the same scores
-    from attnflow.api.models import resolve
     from attnflow.capture.ablation import ablated_flow
 
     loaded = resolve(decoder_dir)

@@ -232,9 +232,14 @@ def test_the_estimate_comes_before_the_capture_pass_and_names_the_budgeted_metho
     from attnflow.api import text as text_api
     from attnflow.api.long_inputs import MethodEstimate
 
+    from attnflow.capture import rows as rows_capture
+
     order = []
-    real = text_api.capture
+    real, real_rows = text_api.capture, rows_capture.capture_rows
     monkeypatch.setattr(text_api, "capture", lambda *a, **k: (order.append("capture"), real(*a, **k))[1])
+    # a decoder's target alone takes the row capture (attnflow.capture.rows): the same pass, on SDPA
+    monkeypatch.setattr(rows_capture, "capture_rows",
+                        lambda *a, **k: (order.append("capture"), real_rows(*a, **k))[1])
 
     class Bar:
         def __call__(self, done, total):

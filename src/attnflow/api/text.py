@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.api.methods import run_method
-from attnflow.api.checks import check_methods, check_options, check_text_model, model_kind_of
+from attnflow.api.checks import check_methods, check_options, check_text_model, model_kind_of, row_capture
 from attnflow.api.honest import PAPER_ONLY
 from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve, unwrap
 from attnflow.capture import capture
@@ -130,12 +130,15 @@ def _before_loading(text: str, info: ModelInfo, settings: Settings) -> Any:
 
 
 def prepare(text: str, model: Any, tokenizer: Any, settings: Settings,
-            before_capture: Callable[[Any, Any, list[int], bool], None] | None = None) -> Prepared:
+            before_capture: Callable[[Any, Any, list[int], bool], None] | None = None,
+            row_plan: Callable[[Any, Any, list[int], bool], tuple[int, list[str]] | None] | None = None) -> Prepared:
     """Load the model if given by name, path or :class:`ModelInfo` (reused between calls, see
     :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve the target. Everything
     that can be refused without the model is refused before it loads (``settings`` were checked
     when built); ``before_capture(model, tokenizer, ids, lm)`` may refuse what needs the loaded model
-    and the token ids (:func:`_fits_the_budget`) before the capture pass runs."""
+    and the token ids (:func:`_fits_the_budget`) before the capture pass runs. ``row_plan(model,
+    tokenizer, ids, lm)``: ``(target, methods)`` to capture those methods' rows of that target alone
+    on the model's fast attention (:func:`attnflow.capture.rows.capture_rows`), or None for the maps."""
     _check_text(text)
     if is_name(model):
         info = inspect(model)
@@ -149,13 +152,23 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings,
     if settings.causal_norm is not None and not is_causal(model):
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
                             "(its queries see the whole input)")
-    if before_capture is not None:
+    plan = None
+    if before_capture is not None or row_plan is not None:
         limit = max_length(model, tokenizer) if settings.truncate else None
-        ids = tokenizer(text, truncation=limit is not None, max_length=limit)["input_ids"]
-        before_capture(model, tokenizer, list(ids), lm)
-    # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
-    maps = capture(model, tokenizer, text, truncate=settings.truncate, head_fusion=settings.head_fusion,
-                   weighting=settings.weighting)
+        ids = list(tokenizer(text, truncation=limit is not None, max_length=limit)["input_ids"])
+        if before_capture is not None:
+            before_capture(model, tokenizer, ids, lm)
+        plan = row_plan(model, tokenizer, ids, lm) if row_plan is not None else None
+    if plan is not None:
+        from attnflow.capture.rows import capture_rows
+
+        maps = capture_rows(model, tokenizer, text, plan[0], plan[1], truncate=settings.truncate,
+                            residual=settings.residual, head_fusion=settings.head_fusion,
+                            causal_norm=settings.causal_norm)
+    else:
+        # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
+        maps = capture(model, tokenizer, text, truncate=settings.truncate, head_fusion=settings.head_fusion,
+                       weighting=settings.weighting)
     return prepared(maps, text, model, tokenizer, target=settings.target, lm=lm)
 
 
@@ -182,7 +195,7 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
         clean = attentions.last_logits[None] if list(rows) == [n - 1] and attentions.last_logits is not None \
             else None
         context = Context(kind="text", attentions=attentions, settings=settings, rows=rows, progress=progress,
-                          n_layers=attentions.attentions.shape[-4], clean_logits=clean,
+                          n_layers=attentions.n_layers, clean_logits=clean,
                           model=run.model if run is not None else None,
                           tokenizer=run.tokenizer if run is not None else None,
                           input_ids=attentions.input_ids if run is not None else None,
@@ -227,7 +240,7 @@ def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, 
                  prediction: str | None, model: str | None, params: dict[str, Any],
                  faithfulness: dict | None = None, notes: dict | None = None) -> Attribution:
     tokens = [str(t) for t in maps.tokens]
-    n_layers = maps.attentions.shape[-4]
+    n_layers = maps.n_layers
     meta = {"special": [int(i) for i in maps.special], "causal": bool(maps.causal), **(notes or {})}
     if faithfulness is not None:
         meta["faithfulness"] = faithfulness
@@ -269,7 +282,20 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
         left_out.extend(_fits_the_budget(methods, loaded, tokens, ids, lm, settings, paper_only, named, spans,
                                          progress))
 
-    run = prepare(text, model, tokenizer, settings, before_capture=fits)
+    def row_plan(loaded: Any, tokens: Any, ids: list[int], lm: bool) -> tuple[int, list[str]] | None:
+        """One target of a decoder whose methods need no maps: its rows alone (see :func:`prepare`)."""
+        if targets != "target":
+            return None  # every target's maps (explain_maps)
+        try:
+            target = resolve_position(settings.target, len(ids), ids, is_causal(loaded), tokens)
+        except AttnflowError:
+            return None  # refused after capture, with the captured tokens to name
+        chosen, _ = text_methods(methods, decoder=lm, explains_last=target == len(ids) - 1, paper_only=paper_only,
+                                 n_tokens=len(ids), named=named, budget=budget)
+        rows = row_capture([m for m in chosen if m not in left_out], loaded, settings)
+        return None if rows is None else (target, rows)
+
+    run = prepare(text, model, tokenizer, settings, before_capture=fits, row_plan=row_plan)
     asked = methods
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
                                   paper_only=paper_only, n_tokens=len(run.maps.tokens), named=named, budget=budget)

@@ -400,6 +400,38 @@ def stack_attentions(attentions: Sequence[torch.Tensor], model: Any, dim: int = 
     return torch.stack([a.detach().float().cpu() for a in attentions], dim=dim)
 
 
+def _read(config: Any, key: str, default: Any = None) -> Any:
+    return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
+
+
+def why_not_rows(model_or_config: Any) -> str:
+    """Why this model's target rows cannot be captured on its fast attention without the maps ("" when they
+    can; :mod:`attnflow.capture.rows`), from a loaded model or its config alone (no weights read)."""
+    family = model_family(model_or_config)
+    if family != "decoder":
+        return f"it is {'an' if family[:1] in 'aeiou' else 'a'} {family} model (the row capture is for decoders)"
+    row = architecture(model_or_config)
+    if row is not None and row.fixes:
+        return f"attnflow corrects its attention masks ({', '.join(row.fixes)})"
+    config = getattr(model_or_config, "config", model_or_config)
+    config = _read(config, "text_config") or config
+    if _read(config, "alibi") or _read(config, "position_embedding_type") == "alibi":
+        return "its ALiBi position biases are not recomputed from queries and keys"
+    if _read(config, "reorder_and_upcast_attn"):
+        return "reorder_and_upcast_attn computes its attention outside transformers' attention functions"
+    if isinstance(model_or_config, dict) or not hasattr(model_or_config, "config"):
+        import transformers
+
+        cls = getattr(transformers, class_name(model_or_config) or "-", None)
+    else:
+        cls = type(model_or_config)
+    if cls is None:
+        return f"its model class is not known here ({model_type(model_or_config) or 'no model_type'})"
+    if not getattr(cls, "_supports_attention_backend", False):
+        return f"{cls.__name__} does not run its attention through transformers' attention functions"
+    return ""
+
+
 # ------------------------------------------------------------------------------------ fixes
 
 def _boolean_mask_as_bias(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -138,7 +139,7 @@ def run_streaming(model: Any, inputs: dict, head_fusion: str | None, *, weightin
         return reducer.buffer, out
 
 
-def _takes(model: Any, name: str) -> bool:
+def forward_takes(model: Any, name: str) -> bool:
     try:
         return name in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -170,15 +171,37 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     per-position logits (``n x vocabulary`` numbers) are not computed beyond the last position, which
     one text's maps keep as ``last_logits``.
     """
-    texts = [text] if isinstance(text, str) else list(text)
-    if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
-        raise AttnflowError("text must be a non-empty string (or a list of non-empty strings)")
-    check_text_model(model)
     check_head_fusion(head_fusion)
     check_weighting(weighting)
     if weighting == "norm" and head_fusion is None:
         raise AttnflowError("the norm weighting sums the heads while the model runs; pass head_fusion 'mean', "
                             "'max' or 'min'")
+    given = encoded(model, tokenizer, text, truncate=truncate)
+    with architecture_fixes(model):
+        stacked, out = run_streaming(model, given.inputs, head_fusion, weighting=weighting, **given.forward)
+    return maps_of(given, tokenizer, text, out, stacked, head_fusion=head_fusion, weighting=weighting)
+
+
+@dataclass
+class Encoded:
+    """Texts tokenized for a capture pass: ``enc`` (CPU tensors: ids, attention mask, ...), ``special``
+    (the special-tokens mask), ``inputs`` (on the model's device), ``causal`` (a decoder) and the
+    ``forward`` keywords (a language model's ``logits_to_keep=1``)."""
+
+    enc: dict
+    special: torch.Tensor
+    inputs: dict
+    causal: bool
+    forward: dict
+
+
+def encoded(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool = False) -> Encoded:
+    """Check ``text`` and ``model`` for a capture, tokenize, and refuse or cut (``truncate``) a text longer
+    than the model takes; the inputs go to the model's input device."""
+    texts = [text] if isinstance(text, str) else list(text)
+    if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
+        raise AttnflowError("text must be a non-empty string (or a list of non-empty strings)")
+    check_text_model(model)
     limit = max_length(model, tokenizer)
     enc = encode(tokenizer, texts)
     n = enc["input_ids"].shape[1]
@@ -187,26 +210,32 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
             raise AttnflowError(
                 f"the text is {n} tokens long but the model takes at most {limit}; shorten it or pass truncate=True (--truncate)"
             )
-        warnings.warn(f"text truncated from {n} to {limit} tokens (the model's maximum)", stacklevel=2)
+        warnings.warn(f"text truncated from {n} to {limit} tokens (the model's maximum)", stacklevel=3)
         enc = encode(tokenizer, texts, max_length=limit)
     special = enc.pop("special_tokens_mask")
     device = input_device(model)
-    inputs = {k: v.to(device) for k, v in enc.items()}
     causal = is_causal(model)
-    forward = {"logits_to_keep": 1} if causal and _takes(model, "logits_to_keep") else {}
-    with architecture_fixes(model):
-        stacked, out = run_streaming(model, inputs, head_fusion, weighting=weighting, **forward)
+    forward = {"logits_to_keep": 1} if causal and forward_takes(model, "logits_to_keep") else {}
+    return Encoded(enc, special, {k: v.to(device) for k, v in enc.items()}, causal, forward)
+
+
+def maps_of(given: Encoded, tokenizer: Any, text: str | list[str], out: Any, stacked: Any, *,
+            head_fusion: str | None, weighting: str = "attention", rows: Any = None) -> AttentionMaps:
+    """The :class:`AttentionMaps` of a capture pass: ``stacked`` ``(batch, layers, heads, n, n)`` (or
+    None, with ``rows`` computed instead) and the model's output ``out``."""
+    enc, causal = given.enc, given.causal
     mask = enc["attention_mask"].bool()
     tokens = [token_strings(tokenizer, ids) for ids in enc["input_ids"].tolist()]
-    special_idx = [row.nonzero().flatten().tolist() for row in (special.bool() & mask)]
+    special_idx = [row.nonzero().flatten().tolist() for row in (given.special.bool() & mask)]
     logits = getattr(out, "logits", None)
     # a decoder's last-position logits, in the model's dtype: the clean readout of ablation (see maps)
     last = logits[0, -1].detach().cpu() if logits is not None and causal and isinstance(text, str) else None
     logits = logits.detach().float().cpu() if logits is not None and not causal else None
     del out
     if isinstance(text, str):
-        return AttentionMaps(stacked[0], tokens[0], mask=None, causal=causal, special=special_idx[0],
-                             input_ids=enc["input_ids"][0], logits=None if logits is None else logits[0],
-                             last_logits=last, head_fusion=head_fusion, weighting=weighting)
+        return AttentionMaps(None if stacked is None else stacked[0], tokens[0], mask=None, causal=causal,
+                             special=special_idx[0], input_ids=enc["input_ids"][0],
+                             logits=None if logits is None else logits[0], last_logits=last,
+                             head_fusion=head_fusion, weighting=weighting, rows=rows)
     return AttentionMaps(stacked, tokens, mask=mask, causal=causal, special=special_idx,
                          input_ids=enc["input_ids"], logits=logits, head_fusion=head_fusion, weighting=weighting)

@@ -22,7 +22,7 @@ def methods(
 
         attnflow methods --model smollm2
     """
-    from attnflow.api.checks import model_kind_of, named_info, runnable
+    from attnflow.api.checks import capture_path, model_kind_of, named_info, runnable
     from attnflow.config import registry
 
     kind = subject = None
@@ -43,6 +43,8 @@ def methods(
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    if kind == "decoder":
+        print(f"\n{capture_path(subject)}")
     if kind is None:
         print(f"\n(cost classes, cheapest first: {'; '.join(registry.COSTS)}; "
               "`attnflow methods --model MODEL` says which a model can run)")

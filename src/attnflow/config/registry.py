@@ -43,7 +43,8 @@ How to add a method
    ``colour`` for figures (optional). Facts the entry points act on are fields too, never a
    comparison with the method's name elsewhere (``tests/test_architecture.py`` checks):
    ``gradients``, ``classifiers_only``, ``decoder_default``, ``tracked``, ``shown_first``,
-   ``rows``, ``models`` (the kinds of model it runs on), ``needs_row`` (a column of the architecture
+   ``rows``, ``captured`` (what it reads of the capture pass: the maps, the target's rows alone, or
+   nothing), ``models`` (the kinds of model it runs on), ``needs_row`` (a column of the architecture
    table that a model family's row must set, for a method whose rules are checked family by family)
    and ``reads`` (which of the optional
    settings, ``weighting`` and ``causal_norm``, change its scores; :mod:`attnflow.api.checks`
@@ -93,6 +94,10 @@ WHILE_CHEAP = "every target while cheap, else the explained one"  # flow: up to 
 # activations of every layer, or of one layer at a time from attribution_patching.CHECKPOINT_FROM positions
 KEEPS = ("decomposition", "autograd", "checkpointed")
 ROWS = (EVERY_TARGET, WHILE_CHEAP)
+# What a method reads of the capture pass: the attention maps, only the explained target's rows (which the
+# row capture computes on the model's fast attention without the maps: attnflow.capture.rows), or nothing
+# (it runs the model itself and reads only the pass's ids and last logits).
+CAPTURED = ("maps", "rows", "nothing")
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,7 @@ class Method:
     needs_row: str | None = None    # a column of the architecture table a model's row must set (its rules are per family)
     keeps: str = "decomposition"    # what its backward pass keeps, for the memory budget (see KEEPS)
     backward_per_row: bool = False  # one backward pass per explained row (per generated token), each counted in progress
+    captured: str = "maps"          # what it reads of the capture pass (see CAPTURED)
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:
@@ -138,6 +144,8 @@ class Method:
             raise AttnflowError(f"reads must be among {OPTIONAL_SETTINGS}; got {self.reads}")
         if self.keeps not in KEEPS:
             raise AttnflowError(f"keeps must be one of {KEEPS}; got {self.keeps!r}")
+        if self.captured not in CAPTURED:
+            raise AttnflowError(f"captured must be one of {CAPTURED}; got {self.captured!r}")
 
     @property
     def spans(self) -> bool:
@@ -188,10 +196,10 @@ _ATTENTION = "attnflow.api.methods.attention"
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("raw", RESULT_KINDS, FORWARD, True, "Abnar & Zuidema 2020 (raw attention)", f"{_ATTENTION}:raw",
            "each layer's attention weights", in_all=True, colour="#6e7781",
-           reads=("weighting", "causal_norm", "head_fusion")),
+           reads=("weighting", "causal_norm", "head_fusion"), captured="rows"),
     Method("rollout", RESULT_KINDS, FORWARD, True, "Abnar & Zuidema 2020, eq. 1", f"{_ATTENTION}:rollout",
            "products of residual-augmented attention, layer by layer", in_all=True, paths=True, colour="#1d4ed8",
-           decoder_default=True, tracked=True, shown_first=True),
+           decoder_default=True, tracked=True, shown_first=True, captured="rows"),
     Method("flow", RESULT_KINDS, MAX_FLOW, True, "Abnar & Zuidema 2020, section 3", f"{_ATTENTION}:flow",
            "max-flow through the attention graph", in_all=True, paths=True, colour="#b45309", rows=WHILE_CHEAP),
     Method("grad-rollout", ("text", "image"), FORWARD_BACKWARD, True, "Chefer, Gur & Wolf 2021, eqs. 5-6",
@@ -201,48 +209,50 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
            "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",
-           decoder_default=True, long_default="ablated-flow-budgeted", models=("decoder",), reads=("spans",)),
+           decoder_default=True, long_default="ablated-flow-budgeted", models=("decoder",), reads=("spans",),
+           captured="nothing"),
     Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
            "the same drop with the values zeroed in one layer at a time (decoders; layers x the cost)", models=("decoder",),
-           reads=()),
+           reads=(), captured="nothing"),
     Method("ablated-flow-estimate", ("text",), FORWARD_BACKWARD, False,
            "Kramár et al. 2024 (attribution patching) of value zeroing, every layer at once",
            "attnflow.api.methods.one_pass:ablated_flow_estimate",
            "first-order estimate of ablated flow from one forward and one backward pass (decoders)",
-           models=("decoder",), reads=("spans",), keeps="checkpointed", backward_per_row=True),
+           models=("decoder",), reads=("spans",), keeps="checkpointed", backward_per_row=True, captured="nothing"),
     Method("ablated-flow-estimate-layers", ("text",), FORWARD_BACKWARD, True,
            "Kramár et al. 2024 (attribution patching) of value zeroing, one layer at a time",
            "attnflow.api.methods.one_pass:ablated_flow_estimate_layers",
            "the same estimate per layer: the first order of zeroing a token's values in that layer (decoders)",
-           models=("decoder",), reads=(), keeps="checkpointed", backward_per_row=True),
+           models=("decoder",), reads=(), keeps="checkpointed", backward_per_row=True, captured="nothing"),
     Method("ablated-flow-budgeted", ("text",), BUDGETED, False,
            "Mohebbi et al. 2023 (value zeroing) within a budget; Kramár et al. 2024 for the rest",
            "attnflow.api.methods.one_pass:ablated_flow_budgeted",
            "exact ablated flow when it fits 5 forward passes, else the estimate with its latest and its top "
            "sources re-scored exactly (decoders)", models=("decoder",), reads=("budget", "spans"),
-           keeps="checkpointed"),
+           keeps="checkpointed", captured="nothing"),
     Method("attnlrp", ("text",), FORWARD_BACKWARD, False,
            "Achtibat et al. 2024 (AttnLRP), gradient x input form",
            "attnflow.api.methods.attnlrp:attnlrp",
            "layer-wise relevance of each token for the explained logit, one forward and one backward pass "
            "(decoders, classifiers)", models=("decoder", "classifier"), reads=("spans",), needs_row="lrp_gate",
-           keeps="autograd", backward_per_row=True),
+           keeps="autograd", backward_per_row=True, captured="nothing"),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
-           "(decoders)", models=("decoder",), reads=()),
+           "(decoders)", models=("decoder",), reads=(), captured="nothing"),
     Method("occlusion-mean", ("text",), PER_SOURCE, False, "leave-one-out replacement by the mean embedding",
            "attnflow.api.methods.ablation:occlusion_mean",
-           "drop of the predicted token's logit when a token's embedding is replaced by the mean (decoders)", models=("decoder",), reads=()),
+           "drop of the predicted token's logit when a token's embedding is replaced by the mean (decoders)",
+           models=("decoder",), reads=(), captured="nothing"),
     Method("alti-logit", ("text",), FORWARD_BACKWARD, True, "Ferrando et al. 2023 (ALTI-Logit)",
            "attnflow.api.methods.logit:alti_logit",
            "each token's share of the logit through attention + residual, layers 1..l (decoders, classifiers)",
-           models=("decoder", "classifier"), reads=()),
+           models=("decoder", "classifier"), reads=(), captured="nothing"),
     Method("logit-attribution", ("text",), FORWARD_BACKWARD, True, "direct logit attribution of attention outputs",
            "attnflow.api.methods.logit:logit_attribution",
            "each token's direct share of the logit via attention outputs, layers 1..l (decoders, classifiers)",
-           models=("decoder", "classifier"), reads=()),
+           models=("decoder", "classifier"), reads=(), captured="nothing"),
 )}
 
 ALL = "all"
@@ -269,6 +279,12 @@ def decoder_default() -> tuple[str, ...]:
     that agreed best with what SmolLM2 uses in the decoder study (docs/decoders.md, "Study";
     :mod:`attnflow.api.honest`)."""
     return _with("decoder_default")
+
+
+def row_methods() -> tuple[str, ...]:
+    """Methods whose scores are the explained target's rows alone (``captured="rows"``): the row capture
+    computes them on a decoder's fast attention without the maps (:mod:`attnflow.core.qk_rows`)."""
+    return tuple(m.name for m in REGISTRY.values() if m.captured == "rows")
 
 
 def classifiers_only() -> tuple[str, ...]:

@@ -28,6 +28,8 @@ class AttentionMaps:
         same fusion: the per-head maps are gone).
     weighting: ``"attention"`` when the maps are the attention weights, ``"norm"`` when they are the
         norm-based maps of :mod:`attnflow.core.weighting` (heads then always fused during capture).
+    rows: :class:`TargetRows` computed while capturing, in place of the maps (``attentions`` is then
+        None): a decoder's target rows captured on its fast attention (:mod:`attnflow.core.qk_rows`).
     """
 
     attentions: Any
@@ -40,14 +42,49 @@ class AttentionMaps:
     last_logits: Any = None
     head_fusion: str | None = None
     weighting: str = "attention"
+    rows: TargetRows | None = None
 
     @property
     def n_layers(self) -> int:
+        if self.attentions is None and self.rows is not None:
+            return self.rows.n_layers
         return int(self.attentions.shape[-4])
 
     @property
     def n_heads(self) -> int:
         return int(self.attentions.shape[-3])
+
+
+@dataclass(frozen=True)
+class TargetRows:
+    """Some methods' rows of some target positions, computed while the model ran, without the maps.
+
+    values: method -> ``(n_layers, len(positions), n)`` (float32, every layer); row = target position;
+    empty when no method needed rows (the pass ran for the others, which run the model themselves).
+    residual, head_fusion, causal_norm: the settings they were computed with; other settings cannot be
+    served from them (:meth:`rows` refuses them in a sentence).
+    """
+
+    positions: tuple[int, ...]
+    values: dict
+    n_layers: int
+    n: int
+    residual: float
+    head_fusion: str
+    causal_norm: str | None = None
+
+    def rows(self, method: str, positions: Any, *, residual: float, head_fusion: str | None,
+             causal_norm: str | None) -> Any:
+        """``values[method]`` at ``positions`` ``(layers, len(positions), n)``, or a refusal that says
+        what was captured."""
+        asked = dict(residual=float(residual), head_fusion=head_fusion, causal_norm=causal_norm)
+        kept = dict(residual=float(self.residual), head_fusion=self.head_fusion, causal_norm=self.causal_norm)
+        wanted = list(self.positions) if positions is None else [int(p) for p in positions]
+        if method not in self.values or asked != kept or not set(wanted) <= set(self.positions):
+            raise AttnflowError(f"only the rows of {', '.join(self.values)} at positions {list(self.positions)} "
+                                f"with {kept} were captured (without the attention maps); got {method} at "
+                                f"{wanted} with {asked}: capture the maps for that")
+        return self.values[method][:, [self.positions.index(p) for p in wanted]]
 
 
 def check_fusion(attentions: Any, head_fusion: str | None) -> None:

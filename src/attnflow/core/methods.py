@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from attnflow.config.registry import paper_methods
 from attnflow.core.flow import flow, resolve_indices
+from attnflow.core.maps import AttentionMaps
 from attnflow.core.raw import raw, raw_rows
 from attnflow.core.rollout import rollout, rollout_rows
 from attnflow.errors import AttnflowError
@@ -34,6 +35,12 @@ def method_rows(attentions: Any, method: str, positions: Any = None, *, layers: 
     full maps are cheaper, raw rows are read one layer at a time, and flow costs one max-flow per
     row, source and layer; ``runner`` runs it (see :func:`attnflow.core.flow.flow`).
     """
+    if isinstance(attentions, AttentionMaps) and attentions.attentions is None and attentions.rows is not None:
+        # a decoder's target rows captured without the maps (attnflow.core.qk_rows)
+        captured = attentions.rows
+        wanted = None if positions is None else resolve_indices(positions, captured.n, "positions").tolist()
+        values = captured.rows(method, wanted, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
+        return values if layers is None else values[resolve_indices(layers, captured.n_layers, "layers").tolist()]
     if method == "flow":
         return flow(attentions, residual=residual, head_fusion=head_fusion, positions=positions, layers=layers,
                     solver=solver, causal_norm=causal_norm, mask=mask, progress=progress, runner=runner)

@@ -44,7 +44,8 @@ def rollout_matrices(a: torch.Tensor, start_layer: int = 0) -> torch.Tensor:
     return torch.stack(out, dim=-3)
 
 
-def _start(start_layer: Any, n_layers: int) -> int:
+def check_start_layer(start_layer: Any, n_layers: int) -> int:
+    """``start_layer`` as a layer index in ``[0, n_layers)`` (negative counts from the top), or a refusal."""
     if isinstance(start_layer, bool) or not isinstance(start_layer, numbers.Integral) \
             or not (-n_layers <= start_layer < n_layers):
         raise AttnflowError(f"start_layer must be an integer layer index in [0, {n_layers}); got {start_layer!r}")
@@ -80,7 +81,7 @@ def rollout(attentions: Any, *, residual: float = 0.5, head_fusion: str | None =
     check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)
     return stack.out(_full(stack, residual=residual, head_fusion=head_fusion, discard_ratio=discard_ratio,
-                           start_layer=_start(start_layer, stack.shape[1]), causal_norm=causal_norm))
+                           start_layer=check_start_layer(start_layer, stack.shape[1]), causal_norm=causal_norm))
 
 
 def _full(stack: Stack, *, residual: float, head_fusion: str | None, discard_ratio: float, start_layer: int,
@@ -114,7 +115,7 @@ def rollout_rows(attentions: Any, positions: Any, *, layers: Any = None, residua
     check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)
     batch, n_layers, heads, n, _ = stack.shape
-    start_layer = _start(start_layer, n_layers)
+    start_layer = check_start_layer(start_layer, n_layers)
     layer_idx = resolve_indices(layers, n_layers, "layers").tolist()
     pos_idx = torch.as_tensor(resolve_indices(positions, n, "positions"), dtype=torch.long, device=stack.values.device)
     if not rows_are_cheaper(n, len(pos_idx), layer_idx):
