@@ -127,7 +127,7 @@ def test_explain_takes_the_row_path_equal_to_the_eager_one_and_leaves_sdpa(decod
     slow_defaults = attnflow.explain(TEXT, model, tokenizer=tokenizer)
     assert set(defaults.methods) == set(slow_defaults.methods) and len(defaults.methods) > 1
     monkeypatch.setattr(api_text, "row_capture", spy)
-    alone = api_text.explain_as_asked(TEXT, model, tokenizer=tokenizer, method=["ablated-flow"], paper_only=True)
+    alone = api_text.explain(TEXT, model, tokenizer=tokenizer, method=["ablated-flow"], paper_only=True)
     assert calls[-1] == []  # the pass alone: no rows, no maps
     for a, b in ((fast, slow), (defaults, slow_defaults), (alone, slow_defaults.select(["ablated-flow"]))):
         for method in a.methods:

@@ -40,7 +40,7 @@ def check_text_model(name: Any, *, weighting: str = "attention", causal_norm: st
     :class:`~attnflow.capture.load.ModelInfo` an entry point inspected) that cannot give text results
     with these settings."""
     from attnflow.capture.architectures import PROJECTIONS, refuse_unsupported
-    from attnflow.capture.load import ModelInfo, check_model_path, config_task
+    from attnflow.capture.load import ModelInfo, check_model_path
     from attnflow.hf.kind import kind_of
 
     if isinstance(name, ModelInfo):
@@ -66,8 +66,14 @@ def check_text_model(name: Any, *, weighting: str = "attention", causal_norm: st
                             f"the architecture table does not name them for {model_type or 'no model_type'!r} "
                             f"models ({name!r}); use weighting 'attention' (--weighting attention), or a family it "
                             f"covers ({', '.join(sorted(PROJECTIONS)[:6])}, ...)")
-    if causal_norm is not None and config_task(config, kind) not in ("causal-lm", ""):
-        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
+    refuse_causal_norm(causal_norm, kind, repr(name))
+
+
+def refuse_causal_norm(causal_norm: str | None, kind: Any, name: str) -> None:
+    """The one refusal of receptive-field normalisation (``causal_norm``) for a model whose queries see the
+    whole input (a known :class:`~attnflow.hf.kind.ModelKind` that is not causal), named ``name``."""
+    if causal_norm is not None and kind.known and not kind.causal:
+        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name} is not one "
                             "(its queries see the whole input): drop --causal-norm")
 
 
@@ -405,7 +411,9 @@ def row_capture(methods: Any, model: Any, settings: Any) -> list[str] | None:
     from attnflow.config import registry
 
     records = [registry.get(m) for m in methods]
-    if settings.weighting != "attention" or any(r.captured == "maps" for r in records) or why_not_rows(model):
+    if settings.weighting != "attention" or any(r.captured == "maps" for r in records):
+        return None
+    if why_not_rows(getattr(model, "model", model), kind_record(model).family or None):
         return None
     return [r.name for r in records if r.captured == "rows"]
 
@@ -418,7 +426,7 @@ def capture_path(model: Any) -> str:
     from attnflow.config import registry
 
     subject = model.config if isinstance(model, ModelInfo) else getattr(model, "model", model)
-    why = why_not_rows(subject)
+    why = why_not_rows(subject, kind_record(model).family or None)
     if why:
         return f"explain captures the attention maps on eager attention: {why}"
     rows = ", ".join(m.name for m in registry.REGISTRY.values() if m.captured == "rows")

@@ -212,7 +212,7 @@ def _text_rows(task: ShardTask, job: BatchJob, model: Any, tokenizer: Any) -> tu
 def explain_texts(texts: list[str], job: BatchJob, model: Any, tokenizer: Any) -> list[Any]:
     """One forward pass over ``texts``, then each text's slice through ``explain``'s methods. Returns,
     per text, its Attribution or the exception it raised (the others are unaffected)."""
-    from attnflow.api.text import attribute, prepared
+    from attnflow.api.text import attribute, captured_input
     from attnflow.capture.text import capture
 
     try:
@@ -225,7 +225,7 @@ def explain_texts(texts: list[str], job: BatchJob, model: Any, tokenizer: Any) -
     out: list[Any] = []
     for b, text in enumerate(texts):
         try:
-            run = prepared(one_of(batch, b), text, model, tokenizer, target=job.settings.target)
+            run = captured_input(one_of(batch, b), text, model, tokenizer, target=job.settings.target)
             out.append(attribute(run, job.settings, methods=list(job.methods),
                                  shown=job.methods[0], targets="all" if job.maps else "target",
                                  flow_targets="all" if job.maps else "target", progress=None))

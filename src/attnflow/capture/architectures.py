@@ -404,10 +404,11 @@ def _read(config: Any, key: str, default: Any = None) -> Any:
     return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
 
 
-def why_not_rows(model_or_config: Any) -> str:
+def why_not_rows(model_or_config: Any, family: str | None = None) -> str:
     """Why this model's target rows cannot be captured on its fast attention without the maps ("" when they
-    can; :mod:`attnflow.capture.rows`), from a loaded model or its config alone (no weights read)."""
-    family = model_family(model_or_config)
+    can; :mod:`attnflow.capture.rows`), from a loaded model or its config alone (no weights read);
+    ``family``: the model's, when its kind is known already (:mod:`attnflow.hf.kind`)."""
+    family = model_family(model_or_config) if family is None else family
     if family != "decoder":
         return f"it is {'an' if family[:1] in 'aeiou' else 'a'} {family} model (the row capture is for decoders)"
     row = architecture(model_or_config)

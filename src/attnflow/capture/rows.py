@@ -36,6 +36,7 @@ from attnflow.capture.text import forward_takes
 from attnflow.core.maps import AttentionMaps, TargetRows
 from attnflow.core.qk_rows import CHUNK_MEMORY, QK, chunk_size, head_weights, target_rows
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import kind_of
 from attnflow.hf.points import hook_points, own_implementation, receiving
 
 # Above this many bytes of queries and keys (every layer) each layer's are kept in a temporary file
@@ -185,7 +186,7 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
     output and whether that output is the model's own (it runs on SDPA itself and no layer's output was
     computed by the receiver). ``methods`` empty: the pass alone (nothing kept). ``memory``: bytes per chunk of queries
     (default :data:`~attnflow.core.qk_rows.CHUNK_MEMORY` on a CPU, :data:`DEVICE_CHUNK_MEMORY` elsewhere)."""
-    why = why_not_rows(model)
+    why = why_not_rows(model, kind_of(model).family)
     if why:
         raise AttnflowError(f"the row capture cannot explain {type(model).__name__}: {why}")
     points = hook_points(model)

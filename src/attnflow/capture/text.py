@@ -28,7 +28,7 @@ from attnflow.hf.weights import input_device
 def is_causal(model: Any) -> bool:
     """True for decoders, whose queries see only earlier keys: the architecture table's family (or a
     config that says ``is_decoder``)."""
-    return bool(getattr(model.config, "is_decoder", False)) or kind_of(model).causal
+    return kind_of(model).causal
 
 
 def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
@@ -72,9 +72,12 @@ def _byte_run(tokenizer: Any, ids: list[int], shown: list[str], i: int) -> tuple
 
 
 def max_length(model: Any, tokenizer: Any) -> int | None:
-    """The longest input the model takes: position embeddings, or the tokenizer's limit if smaller."""
+    """The longest input the model takes (a loaded model, or its config as a dict): position embeddings,
+    or the tokenizer's limit if smaller."""
     limits = []
-    positions = getattr(model.config, "max_position_embeddings", None)
+    config = model if isinstance(model, dict) else model.config  # a loaded model, or a config read before it loads
+    positions = config.get("max_position_embeddings") if isinstance(config, dict) else \
+        getattr(config, "max_position_embeddings", None)
     if isinstance(positions, int) and positions > 0:
         limits.append(positions)
     tok_limit = getattr(tokenizer, "model_max_length", None)

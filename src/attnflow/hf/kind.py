@@ -21,12 +21,14 @@ class ModelKind:
     """family: "encoder", "decoder", "encoder-decoder", "vision", "unsupported" ("" when not known: a
     hub id whose config is not here); head: "base", "classification", "causal-lm", "seq2seq",
     "image-classification" ("" when its class does not say); model_type: ``config.model_type``;
-    unsupported: why the table refuses the family (None when it does not)."""
+    unsupported: why the table refuses the family (None when it does not); is_decoder: the config's own
+    ``is_decoder`` (an encoder family run as a decoder: its attention is causal too)."""
 
     family: str = ""
     head: str = ""
     model_type: str = ""
     unsupported: str | None = None
+    is_decoder: bool = False
 
     @property
     def known(self) -> bool:
@@ -42,8 +44,8 @@ class ModelKind:
 
     @property
     def causal(self) -> bool:
-        """A decoder: its queries see only earlier keys."""
-        return self.family == "decoder"
+        """Its queries see only earlier keys: a decoder (or a config that says ``is_decoder``)."""
+        return self.family == "decoder" or self.is_decoder
 
     @property
     def lm(self) -> bool:
@@ -74,8 +76,10 @@ def _computed(model_or_config: Any) -> ModelKind:
     from attnflow.capture.architectures import architecture, model_family, model_head, model_type
 
     row, head = architecture(model_or_config), model_head(model_or_config)
+    config = getattr(model_or_config, "config", model_or_config)
+    flag = config.get("is_decoder") if isinstance(config, dict) else getattr(config, "is_decoder", False)
     return ModelKind(family=model_family(model_or_config, head), head=head, model_type=model_type(model_or_config),
-                     unsupported=row.unsupported if row else None)
+                     unsupported=row.unsupported if row else None, is_decoder=bool(flag))
 
 
 def kind_of(model_or_config: Any) -> ModelKind:
