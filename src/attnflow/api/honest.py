@@ -6,8 +6,8 @@ shows unless asked otherwise, and the faithfulness numbers a short input's repor
   position (the one that predicts the next token) computes the registry's decoder defaults (the
   records with ``decoder_default``: the paper's rollout and the method that agreed best with what the
   model uses in the decoder study, docs/decoders.md, "Study": ablated flow, value zeroing of each source
-  token in every layer; above ``EXACT_DEFAULT_MAX`` tokens, or with a budget given, the budgeted method
-  in its place) unless ``paper_only`` (then rollout alone). One flag with one default (``PAPER_ONLY``):
+  token in every layer; above the record's ``exact_max`` tokens, or with a budget given, its
+  ``long_default``, the budgeted method, in its place) unless ``paper_only`` (then rollout alone). One flag with one default (``PAPER_ONLY``):
   ``attnflow.explain(paper_only=...)``, ``attnflow explain --paper-only``, the app's ``paper_only``
   (the app's menus add the defaults beside the methods ticked). What was added, and why
   (:func:`added_note`), goes into ``result.meta["added"]`` and under the printed table.
@@ -31,11 +31,6 @@ PAPER_ONLY = False  # the default of the one flag: Python, the CLI and the app
 DECODER_METHODS = registry.decoder_default()  # ("rollout", "ablated-flow")
 
 REPORT_FAITHFULNESS_MAX = 32  # tokens; above it a report is made without the on-the-fly numbers
-# Up to this many tokens a decoder's explanation carries exact ablated flow (one run per source: on SmolLM2
-# about 11 forward passes at 20 tokens, a second or two); above it the record's ``long_default`` stands in
-# (ablated-flow-budgeted: exact while it fits its budget, else the one-pass estimate with its top sources
-# re-scored exactly, each source marked; docs/one-pass.md), so a long prompt gets an answer at a price.
-EXACT_DEFAULT_MAX = 64
 
 
 def text_methods(methods: list[str], *, decoder: bool, explains_last: bool, paper_only: bool = PAPER_ONLY,
@@ -43,14 +38,20 @@ def text_methods(methods: list[str], *, decoder: bool, explains_last: bool, pape
     """``(methods to compute, those added)``: ``methods`` as named (``named``: the user chose them, and
     they run alone), or, when none was named (``methods`` is then the entry point's own default), for a
     decoder (a causal LM) explaining its last position, unless ``paper_only``, the decoder defaults not
-    among them (above ``EXACT_DEFAULT_MAX`` tokens, or with a ``budget`` given, each default's
-    ``long_default`` in its place: a budget given is a budget to keep)."""
+    among them (above a default's ``exact_max`` tokens, or with a ``budget`` given, its ``long_default``
+    in its place: a budget given is a budget to keep)."""
     if named or paper_only or not decoder or not explains_last:
         return list(methods), []
-    long = n_tokens > EXACT_DEFAULT_MAX or budget
-    wanted = [registry.get(m).long_default or m if long else m for m in DECODER_METHODS]
+    wanted = [_stand_in(registry.get(m), n_tokens, budget) for m in DECODER_METHODS]
     added = [m for m in wanted if m not in methods]
     return [*methods, *added], added
+
+
+def _stand_in(record: Any, n_tokens: int, budget: bool) -> str:
+    """A decoder default's name, or its ``long_default`` above its ``exact_max`` tokens or with a budget."""
+    if record.long_default and (budget or (record.exact_max is not None and n_tokens > record.exact_max)):
+        return record.long_default
+    return record.name
 
 
 def generation_methods(methods: Any, kind: str | None, settings: Any) -> tuple[list[str], list[str]]:
@@ -74,10 +75,11 @@ def generation_methods(methods: Any, kind: str | None, settings: Any) -> tuple[l
 
 def added_note(added: list[str]) -> dict[str, Any]:
     """What ``result.meta["added"]`` says about the methods :func:`text_methods` added."""
+    exact = min((r.exact_max for r in map(registry.get, DECODER_METHODS) if r.exact_max is not None), default=0)
     return {"methods": list(added),
             "why": "no method was named, so a decoder's prediction gets the decoder defaults: the paper's rollout "
                    "beside ablated flow, the method that agreed best with what the model uses (docs/decoders.md); "
-                   f"above {EXACT_DEFAULT_MAX} tokens or with a budget given, ablated-flow-budgeted in its place. "
+                   f"above {exact} tokens or with a budget given, ablated-flow-budgeted in its place. "
                    "Name a method (--method) to run it alone, or pass --paper-only for rollout alone"}
 
 
@@ -134,3 +136,13 @@ def with_faithfulness(result: Any, model: Any, tokenizer: Any, max_tokens: int =
 
     record = faithfulness_record(result, model, tokenizer, max_tokens, aopc)
     return result if record is None else replace(result, meta={**(result.meta or {}), "faithfulness": record})
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EXACT_DEFAULT_MAX":  # deprecated: a field of the method's record now
+        import warnings
+
+        warnings.warn("attnflow.api.honest.EXACT_DEFAULT_MAX is deprecated: read the decoder default's record, "
+                      "attnflow.config.registry.get('ablated-flow').exact_max", DeprecationWarning, stacklevel=2)
+        return registry.get("ablated-flow").exact_max
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -124,7 +124,8 @@ class Method:
     models: tuple[str, ...] = MODEL_KINDS  # the kinds of model it runs on (see MODEL_KINDS)
     reads: tuple[str, ...] = ATTENTION_READS  # which of OPTIONAL_SETTINGS change its scores ("spans": it ablates
     #                                           every token of a span at once when given spans=; api.spans)
-    long_default: str | None = None  # a decoder default's stand-in above honest.EXACT_DEFAULT_MAX tokens
+    long_default: str | None = None  # a decoder default's stand-in above exact_max tokens (or with a budget given)
+    exact_max: int | None = None     # the longest input (tokens) on which a decoder default runs itself
     needs_row: str | None = None    # a column of the architecture table a model's row must set (its rules are per family)
     keeps: str = "decomposition"    # what its backward pass keeps, for the memory budget (see KEEPS)
     backward_per_row: bool = False  # one backward pass per explained row (per generated token), each counted in progress
@@ -209,8 +210,10 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
            "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",
-           decoder_default=True, long_default="ablated-flow-budgeted", models=("decoder",), reads=("spans",),
-           captured="nothing"),
+           # exact up to 64 tokens (on SmolLM2 about 11 forward passes at 20 tokens, a second or two); above, the
+           # budgeted method (exact while it fits its budget, else the one-pass estimate, docs/one-pass.md)
+           decoder_default=True, long_default="ablated-flow-budgeted", exact_max=64, models=("decoder",),
+           reads=("spans",), captured="nothing"),
     Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
