@@ -63,3 +63,18 @@ def test_explain_as_asked_is_a_deprecated_alias(decoder_dir):
     with pytest.warns(DeprecationWarning, match="explain_as_asked is deprecated"):
         result = api_text.explain_as_asked(TEXT, decoder_dir, method="rollout")
     assert list(result.methods) == ["rollout"]
+
+
+def test_one_device_resolution_for_entry_points_and_batch_workers():
+    import socket
+
+    from attnflow.api import checks, devices
+
+    assert devices.pick_device("cpu") == "cpu"
+    with pytest.raises(AttnflowError, match=r"^device \(--device\) must be"):
+        devices.pick_device("gpu")
+    # a batch worker checks its own GPUs through the same function, and says which host refused
+    with pytest.raises(AttnflowError, match=rf"^on {socket.gethostname()}: device \(--device\) must be"):
+        devices.pick_device("gpu", host=True)
+    with pytest.warns(DeprecationWarning, match="attnflow.api.devices.pick_device"):
+        assert checks.pick_device is devices.pick_device

@@ -6,19 +6,14 @@
   refused family, an encoder-decoder where text is explained, the norm weighting on a family whose
   value projections the architecture table does not know, receptive-field normalisation for a model
   that is no decoder).
-- :func:`check_device`, :func:`check_scheduler`: where a batch would run (a CUDA request without a
-  CUDA build or GPU; a Dask scheduler address with nothing listening, a scheduler file that is not one).
+- Where a call runs is checked beside what resolves it: devices in :mod:`attnflow.api.devices`, a Dask
+  scheduler in :mod:`attnflow.api.scheduler`.
 
-Nothing here imports torch (:func:`check_device` does only when the installed torch has CUDA): a
-refusal takes well under a second.
+Nothing here imports torch: a refusal takes well under a second.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -83,140 +78,6 @@ def refuse_unsupported_folder(name: str) -> None:
     from attnflow.capture.architectures import refuse_unsupported_path
 
     refuse_unsupported_path(name)
-
-
-# ------------------------------------------------------------------------------ where it runs
-
-def _torch_cuda_build() -> str | None:
-    """The CUDA version the installed torch was built for, read from ``torch/version.py`` without
-    importing torch ("" when that file cannot be read: then torch itself is asked)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    try:
-        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text(encoding="utf-8")
-    except OSError:
-        return ""
-    found = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(.+)$", text, re.MULTILINE)
-    if found is None:
-        return ""
-    value = found.group(1).strip()
-    return None if value == "None" else value.strip("'\"")
-
-
-def check_device(device: Any) -> None:
-    """Refuse a device that is not "auto", "cpu", "cuda" or "cuda:N", and a CUDA request on a machine
-    whose torch has no CUDA (a CPU-only build, or no GPU visible)."""
-    text = str(device)
-    if text in ("auto", "cpu"):
-        return
-    if text == "mps":
-        import torch
-
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise AttnflowError("device 'mps' asks for Apple's Metal GPU, and torch sees none here; "
-                                "use --device cpu (or auto)")
-        return
-    found = re.fullmatch(r"cuda(?::(\d+))?", text)
-    if found is None:
-        raise AttnflowError(f"device (--device) must be auto, cpu, cuda, cuda:N or mps; got {device!r}")
-    build = _torch_cuda_build()
-    if build is None:
-        raise AttnflowError(f"device {text!r} asks for a CUDA GPU, and the torch installed here is a CPU-only build; "
-                            "use --device cpu (or auto), or install a CUDA build of torch")
-    import torch
-
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = int(found.group(1) or 0)
-    if index >= count:
-        have = f"{count} CUDA GPU{'s' * (count != 1)}" if count else "no CUDA GPU"
-        raise AttnflowError(f"device {text!r} asks for CUDA GPU {index}, and torch sees {have} here; "
-                            "use --device cpu (or auto)" + (f", or cuda:0 to cuda:{count - 1}" if count else ""))
-
-
-def pick_device(device: Any) -> str:
-    """The torch device a model given by name is loaded on: ``device`` checked (:func:`check_device`),
-    "auto" -> the first CUDA GPU, else Apple's mps, else the CPU."""
-    check_device(device)
-    if str(device) != "auto":
-        return str(device)
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    return "mps" if mps is not None and mps.is_available() else "cpu"
-
-
-def check_model_device(model: Any, device: Any) -> None:
-    """A loaded model is used where it is: a device other than "auto" that it is not on is refused
-    (attnflow moves only the models it loads itself)."""
-    if device is None or str(device) == "auto":
-        return
-    params = getattr(model, "parameters", None)
-    first = next(params(), None) if callable(params) else None
-    if first is None:
-        return
-    import torch
-
-    here, wanted = first.device, torch.device(str(device))
-    if here.type != wanted.type or (wanted.index is not None and here.index != wanted.index):
-        raise AttnflowError(f"the model passed is on {here}, and device {str(device)!r} was asked for; attnflow "
-                            f"moves only models it loads by name: call model.to({str(device)!r}) first, or leave "
-                            "device as auto")
-
-
-def scheduler_address(scheduler: str) -> str:
-    """The address a ``--scheduler`` value names: ``tcp://HOST:PORT`` (or ``HOST:PORT``) as given, or the
-    ``address`` a scheduler file (``dask scheduler --scheduler-file FILE``) records."""
-    text = str(scheduler)
-    path = Path(text).expanduser()
-    if path.is_file() or text.endswith(".json"):
-        if not path.is_file():
-            raise AttnflowError(f"scheduler file {text!r} does not exist; pass the file `dask scheduler "
-                                "--scheduler-file FILE` wrote, or an address like tcp://HOST:8786")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise AttnflowError(f"{text!r} is not a Dask scheduler file (not readable JSON: {exc}); pass the file "
-                                "`dask scheduler --scheduler-file FILE` wrote, or an address like "
-                                "tcp://HOST:8786") from None
-        address = data.get("address") if isinstance(data, dict) else None
-        if not isinstance(address, str) or not address:
-            raise AttnflowError(f"{text!r} is not a Dask scheduler file (a JSON object with an 'address'); pass the "
-                                "file `dask scheduler --scheduler-file FILE` wrote, or an address like "
-                                "tcp://HOST:8786")
-        return address
-    if not re.fullmatch(r"(?:[a-z][a-z0-9+]*://)?[^\s/:]+(?::\d+)?/?|(?:[a-z][a-z0-9+]*://)?\[[0-9a-fA-F:]+\](?::\d+)?/?",
-                        text) or ":" not in text:
-        raise AttnflowError(f"scheduler (--scheduler) must be an address like tcp://HOST:8786 or the path of a "
-                            f"scheduler file; got {text!r}")
-    return text
-
-
-def check_scheduler(scheduler: Any, timeout: float = 3.0) -> None:
-    """Refuse a scheduler that cannot be reached: a malformed address, a file that is not a scheduler file,
-    or a TCP address where nothing listens (one connection attempt of at most ``timeout`` seconds, instead
-    of Dask's retries for 20 s). A ``distributed.Client`` passes as it is."""
-    if scheduler is None or not isinstance(scheduler, (str, Path)):
-        return
-    address = scheduler_address(str(scheduler))
-    scheme, _, rest = address.rpartition("://")
-    if scheme not in ("", "tcp", "tls"):
-        return  # inproc://, ucx://, ws://: left to Dask
-    host, _, port = rest.rstrip("/").rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit():
-        raise AttnflowError(f"scheduler address {address!r} names no port; expected tcp://HOST:PORT "
-                            "(a Dask scheduler listens on 8786 by default)")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        shown = address if address == str(scheduler) else f"{address} (from {str(scheduler)!r})"
-        raise AttnflowError(f"cannot reach the Dask scheduler at {shown}: {reason}; start it (dask scheduler) "
-                            "or pass the address it prints, or drop --scheduler to run on this machine") from None
 
 
 # ------------------------------------------------------------------------------ methods against a model
@@ -433,3 +294,19 @@ def capture_path(model: Any) -> str:
     return (f"explain captures the explained target's rows on the model's fast attention (SDPA), without the "
             f"attention maps, when every method reads only such rows ({rows}) or runs the model itself; "
             "otherwise the attention maps on eager attention")
+
+
+_MOVED = {"check_device": "devices", "pick_device": "devices", "check_model_device": "devices",
+          "scheduler_address": "scheduler", "check_scheduler": "scheduler"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:  # deprecated here: they live in modules named for what they hold
+        import importlib
+        import warnings
+
+        where = f"attnflow.api.{_MOVED[name]}"
+        warnings.warn(f"attnflow.api.checks.{name} is deprecated: use {where}.{name}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(importlib.import_module(where), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -104,7 +104,7 @@ def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", dev
     :func:`attnflow.capture.load.cached_model`; ``task`` as in :func:`attnflow.load_model`, "vision"
     for image classifiers) on ``device`` ("auto": a GPU when torch sees one); a loaded text model
     needs its ``tokenizer`` and stays where it is (a ``device`` it is not on is refused)."""
-    from attnflow.api.checks import check_model_device, pick_device
+    from attnflow.api.devices import check_model_device, pick_device
 
     if isinstance(model, Loaded):  # resolved once already: bind it and reuse it
         check_model_device(model.model, device)
