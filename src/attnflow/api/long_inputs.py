@@ -241,7 +241,7 @@ def _budgeted_batch(context: Context, n: int, budget: int) -> Context:
 def _timed_pass(model: Any, ids: Any) -> float:
     import torch
 
-    from attnflow.capture.hooks import architecture_fixes
+    from attnflow.capture.streaming import architecture_fixes
 
     device = next(model.parameters()).device
     batch = torch.as_tensor(ids).reshape(1, -1).long().to(device)

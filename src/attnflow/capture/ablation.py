@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.architectures import architecture, layer_windows, model_type, refuse_unsupported
-from attnflow.capture.hooks import architecture_fixes, attention_modules, scoped
+from attnflow.capture.streaming import architecture_fixes, attention_modules, scoped
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 from attnflow.hf.kind import kind_of

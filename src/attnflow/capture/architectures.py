@@ -22,7 +22,7 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   query, key and value: GPT-NeoX's ``query_key_value``). Set in :data:`PROJECTIONS`, each row checked
   against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
   type without them is refused for the norm weighting.
-- ``fixes``: corrections applied while attnflow runs the model (see :func:`attnflow.capture.hooks.architecture_fixes`).
+- ``fixes``: corrections applied while attnflow runs the model (see :func:`attnflow.capture.streaming.architecture_fixes`).
 - ``lrp_gate``: for AttnLRP (:mod:`attnflow.capture.attnlrp`), the two factors of a gated feed-forward
   block's elementwise product (``act(gate(x)) * up(x)``), as paths from the attention module like
   ``mlp``, whose gradients the uniform rule halves; ``()`` for a family whose feed-forward block has no
@@ -30,7 +30,7 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   row that sets it has a conservation case in ``tests/test_attnlrp.py``.
 - ``attention_class``: for a family whose model classes declare no ``_can_record_outputs`` (older
   modelling code), the class name of the module that returns ``(output, attention weights)``, so that
-  streaming capture and the norm weighting can hook it (:func:`attnflow.capture.hooks.attention_modules`).
+  streaming capture and the norm weighting can hook it (:func:`attnflow.capture.streaming.attention_modules`).
 
 Rows are plain data: add one for a new family (and a case to ``tests/test_architectures_matrix.py``,
 which generates the supported-architectures table in ``docs/architectures.md``). A model type without
@@ -135,7 +135,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     # GPT-Neo's local layers keep a full KV cache and mask outside the window
     "gpt_neo": Architecture("decoder", window="window_size", layer_types="attention_layers", windowed_type="local"),
     # Falcon's eager attention (rotary variant) adds the boolean causal mask to the scores instead of masking:
-    # without the fix every multi-token forward pass attends to future tokens (see architecture_fixes in capture.hooks).
+    # without the fix every multi-token forward pass attends to future tokens (see architecture_fixes in capture.streaming).
     "falcon": Architecture("decoder", fixes=("boolean_mask_as_bias",)),
     # ------------------------------------------------------------------ encoder-decoders
     **{t: Architecture(**_SEQ2SEQ_BART) for t in (

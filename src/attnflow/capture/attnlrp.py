@@ -62,7 +62,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.architectures import architecture, model_type
-from attnflow.capture.hooks import architecture_fixes
+from attnflow.capture.streaming import architecture_fixes
 from attnflow.errors import AttnflowError
 from attnflow.hf.kind import kind_of
 from attnflow.hf.points import hook_points, receiving

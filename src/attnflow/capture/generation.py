@@ -1,6 +1,6 @@
 """Run a decoder's own ``generate`` and track attention rollout for every generated token.
 
-Streaming hooks on the attention modules (:mod:`attnflow.capture.hooks`) see each forward call of
+Streaming hooks on the attention modules (:mod:`attnflow.capture.streaming`) see each forward call of
 ``model.generate`` layer by layer: the first call is the prompt (one ``(heads, m, m)`` map per layer,
 fused into ``(m, m)`` at once and dropped), each later call is one KV-cached step whose single query
 adds one row per layer. The prefix is never run again, transformers is never asked for its attention
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.architectures import layer_windows, refuse_unsupported
-from attnflow.capture.hooks import (architecture_fixes, checked_weights, pending_norms, replay_attentions,
+from attnflow.capture.streaming import (architecture_fixes, checked_weights, pending_norms, replay_attentions,
                                    streamable_modules, streaming)
 from attnflow.capture.load import output_cache
 from attnflow.capture.text import encode, is_causal, max_length, token_strings

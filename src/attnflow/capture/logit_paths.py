@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from attnflow.capture.architectures import architecture, model_type, refuse_unsupported
-from attnflow.capture.hooks import architecture_fixes, checked_weights, streamable_modules, streaming
+from attnflow.capture.streaming import architecture_fixes, checked_weights, streamable_modules, streaming
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 from attnflow.hf.kind import kind_of

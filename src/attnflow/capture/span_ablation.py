@@ -35,7 +35,7 @@ import torch
 
 from attnflow.capture.ablation import (BATCH, LAYER_MODES, Ablation, Edit, Prefix, Progress, cache_keyword,
                                        checked_inputs, edited, editing, readout_values, value_projections)
-from attnflow.capture.hooks import architecture_fixes
+from attnflow.capture.streaming import architecture_fixes
 from attnflow.errors import AttnflowError
 from attnflow.hf.weights import input_device
 

@@ -1,6 +1,6 @@
 """Capture attention from Hugging Face text models (encoders; decoders share the same forward pass).
 
-Attention is collected by streaming hooks (:mod:`attnflow.capture.hooks`): each layer's weights are
+Attention is collected by streaming hooks (:mod:`attnflow.capture.streaming`): each layer's weights are
 fused (or copied, per head) into one float32 buffer while the model runs, so no tuple of every
 layer's attention is ever held.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from attnflow.capture.architectures import check_text_model
-from attnflow.capture.hooks import Reducer, architecture_fixes, eager, replay_attentions, streamable_modules, streaming
+from attnflow.capture.streaming import Reducer, architecture_fixes, eager, replay_attentions, streamable_modules, streaming
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
@@ -114,7 +114,7 @@ def encode(tokenizer: Any, texts: list[str], *, side: str = "right", max_length:
 def run_streaming(model: Any, inputs: dict, head_fusion: str | None, *, weighting: str = "attention",
                   **forward: Any) -> tuple[torch.Tensor, Any]:
     """One forward pass of ``model`` on ``inputs`` (already on the model's device) with the attention
-    reduced layer by layer (:class:`attnflow.capture.hooks.Reducer`). Returns the buffer
+    reduced layer by layer (:class:`attnflow.capture.streaming.Reducer`). Returns the buffer
     ``(batch, layers, 1 or heads, n, n)`` and the model's output (which holds no attentions).
     ``weighting="norm"`` keeps the norm-based maps instead (:mod:`attnflow.core.weighting`)."""
     check_weighting(weighting)
@@ -165,7 +165,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     head_fusion: None keeps every head; ``"mean"``, ``"max"`` or ``"min"`` fuses the heads of each
         layer while the model runs (the heads axis then has length 1 and ``maps.head_fusion`` says
         how), which is all that the methods need unless per-head results are wanted: ``heads`` times
-        less memory (see :mod:`attnflow.capture.hooks`).
+        less memory (see :mod:`attnflow.capture.streaming`).
     weighting: ``"attention"`` (the weights) or ``"norm"``: each key's weight times the length of
         its transformed value vector, summed over heads, rows normalised (Kobayashi et al. 2020; see
         :mod:`attnflow.core.weighting`); needs a fused ``head_fusion``.
