@@ -13,7 +13,7 @@ from typing import Any
 from attnflow.api.generation_methods import check, method_blocks, reuses_cache
 from attnflow.api.checks import check_methods, model_kind_of
 from attnflow.api.honest import added_note, generation_methods
-from attnflow.api.models import inspect, is_name, resolve
+from attnflow.api.models import ModelInfo, inspect, is_name, resolve
 from attnflow.api.seq2seq import generate_seq2seq
 from attnflow.api.text import refuse_seq2seq_settings
 from attnflow.capture import track_generation
@@ -55,11 +55,14 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
                               weighting=weighting, device=device)
     named = inspect(model, task="generation") if is_name(model) else model
-    names, added = generation_methods(method, model_kind_of(named), settings)
+    # the kind once: a named model's from its config before it loads, else the resolved model's
+    known = not isinstance(named, ModelInfo) or named.model_kind.known
+    loaded = None if known else resolve(named, tokenizer, task="generation", device=settings.device)
+    bound = named if known else loaded
+    names, added = generation_methods(method, model_kind_of(bound), settings)
     check(names)
-    check_methods(names, settings, named, what="generate")  # from a named model's config, before it loads
-    loaded = resolve(named, tokenizer, task="generation", device=settings.device)
-    check_methods(names, settings, loaded, what="generate")
+    check_methods(names, settings, bound, what="generate")
+    loaded = loaded or resolve(named, tokenizer, task="generation", device=settings.device)
     model, tokenizer, name = loaded.model, loaded.tokenizer, loaded.name
     if loaded.family == "encoder-decoder":
         refuse_seq2seq_settings(settings)

@@ -37,11 +37,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from attnflow.capture.ablation import BATCH  # the largest batch of edited sequences: the engine's own default
 from attnflow.config.registry import BUDGETED, FORWARD_BACKWARD, PER_SOURCE, Context, Method
 from attnflow.errors import AttnflowError
 
 DEFAULT_BUDGET = 8 * 2**30  # bytes: the most a method's working memory may take unless told otherwise
-BATCH = 16                  # the largest batch of edited sequences (the engine's own default)
 TIMED_MIN_TOKENS = 16       # shorter inputs are quick whatever the method: no timed pass
 TIMED_TOKENS = 256          # the longest timed pass (see pass_costs)
 GRADIENT_PASSES = 12       # a forward + backward method's time in passes (see prepare)

@@ -110,15 +110,17 @@ def _takes(model: Any, keyword: str) -> bool:
         return False
 
 
-def _cache_keyword(model: Any) -> str | None:
-    """The keyword a model's forward takes its KV cache by (transformers 5: ``cache``; older:
-    ``past_key_values``), or None for a decoder whose every layer does not attend over the whole
-    prefix (a sliding window: a continued window cache need not equal the full pass)."""
+def _reused_cache_keyword(model: Any) -> str | None:
+    """The keyword a model's forward takes its KV cache by (:func:`attnflow.capture.ablation.cache_keyword`)
+    when a common prefix's cache may be reused, or None: no such keyword, or a decoder whose every layer
+    does not attend over the whole prefix (a sliding window: a continued window cache need not equal the
+    full pass)."""
+    from attnflow.capture.ablation import cache_keyword
     from attnflow.capture.architectures import layer_windows
 
     if any(w is not None for w in layer_windows(model)):
         return None
-    return next((k for k in ("cache", "past_key_values") if _takes(model, k)), None)
+    return cache_keyword(model)
 
 
 def _common_prefix(rows: list[list[int]]) -> int:
@@ -147,7 +149,7 @@ def model_predict(model: Any, decoder: bool, batch_size: int | None = None, *, l
     device = next(model.parameters()).device
     memory = memory if memory is not None else default_memory(device)
     last_only = last_only and decoder and _takes(model, "logits_to_keep")
-    keyword = _cache_keyword(model) if decoder else None
+    keyword = _reused_cache_keyword(model) if decoder else None
     state = {"reuse": reuse_prefix and keyword is not None, "checked": False}
 
     def forward(x: Any, past: Any = None, offset: int = 0) -> Any:
@@ -258,7 +260,7 @@ def estimate(model: Any, ids: list[int], ranked: int, rows: int, fractions: Sequ
     one, many = timed(1), timed(copies)
     per_token = max(many - one, 0.0) / ((copies - 1) * n)
     per_pass = max(one - per_token * n, 0.0)
-    reuse = decoder and _cache_keyword(model) is not None
+    reuse = decoder and _reused_cache_keyword(model) is not None
     size = rows_per_pass(model, n, memory=default_memory(next(model.parameters()).device))
     loo_passes = math.ceil(ranked / size) * (2 if reuse else 1)
     aopc_passes = rows * len(fractions) * 2  # per level, its sequences differ in length: one pass each at worst

@@ -78,7 +78,7 @@ EDITS = [0]  # how many rows register_architecture has set: a kind remembered un
 
 # A model's head: what its class puts on top of the family's body, read from transformers' auto-model
 # mappings (model_type -> class name), or from a row's ``heads`` for a registered family.
-HEADS = {
+HEAD_MAPPINGS = {
     "classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
     "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
     "seq2seq": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
@@ -194,9 +194,9 @@ def _check_row(model_type: str, row: Architecture) -> None:
         raise AttnflowError(f"family must be one of {', '.join(FAMILIES)}; got {row.family!r} for {model_type!r}")
     if (row.family == "unsupported") != (row.unsupported is not None):
         raise AttnflowError(f"{model_type!r}: a row says why exactly when its family is 'unsupported'")
-    bad = sorted(set(dict(row.heads).values()) - set(HEADS))
+    bad = sorted(set(dict(row.heads).values()) - set(HEAD_MAPPINGS))
     if bad:
-        raise AttnflowError(f"heads must be among {', '.join(HEADS)}; got {bad} for {model_type!r}")
+        raise AttnflowError(f"heads must be among {', '.join(HEAD_MAPPINGS)}; got {bad} for {model_type!r}")
     if (row.value is None) != (row.output is None):
         raise AttnflowError(f"{model_type!r}: name both the value and the output projection, or neither")
 
@@ -281,7 +281,7 @@ def class_name(model_or_config: Any) -> str:
 
 
 def model_head(model_or_config: Any) -> str:
-    """What a model's class puts on its body (see :data:`HEADS`): an exact lookup of the class in its
+    """What a model's class puts on its body (see :data:`HEAD_MAPPINGS`): an exact lookup of the class in its
     row's ``heads``, then in transformers' auto-model mappings for its ``model_type`` (every type's, for
     a config that names none); "" when neither names the class (or a config does not say its class)."""
     name, kind = class_name(model_or_config), model_type(model_or_config)
@@ -292,7 +292,7 @@ def model_head(model_or_config: Any) -> str:
         return dict(row.heads)[name]
     from transformers.models.auto import modeling_auto
 
-    for head, mapping_name in HEADS.items():
+    for head, mapping_name in HEAD_MAPPINGS.items():
         mapping = getattr(modeling_auto, mapping_name, {})
         # a config without model_type (or of a type the mapping lacks): the class among every type's
         candidates = [mapping[kind]] if kind in mapping else list(mapping.values())

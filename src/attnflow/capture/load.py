@@ -30,7 +30,7 @@ TASKS = ("encoder", "classification", "causal-lm", "seq2seq", "generation")
 # :func:`attnflow.capture.architectures.model_head`), and what to say when it is not: loading a
 # checkpoint into a head it lacks gives that head random weights, whose output (a "generated" text, a
 # "prediction") would look plausible and mean nothing.
-HEADS = {
+TRAINED_HEADS = {
     "classification": ("a sequence-classification head", "explaining a classifier's prediction needs one"),
     "causal-lm": ("a causal language-model head", "generating text needs a decoder, e.g. --model smollm2 (SmolLM2-135M)"),
 }
@@ -146,7 +146,7 @@ def config_task(config: dict, kind: ModelKind | None = None) -> str:
     if not class_name(config):
         return ""
     head = (kind or kind_of(config)).head
-    return head if head in HEADS else "encoder"
+    return head if head in TRAINED_HEADS else "encoder"
 
 
 def is_encoder_decoder_path(path_or_id: str) -> bool:
@@ -159,11 +159,11 @@ def is_encoder_decoder_path(path_or_id: str) -> bool:
 def check_head(name: str, task: str, config: dict | None = None, kind: ModelKind | None = None) -> None:
     """Refuse, from the config alone (before any weight is read), a task whose head the checkpoint
     lacks: generating with an encoder, classifying with a bare encoder."""
-    if task not in HEADS:
+    if task not in TRAINED_HEADS:
         return
     config = _config(name) if config is None else config
     arch = class_name(config)
-    head, need = HEADS[task]
+    head, need = TRAINED_HEADS[task]
     if arch and (kind or kind_of(config)).head != task:
         raise AttnflowError(f"{name!r} is a {arch} checkpoint, without {head}; {need}")
 

@@ -142,7 +142,7 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
             batch_ids = ids[j0:last + 1][None].expand(len(chunk), -1)
             with edited(Edit(zero=zero)):
                 out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
-                            **{cache_keyword(model): cache_in})
+                            **{cache_keyword(model, required=True): cache_in})
             steps += batch_ids.numel()
             logits = out.logits.detach().cpu()
             for b, (s, v) in enumerate(chunk):
