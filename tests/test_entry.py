@@ -8,7 +8,7 @@ import torch
 from factory import saved, tiny_decoder
 
 import attnflow
-from attnflow.api import honest
+from attnflow.api import defaults as honest
 from attnflow.api import text as api_text
 from attnflow.errors import AttnflowError
 
@@ -78,3 +78,17 @@ def test_one_device_resolution_for_entry_points_and_batch_workers():
         devices.pick_device("gpu", host=True)
     with pytest.warns(DeprecationWarning, match="attnflow.api.devices.pick_device"):
         assert checks.pick_device is devices.pick_device
+
+
+def test_renamed_modules_keep_their_old_names_for_one_release():
+    import importlib
+    import sys
+
+    from attnflow.api import costs, defaults
+
+    for old, new, name, same in (("attnflow.api.honest", defaults, "text_methods", "text_methods"),
+                                 ("attnflow.api.long_inputs", costs, "prepare", "fit_to_budget")):
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=old):
+            module = importlib.import_module(old)
+        assert getattr(module, name) is getattr(new, same)

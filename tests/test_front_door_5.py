@@ -230,7 +230,7 @@ def test_a_plain_dict_of_transformerlens_patterns_is_read_and_another_dict_is_to
 
 def test_the_estimate_comes_before_the_capture_pass_and_names_the_budgeted_method(decoder_dir, monkeypatch):
     from attnflow.api import text as text_api
-    from attnflow.api.long_inputs import MethodEstimate
+    from attnflow.api.costs import MethodEstimate
 
     from attnflow.capture import rows as rows_capture
 
@@ -278,7 +278,7 @@ def test_a_methods_estimate_prints_once_and_its_bar_counts_its_own_time_only():
 
     from rich.console import Console
 
-    from attnflow.api.long_inputs import MethodEstimate
+    from attnflow.api.costs import MethodEstimate
     from attnflow.cli.progress import ProgressBar
 
     stream = io.StringIO()

@@ -10,7 +10,7 @@ from cli_runner import run_cli
 from factory import saved, tiny_decoder
 
 import attnflow
-from attnflow.api.honest import DECODER_METHODS, with_faithfulness
+from attnflow.api.defaults import DECODER_METHODS, with_faithfulness
 from attnflow.results import Attribution, Block
 from attnflow.views.table import method_table, render_text
 
@@ -136,7 +136,7 @@ def test_faithfulness_on_a_decoder_measures_ablated_flow_beside_the_papers_three
 
 def test_python_the_cli_and_the_app_give_a_decoder_the_same_methods_and_scores(monkeypatch, capsys, tmp_path,
                                                                                tiny_llama):
-    """One policy (attnflow.api.honest), one flag: the result is the same whoever asks."""
+    """One policy (attnflow.api.defaults), one flag: the result is the same whoever asks."""
     from attnflow.app.catalog import Loaded
     from attnflow.app.jobs import Job
     from attnflow.app.options import text_request
@@ -188,7 +188,7 @@ def test_a_long_decoder_input_gets_the_budgeted_method_in_place_of_exact_ablated
 
 
 def test_the_old_exact_default_max_is_a_deprecated_name_for_the_records_field():
-    from attnflow.api import honest
+    from attnflow.api import defaults as honest
     from attnflow.config import registry
 
     with pytest.warns(DeprecationWarning, match="exact_max"):

@@ -12,7 +12,7 @@ from typing import Any
 
 from attnflow.api.generation_methods import check, method_blocks, reuses_cache
 from attnflow.api.checks import check_methods, model_kind_of
-from attnflow.api.honest import added_note, generation_methods
+from attnflow.api.defaults import added_note, generation_methods
 from attnflow.api.models import ModelInfo, inspect, is_name, resolve
 from attnflow.api.seq2seq import generate_seq2seq
 from attnflow.api.text import refuse_seq2seq_settings
@@ -42,7 +42,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         that run the model ("ablated-flow", "alti-logit", ...; :mod:`attnflow.api.generation_methods`),
         computed beside rollout; the result opens on the first. None: the decoder defaults, rollout
         beside ablated flow (what ``attnflow generate`` runs without ``--method``;
-        :func:`attnflow.api.honest.generation_methods`; ``meta["added"]`` says so). progress(done, total):
+        :func:`attnflow.api.defaults.generation_methods`; ``meta["added"]`` says so). progress(done, total):
         called as the per-source methods run.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"`` picks how

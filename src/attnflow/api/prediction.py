@@ -1,7 +1,7 @@
 """The model side of measuring faithfulness: what the model predicts for token-id lists (the
 ``predict`` callable :mod:`attnflow.evaluation.faithfulness` sees), how many rows fit one pass, the
 ids capture ran on and the label of the explained output. :func:`attnflow.faithfulness` and the
-on-the-fly numbers of a report (:mod:`attnflow.api.honest`) both use it; it explains nothing itself.
+on-the-fly numbers of a report (:mod:`attnflow.api.defaults`) both use it; it explains nothing itself.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import numpy as np
 
 from attnflow.api.methods import run_method
 from attnflow.api.checks import check_methods, check_options, check_text_model, refuse_causal_norm, row_capture
-from attnflow.api.honest import PAPER_ONLY
+from attnflow.api.defaults import PAPER_ONLY
 from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve, unwrap
 from attnflow.capture import capture
 from attnflow.capture.load import cached_tokenizer
@@ -207,7 +207,7 @@ def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, 
 
 @dataclass
 class _Plan:
-    """What one explanation computes, decided once (:func:`attnflow.api.honest.text_methods`, then
+    """What one explanation computes, decided once (:func:`attnflow.api.defaults.text_methods`, then
     :func:`attnflow.api.checks.check_methods` on it) as soon as the model's kind and the token ids are
     known: from a named model's config and tokenizer before its weights load, else once it is loaded."""
 
@@ -220,7 +220,7 @@ def _decide(asked: list[str], bound: Any, tokenizer: Any, ids: list[int], settin
             paper_only: bool, spans: Any) -> _Plan:
     """The one decision of what a call computes and the one check of it against the model ``bound`` (a
     :class:`ModelInfo` or a :class:`Loaded`, carrying its :class:`~attnflow.hf.kind.ModelKind`)."""
-    from attnflow.api.honest import text_methods
+    from attnflow.api.defaults import text_methods
 
     kind = bound.loads_as if isinstance(bound, ModelInfo) else bound.model_kind
     name = repr(bound.path) if isinstance(bound, ModelInfo) else type(bound.model).__name__
@@ -240,7 +240,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
              measured: bool, spans: Any = None, preview: Callable[[Attribution], None] | None = None,
              named: bool = True) -> Attribution:
     """Bind the model once, decide once what the call computes (the honest policy,
-    :mod:`attnflow.api.honest`: ``methods`` alone when ``named``, else the decoder defaults beside them
+    :mod:`attnflow.api.defaults`: ``methods`` alone when ``named``, else the decoder defaults beside them
     unless ``paper_only``) and check it once (:func:`_decide`), leave out a default that cannot fit the
     memory budget, capture (the target's rows alone where every method can take them), then
     :func:`attribute`; when ``measured`` (a report's maps), with the on-the-fly faithfulness numbers of a
@@ -295,7 +295,7 @@ def _check_memory_budget(plan: _Plan, model: Any, ids: list[int], settings: Sett
                          progress: Progress | None = None) -> list[str]:
     """Before the capture pass (on a long input the capture alone takes minutes and gigabytes), each
     planned method's working memory on these ``ids`` against the memory budget
-    (:func:`attnflow.api.long_inputs.refuse_over_budget`): a method asked for that cannot fit is
+    (:func:`attnflow.api.costs.refuse_over_budget`): a method asked for that cannot fit is
     refused now, not after the others have run; a decoder default the honest policy added is left
     out, with a warning saying why. Returns the defaults left out. A per-source method is checked up
     to the explained target (the check after capture, on the method's own rows, stays). A progress
@@ -303,7 +303,7 @@ def _check_memory_budget(plan: _Plan, model: Any, ids: list[int], settings: Sett
     time and memory now, before the capture pass, which on a long input alone takes minutes."""
     import warnings
 
-    from attnflow.api.long_inputs import refuse_over_budget
+    from attnflow.api.costs import refuse_over_budget
 
     if plan.target is None:
         return []  # the target is refused after capture, as before, with the captured tokens to name
@@ -318,7 +318,7 @@ def _check_memory_budget(plan: _Plan, model: Any, ids: list[int], settings: Sett
             warnings.warn(f"the decoder default {name} is left out: {refused}", stacklevel=4)
             left_out.append(name)
     if hasattr(progress, "estimate"):
-        from attnflow.api.long_inputs import prepare as estimate
+        from attnflow.api.costs import fit_to_budget as estimate
 
         for name in plan.methods:
             if name not in left_out:  # the same estimate the method's run makes (its own bar counts down from it)
@@ -333,7 +333,7 @@ def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], sho
     """The methods on one captured input (the part of :func:`explain` / :func:`explain_maps` after
     capture; ``attnflow batch`` calls it on each text of a batched forward pass); ``explained_only``
     methods for the explained target alone; ``measured``: with the on-the-fly faithfulness numbers
-    (:func:`attnflow.api.honest.faithfulness_record`) when they apply. ``spans``: see
+    (:func:`attnflow.api.defaults.faithfulness_record`) when they apply. ``spans``: see
     :mod:`attnflow.api.spans` (``result.meta["spans"]`` then lists the token groups, ``"span_labels"``
     their text, ``"span_methods"`` the methods that scored them).
 
@@ -350,7 +350,7 @@ def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], sho
     notes: dict[str, Any] = {} if found is None else {
         "spans": found[0], "span_labels": found[1], "span_methods": [m for m in methods if registry.get(m).spans]}
     if explained_only:
-        from attnflow.api.honest import added_note
+        from attnflow.api.defaults import added_note
 
         notes["added"] = added_note(list(explained_only))
     later = [] if preview is None else [m for m in methods if registry.get(m).rows == registry.WHILE_CHEAP
@@ -371,7 +371,7 @@ def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], sho
         blocks.update(_blocks(run.maps, later, rows_for, settings, progress, run=run))
     if not measured:
         return built(blocks)
-    from attnflow.api.honest import faithfulness_record
+    from attnflow.api.defaults import faithfulness_record
 
     return built(blocks, faithfulness_record(built(blocks), run.model, run.tokenizer))
 
@@ -408,7 +408,7 @@ def explain(text: str, model: Any = None, *, method: Any = None, settings: Setti
         :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
     paper_only: with no ``method`` named, a decoder explaining its last position also computes ablated
         flow (value zeroing, the method the decoder study found faithful; above the record's
-        ``exact_max`` tokens (64) or with a budget given, the budgeted method; :mod:`attnflow.api.honest`)
+        ``exact_max`` tokens (64) or with a budget given, the budgeted method; :mod:`attnflow.api.defaults`)
         beside rollout, unless True: then rollout alone. A method named runs alone either way;
         ``result.meta["added"]`` says what was added and why. CLI ``--paper-only``.
     spans: decoders: "word", "sentence", a list of passages of the text (or character ranges), or a
@@ -503,7 +503,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     ``paper_only`` as in :func:`explain` (the decoder defaults for the explained target alone);
     ``defaults``: True adds them beside the ``methods`` given too (a menu's ticks, which a user did
     not name one by one: the app), False never, None when ``methods`` is None. A
-    short input (at most ``attnflow.api.honest.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
+    short input (at most ``attnflow.api.defaults.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
     prediction head carries the on-the-fly faithfulness numbers in ``meta["faithfulness"]``, which
     the report shows. ``preview(result)``: called first with flow for the explained target alone and
     every other method in full, when flow for more targets is still to come (what the app shows

@@ -91,7 +91,7 @@ def explain(
     from attnflow.api import explain as explain_text
     from attnflow.api import explain_maps
 
-    named = method is not None  # none named: rollout, and a decoder's defaults beside it (attnflow.api.honest)
+    named = method is not None  # none named: rollout, and a decoder's defaults beside it (attnflow.api.defaults)
     chosen = chosen_methods(method) if named else [registry.tracked()]
     shown = registry.shown_first(chosen) if not named or method.value == registry.ALL else method.value
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
@@ -117,7 +117,7 @@ def explain(
             # The report lets the reader click any token as the target, so it needs every target's
             # scores; raw and rollout come along for free and give the page something to switch to.
             wanted = tuple(m for m in registry.names("text") if m in chosen or m in cheap)
-            # (a decoder's defaults and a short input's faithfulness numbers come with it: attnflow.api.honest)
+            # (a decoder's defaults and a short input's faithfulness numbers come with it: attnflow.api.defaults)
             report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, paper_only=paper_only,
                                   spans=spans, defaults=not named, **options)
             result = report.select(methods=[m for m in report.methods if m in chosen or m not in wanted],

@@ -61,7 +61,7 @@ def faithfulness(
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device)
     chosen = chosen_methods(method)
     if method.value == "all":  # the command's default: on a decoder, its defaults beside the paper's three
-        from attnflow.api.honest import text_methods
+        from attnflow.api.defaults import text_methods
         from attnflow.api.models import describe
 
         decoder = model is not None and describe(model)[1] == "causal-lm"

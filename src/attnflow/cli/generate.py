@@ -74,7 +74,7 @@ def generate(
     torch.manual_seed(seed)
     from attnflow.cli.progress import progress_bar
 
-    # none named: the decoder defaults that run on this model (attnflow.api.honest.generation_methods)
+    # none named: the decoder defaults that run on this model (attnflow.api.defaults.generation_methods)
     names = list(dict.fromkeys(m.value for m in method)) if method else None
     with progress_bar(", ".join(names or decoder_default()), unit="runs") as bar:
         result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample, method=names, progress=bar,

@@ -89,7 +89,7 @@ ATTENTION_READS = ("weighting", "causal_norm", "residual", "head_fusion")
 # Rows policies: which targets a report's maps compute when every target is asked for.
 EVERY_TARGET = "every target"
 WHILE_CHEAP = "every target while cheap, else the explained one"  # flow: up to core.methods.FLOW_ALL_MAX tokens
-# what a method that runs the model keeps for its backward pass (attnflow.api.long_inputs sizes it from this):
+# what a method that runs the model keeps for its backward pass (attnflow.api.costs sizes it from this):
 # every layer's attention in float64 and float32 plus a decomposition's arrays (the logit paths), autograd's
 # activations of every layer, or of one layer at a time from attribution_patching.CHECKPOINT_FROM positions
 KEEPS = ("decomposition", "autograd", "checkpointed")
@@ -117,7 +117,7 @@ class Method:
     # Facts the entry points and views act on (read here, never by comparing a method's name):
     gradients: bool = False         # needs the attention's gradients captured (a backward pass)
     classifiers_only: bool = False  # explains a classifier's predicted class (no decoder token to explain)
-    decoder_default: bool = False   # a decoder's explanation shows it unless paper-only (attnflow.api.honest)
+    decoder_default: bool = False   # a decoder's explanation shows it unless paper-only (attnflow.api.defaults)
     tracked: bool = False           # tracked while a decoder generates (attnflow.capture.generation)
     shown_first: bool = False       # what a result of several methods opens on, when computed
     rows: str = EVERY_TARGET        # which targets a report's maps compute (see EVERY_TARGET, WHILE_CHEAP)
@@ -280,7 +280,7 @@ def _with(fact: str) -> tuple[str, ...]:
 def decoder_default() -> tuple[str, ...]:
     """What a decoder's explanation shows unless asked otherwise: the paper's rollout beside the method
     that agreed best with what SmolLM2 uses in the decoder study (docs/decoders.md, "Study";
-    :mod:`attnflow.api.honest`)."""
+    :mod:`attnflow.api.defaults`)."""
     return _with("decoder_default")
 
 
