@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnflow
 import attnflow.api.text as api_text
-from attnflow.api.checks import row_capture
+from attnflow.api.capture_plan import row_capture
 from attnflow.capture.rows import capture_rows
 from attnflow.capture.text import encode
 from attnflow.core.methods import method_rows

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import carried_kind, kind_name
 
 
 def _config(name: str) -> dict | None:
@@ -82,53 +83,6 @@ def refuse_unsupported_folder(name: str) -> None:
 
 # ------------------------------------------------------------------------------ methods against a model
 
-def named_info(model: Any, task: str = "auto") -> Any:
-    """A :class:`~attnflow.capture.load.ModelInfo` for a model named by a folder (its ``config.json``
-    read, no weights; None: the default model for ``task``, the one the command loads: ``"generation"``
-    for SmolLM2), or ``model`` itself when it is loaded or a hub id (whose kind is then told once
-    loaded). Imports no torch."""
-    from attnflow.capture.load import ModelInfo, resolve_model
-
-    if not (model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")):
-        return model
-    try:
-        path = resolve_model(model, task=task)
-        config = _config(path)
-    except AttnflowError:
-        return model  # refused, with its own sentence, where it is loaded
-    return model if config is None else ModelInfo(path=str(path), config=config, task="auto")
-
-
-def kind_record(model: Any) -> Any:
-    """The :class:`~attnflow.hf.kind.ModelKind` a :class:`~attnflow.capture.load.ModelInfo` or a
-    :class:`~attnflow.api.models.Loaded` carries (computed once, when the model was resolved), a
-    ``ModelKind`` itself, or a loaded model's (:func:`attnflow.hf.kind.kind_of`); unknown for a name
-    not inspected (a hub id whose config is not here) or no model."""
-    from attnflow.hf.kind import UNKNOWN, ModelKind, kind_of
-
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        return UNKNOWN
-    if isinstance(model, ModelKind):
-        return model
-    carried = getattr(model, "model_kind", None)
-    if isinstance(carried, ModelKind):  # a ModelInfo or a Loaded
-        return carried
-    return kind_of(model)
-
-
-def model_kind_of(model: Any) -> str | None:
-    """"encoder", "classifier", "decoder", "encoder-decoder" or "vision" for a
-    :class:`~attnflow.capture.load.ModelInfo`, a :class:`~attnflow.api.models.Loaded`, a
-    :class:`~attnflow.hf.kind.ModelKind` or a loaded model; None when it cannot be told without loading
-    (a hub id whose config is not here, or no model)."""
-    from attnflow.config.registry import MODEL_KINDS
-
-    kind = kind_record(model).name
-    # a family attnflow cannot explain at all (state-space models, ...) is refused by its own sentence,
-    # which says why; no method's list of model kinds is the place for that
-    return kind if kind in MODEL_KINDS else None
-
-
 _PLURAL = {"encoder": "encoders", "classifier": "classifiers", "decoder": "decoders (causal language models)",
            "encoder-decoder": "encoder-decoders", "vision": "image classifiers"}
 
@@ -159,11 +113,6 @@ def why_not(method: Any, kind: str | None, family: str | None = None) -> str | N
             return (f"{method.name} runs on the families its rules are checked for ({checked}: "
                     f"{method.needs_row} in the architecture table) only, and this model is {family!r}")
     return None
-
-
-def model_type_of(model: Any) -> str | None:
-    """``config.model_type`` of a ModelInfo, a Loaded or a loaded model (None when not known here)."""
-    return kind_record(model).model_type or None
 
 
 def _short(value: Any) -> str:
@@ -230,8 +179,8 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
     records = [m if isinstance(m, registry.Method) else registry.get(m) for m in methods]
     if not records:
         raise AttnflowError(f"choose at least one method ({', '.join(registry.REGISTRY)}); got none")
-    found = kind_record(model)
-    kind, family = model_kind_of(found), found.model_type or None
+    found = carried_kind(model)
+    kind, family = kind_name(found), found.model_type or None
     for record in records:
         reason = why_not(record, kind, family)
         if reason is not None and kind == "vision" and "image" not in record.kinds:
@@ -257,47 +206,40 @@ def runnable(model: Any, kind: str | None = None) -> list[tuple[Any, str | None]
     a ModelInfo, a Loaded or a loaded model (``kind``: its kind when already known)."""
     from attnflow.config import registry
 
-    found = kind_record(model)
-    kind, family = kind or model_kind_of(found), found.model_type or None
+    found = carried_kind(model)
+    kind, family = kind or kind_name(found), found.model_type or None
     return [(m, why_not(m, kind, family)) for m in registry.REGISTRY.values()]
 
 
-def row_capture(methods: Any, model: Any, settings: Any) -> list[str] | None:
-    """For an explanation of one decoder target: the methods whose rows the row capture computes on the
-    model's fast attention without the maps (:mod:`attnflow.capture.rows`; possibly none, when every
-    method runs the model itself), or None when the explanation needs the maps: a method reads them
-    (the registry's ``captured``), the norm weighting is asked for, or the model's family cannot
-    (:func:`attnflow.capture.architectures.why_not_rows`). ``model``: loaded, or a config."""
-    from attnflow.capture.architectures import why_not_rows
-    from attnflow.config import registry
-
-    records = [registry.get(m) for m in methods]
-    if settings.weighting != "attention" or any(r.captured == "maps" for r in records):
-        return None
-    if why_not_rows(getattr(model, "model", model), kind_record(model).family or None):
-        return None
-    return [r.name for r in records if r.captured == "rows"]
-
-
-def capture_path(model: Any) -> str:
-    """How :func:`attnflow.explain` captures a decoder (a :class:`~attnflow.capture.load.ModelInfo`, a
-    :class:`~attnflow.api.models.Loaded` or a loaded model): a sentence for ``attnflow methods --model``."""
-    from attnflow.capture.architectures import why_not_rows
-    from attnflow.capture.load import ModelInfo
-    from attnflow.config import registry
-
-    subject = model.config if isinstance(model, ModelInfo) else getattr(model, "model", model)
-    why = why_not_rows(subject, kind_record(model).family or None)
-    if why:
-        return f"explain captures the attention maps on eager attention: {why}"
-    rows = ", ".join(m.name for m in registry.REGISTRY.values() if m.captured == "rows")
-    return (f"explain captures the explained target's rows on the model's fast attention (SDPA), without the "
-            f"attention maps, when every method reads only such rows ({rows}) or runs the model itself; "
-            "otherwise the attention maps on eager attention")
-
-
 _MOVED = {"check_device": "devices", "pick_device": "devices", "check_model_device": "devices",
-          "scheduler_address": "scheduler", "check_scheduler": "scheduler"}
+          "scheduler_address": "scheduler", "check_scheduler": "scheduler", "row_capture": "capture_plan",
+          "capture_path": "capture_plan"}
+
+
+def model_kind_of(model: Any) -> str | None:
+    """Deprecated: :func:`attnflow.hf.kind.kind_name`."""
+    _moved("model_kind_of", "attnflow.hf.kind.kind_name")
+    return kind_name(model)
+
+
+def model_type_of(model: Any) -> str | None:
+    """Deprecated: ``attnflow.hf.kind.carried_kind(model).model_type``."""
+    _moved("model_type_of", "attnflow.hf.kind.carried_kind(model).model_type")
+    return carried_kind(model).model_type or None
+
+
+def named_info(model: Any, task: str = "auto") -> Any:
+    """The record the checks read a named model's kind from before it loads
+    (:func:`attnflow.capture.load.named_info`), for the CLI, which reaches models through the api."""
+    from attnflow.capture.load import named_info as record
+
+    return record(model, task)
+
+
+def _moved(name: str, where: str) -> None:
+    import warnings
+
+    warnings.warn(f"attnflow.api.checks.{name} is deprecated: use {where}", DeprecationWarning, stacklevel=3)
 
 
 def __getattr__(name: str) -> Any:

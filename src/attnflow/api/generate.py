@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from attnflow.api.generation_methods import check, method_blocks, reuses_cache
-from attnflow.api.checks import check_methods, model_kind_of
+from attnflow.api.checks import check_methods
 from attnflow.api.defaults import added_note, generation_methods
 from attnflow.api.models import ModelInfo, inspect, is_name, resolve
 from attnflow.api.seq2seq import generate_seq2seq
 from attnflow.api.text import refuse_seq2seq_settings
 from attnflow.capture import track_generation
 from attnflow.config.settings import UNSET, Settings
+from attnflow.hf.kind import kind_name
 from attnflow.results import Attribution, Block
 
 
@@ -59,7 +60,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     known = not isinstance(named, ModelInfo) or named.model_kind.known
     loaded = None if known else resolve(named, tokenizer, task="generation", device=settings.device)
     bound = named if known else loaded
-    names, added = generation_methods(method, model_kind_of(bound), settings)
+    names, added = generation_methods(method, kind_name(bound), settings)
     check(names)
     check_methods(names, settings, bound, what="generate")
     loaded = loaded or resolve(named, tokenizer, task="generation", device=settings.device)

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from attnflow.api.methods import run_method
-from attnflow.api.checks import check_methods, check_options, check_text_model, refuse_causal_norm, row_capture
+from attnflow.api.capture_plan import row_capture
+from attnflow.api.checks import check_methods, check_options, check_text_model, refuse_causal_norm
 from attnflow.api.defaults import PAPER_ONLY
 from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve, unwrap
 from attnflow.capture import capture

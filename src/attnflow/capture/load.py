@@ -407,3 +407,18 @@ def clear_cache() -> None:
     """Forget every loaded model (frees their memory once nothing else holds them)."""
     with _lock:
         _cache.clear()
+
+
+def named_info(model: Any, task: str = "auto") -> Any:
+    """A :class:`~attnflow.capture.load.ModelInfo` for a model named by a folder (its ``config.json``
+    read, no weights; None: the default model for ``task``, the one the command loads: ``"generation"``
+    for SmolLM2), or ``model`` itself when it is loaded or a hub id (whose kind is then told once
+    loaded). Imports no torch."""
+    if not (model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")):
+        return model
+    try:
+        path = resolve_model(model, task=task)
+        config = _config(path) or None  # a hub id: its kind told once loaded
+    except AttnflowError:
+        return model  # refused, with its own sentence, where it is loaded
+    return model if config is None else ModelInfo(path=str(path), config=config, task="auto")

@@ -117,3 +117,28 @@ def remember(model: Any, kind: ModelKind) -> None:
         _remembered[model] = (_edits(), kind)
     except TypeError:
         pass
+
+
+def carried_kind(model: Any) -> ModelKind:
+    """The :class:`ModelKind` a record carries (a :class:`~attnflow.capture.load.ModelInfo` or a
+    :class:`~attnflow.api.models.Loaded`: its ``model_kind``, computed once when the model was
+    resolved), a ``ModelKind`` itself, or a loaded model's (:func:`kind_of`); unknown for a name not
+    inspected (a hub id whose config is not here) or no model."""
+    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        return UNKNOWN
+    if isinstance(model, ModelKind):
+        return model
+    carried = getattr(model, "model_kind", None)
+    if isinstance(carried, ModelKind):
+        return carried
+    return kind_of(model)
+
+
+def kind_name(model: Any) -> str | None:
+    """"encoder", "classifier", "decoder", "encoder-decoder" or "vision" for anything :func:`carried_kind`
+    takes; None when it cannot be told without loading, or for a family no method's list of model kinds
+    names (state-space models, ...: refused by their own sentence, which says why)."""
+    from attnflow.config.registry import MODEL_KINDS
+
+    name = carried_kind(model).name
+    return name if name in MODEL_KINDS else None
