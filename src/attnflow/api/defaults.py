@@ -7,7 +7,8 @@ shows unless asked otherwise, and the faithfulness numbers a short input's repor
   records with ``decoder_default``: the paper's rollout and the method that agreed best with what the
   model uses in the decoder study, docs/decoders.md, "Study": ablated flow, value zeroing of each source
   token in every layer; above the record's ``exact_max`` tokens, or with a budget given, its
-  ``long_default``, the budgeted method, in its place) unless ``paper_only`` (then rollout alone). One flag with one default (``PAPER_ONLY``):
+  ``long_default``, the budgeted method, in its place) unless ``paper_only`` (then rollout alone). One
+  flag with one default (``PAPER_ONLY``):
   ``attnflow.explain(paper_only=...)``, ``attnflow explain --paper-only``, the app's ``paper_only``
   (the app's menus add the defaults beside the methods ticked). What was added, and why
   (:func:`added_note`), goes into ``result.meta["added"]`` and under the printed table.

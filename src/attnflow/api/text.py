@@ -328,9 +328,10 @@ def _check_memory_budget(plan: _Plan, model: Any, ids: list[int], settings: Sett
     return left_out
 
 
-def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], shown: str, targets: Any, flow_targets: str,
-              progress: Progress | None, explained_only: Sequence[str] = (), measured: bool = False,
-              spans: Any = None, preview: Callable[[Attribution], None] | None = None) -> Attribution:
+def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], shown: str, targets: Any,
+              flow_targets: str, progress: Progress | None, explained_only: Sequence[str] = (),
+              measured: bool = False, spans: Any = None,
+              preview: Callable[[Attribution], None] | None = None) -> Attribution:
     """The methods on one captured input (the part of :func:`explain` / :func:`explain_maps` after
     capture; ``attnflow batch`` calls it on each text of a batched forward pass); ``explained_only``
     methods for the explained target alone; ``measured``: with the on-the-fly faithfulness numbers

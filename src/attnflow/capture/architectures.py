@@ -22,7 +22,8 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   query, key and value: GPT-NeoX's ``query_key_value``). Set in :data:`PROJECTIONS`, each row checked
   against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
   type without them is refused for the norm weighting.
-- ``fixes``: corrections applied while attnflow runs the model (see :func:`attnflow.capture.streaming.architecture_fixes`).
+- ``fixes``: corrections applied while attnflow runs the model (see
+  :func:`attnflow.capture.streaming.architecture_fixes`).
 - ``lrp_gate``: for AttnLRP (:mod:`attnflow.capture.attnlrp`), the two factors of a gated feed-forward
   block's elementwise product (``act(gate(x)) * up(x)``), as paths from the attention module like
   ``mlp``, whose gradients the uniform rule halves; ``()`` for a family whose feed-forward block has no
@@ -135,7 +136,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     # GPT-Neo's local layers keep a full KV cache and mask outside the window
     "gpt_neo": Architecture("decoder", window="window_size", layer_types="attention_layers", windowed_type="local"),
     # Falcon's eager attention (rotary variant) adds the boolean causal mask to the scores instead of masking:
-    # without the fix every multi-token forward pass attends to future tokens (see architecture_fixes in capture.streaming).
+    # without the fix every multi-token forward pass attends to future tokens (see architecture_fixes in
+    # capture.streaming).
     "falcon": Architecture("decoder", fixes=("boolean_mask_as_bias",)),
     # ------------------------------------------------------------------ encoder-decoders
     **{t: Architecture(**_SEQ2SEQ_BART) for t in (

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from attnflow.capture.architectures import check_text_model
-from attnflow.capture.streaming import Reducer, architecture_fixes, eager, replay_attentions, streamable_modules, streaming
+from attnflow.capture.streaming import (Reducer, architecture_fixes, eager, replay_attentions, streamable_modules,
+                                        streaming)
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
