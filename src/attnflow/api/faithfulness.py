@@ -38,7 +38,8 @@ from attnflow.results import Attribution
 def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "all",
                  fractions: Sequence[float] = FRACTIONS, positions: Sequence[int] | None = None,
                  fill_id: int | None = None, progress: Callable[[int, int], None] | None = None,
-                 settings: Settings | None = None, device: str = UNSET, **options: Any) -> Attribution:
+                 settings: Settings | None = None, device: str = UNSET, dtype: str = UNSET,
+                 **options: Any) -> Attribution:
     """Explain ``text`` and measure how faithful each method is to the model's own prediction.
 
     model: a sequence classifier or a causal LM (a folder, a ``.gguf`` file, ``"smollm2"``, a hub id,
@@ -47,7 +48,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     method: anything :func:`attnflow.explain` takes ("all", a name, a list).
     settings, device, options: as in :func:`attnflow.explain` (``settings=`` with the settings by name on
         top: ``target``, ``residual``, ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``,
-        ``weighting``; ``device`` where a model given by name loads).
+        ``weighting``; ``device`` and ``dtype``: where and in what a model given by name loads).
     fractions, positions, fill_id: see :func:`attnflow.evaluation.faithfulness.evaluate` (AOPC
         levels; which tokens are ranked and deleted, default all but special tokens and the target;
         replace instead of delete).
@@ -62,8 +63,8 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         model = resolve_model(model)
         check_model_path(model)
         _refuse_without_head(model)
-    settings = Settings.build(settings, device=device)  # the setting keywords in ``options`` go on top in explain
-    loaded = resolve(model, tokenizer, device=settings.device)
+    settings = Settings.build(settings, device=device, dtype=dtype)  # the setting keywords in ``options`` go on top in explain
+    loaded = resolve(model, tokenizer, device=settings.device, dtype=settings.dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
     decoder = _head(loaded) == "decoder"
     # it measures the methods asked for, no more (`attnflow faithfulness --method all` adds the decoder defaults);

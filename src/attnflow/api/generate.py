@@ -25,7 +25,7 @@ from attnflow.results import Attribution, Block
 def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
              residual: float = UNSET, head_fusion: str = UNSET, causal_norm: str | None = UNSET,
              weighting: str = UNSET, settings: Settings | None = None, method: Any = "rollout",
-             progress: Any = None, device: str = UNSET, **generate_kwargs: Any) -> Attribution:
+             progress: Any = None, device: str = UNSET, dtype: str = UNSET, **generate_kwargs: Any) -> Attribution:
     """Generate a completion of ``prompt`` and roll out attention for every generated token.
 
     model: a loaded causal LM with its ``tokenizer``, or what :func:`attnflow.load_model` takes (a
@@ -37,6 +37,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
     weighting: "attention" (the paper's) or "norm" (attention times the length of each transformed
         value vector, Kobayashi et al. 2020; see :func:`attnflow.explain`).
+    device, dtype: where and in what a model given by name is loaded (as in :func:`attnflow.explain`).
     settings: an :class:`attnflow.Settings` (the keywords above override it; its target is unused:
         every generated token is explained).
     method: "rollout" (tracked while the model generates), or one or a list of the registered methods
@@ -54,16 +55,17 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     that predicted it (``m - 1 + i``). ``meta`` holds the completion and the generated token ids.
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
-                              weighting=weighting, device=device)
+                              weighting=weighting, device=device, dtype=dtype)
     named = inspect(model, task="generation") if is_name(model) else model
     # the kind once: a named model's from its config before it loads, else the resolved model's
     known = not isinstance(named, ModelInfo) or named.model_kind.known
-    loaded = None if known else resolve(named, tokenizer, task="generation", device=settings.device)
+    loaded = None if known else resolve(named, tokenizer, task="generation", device=settings.device,
+                                        dtype=settings.dtype)
     bound = named if known else loaded
     names, added = generation_methods(method, kind_name(bound), settings)
     check(names)
     check_methods(names, settings, bound, what="generate")
-    loaded = loaded or resolve(named, tokenizer, task="generation", device=settings.device)
+    loaded = loaded or resolve(named, tokenizer, task="generation", device=settings.device, dtype=settings.dtype)
     model, tokenizer, name = loaded.model, loaded.tokenizer, loaded.name
     if loaded.family == "encoder-decoder":
         refuse_seq2seq_settings(settings)

@@ -64,7 +64,7 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
                   residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                   progress: Callable[[int, int], None] | None = None,
                   weighting: str = UNSET, settings: Settings | None = None,
-                  device: str = UNSET) -> Attribution | list[Attribution]:
+                  device: str = UNSET, dtype: str = UNSET) -> Attribution | list[Attribution]:
     """Explain one image (a path, PIL image or array) or a list of them (one batch).
 
     model: a folder (``str`` or ``pathlib.Path``) or hub id (loaded once and reused), or a loaded image
@@ -79,7 +79,7 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
     :class:`~attnflow.errors.AttnflowWarning`.
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver, weighting=weighting,
-                              device=device)
+                              device=device, dtype=dtype)
     if settings.causal_norm is not None or settings.target is not None:
         raise AttnflowError("images explain the classifier's read-out with every query seeing the whole image: "
                             "leave causal_norm and target unset (target_class picks the class)")
@@ -90,7 +90,7 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
     check_methods(methods, settings, what="explain-image", target_class=target_class)
     single = not isinstance(images, (list, tuple))
     batch = [images] if single else list(images)
-    model = resolve(model, task="vision", device=settings.device).model
+    model = resolve(model, task="vision", device=settings.device, dtype=settings.dtype).model
     gradients = any(registry.get(m).cost == registry.FORWARD_BACKWARD for m in methods)
     maps = capture_images(model, batch, gradients=gradients, target=target_class, weighting=settings.weighting,
                           head_fusion=settings.head_fusion)

@@ -99,15 +99,32 @@ def loaded_name(model: Any) -> str:
     return str(getattr(model, "name_or_path", "") or type(model).__name__)
 
 
-def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", device: str = "auto") -> Loaded:
+def check_model_dtype(model: Any, dtype: str) -> None:
+    """A loaded model keeps its own dtype: a ``dtype`` other than "auto" it is not in is refused (it would
+    record a setting that was not applied)."""
+    if dtype == "auto":
+        return
+    current = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    if current is not None and str(current).removeprefix("torch.") != dtype:
+        raise AttnflowError(f"the loaded model is in {str(current).removeprefix('torch.')} and keeps its own dtype; "
+                            f"leave dtype (--dtype) at auto, or pass the model's name to load it in {dtype}")
+
+
+def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", device: str = "auto",
+            dtype: str = "auto") -> Loaded:
     """Whatever the user passed -> :class:`Loaded`. Names are loaded once and reused (see
     :func:`attnflow.capture.load.cached_model`; ``task`` as in :func:`attnflow.load_model`, "vision"
-    for image classifiers) on ``device`` ("auto": a GPU when torch sees one); a loaded text model
-    needs its ``tokenizer`` and stays where it is (a ``device`` it is not on is refused)."""
+    for image classifiers) on ``device`` ("auto": a GPU when torch sees one) in ``dtype`` ("auto": the
+    checkpoint's); a loaded text model needs its ``tokenizer`` and stays where and as it is (a ``device``
+    it is not on, or a ``dtype`` it is not in, is refused)."""
     from attnflow.api.devices import check_model_device, pick_device
+    from attnflow.config.settings import check_choice
+
+    check_choice("dtype", dtype)
 
     if isinstance(model, Loaded):  # resolved once already: bind it and reuse it
         check_model_device(model.model, device)
+        check_model_dtype(model.model, dtype)
         if tokenizer is not None and tokenizer is not model.tokenizer:
             return Loaded(model=model.model, tokenizer=tokenizer, name=model.name, family=model.family,
                           head=model.head, info=model.info, model_kind=model.model_kind)
@@ -118,13 +135,14 @@ def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", dev
             from attnflow.capture.vision import cached_vision_model
 
             path = model.path if isinstance(model, ModelInfo) else model
-            model, tokenizer = cached_vision_model(path, device=pick_device(device)), None
+            model, tokenizer = cached_vision_model(path, device=pick_device(device), dtype=dtype), None
         else:
             info = inspect_model(model, task=task)
-            model, tokenizer = cached_model(info, device=pick_device(device))
+            model, tokenizer = cached_model(info, device=pick_device(device), dtype=dtype)
     else:
         check_loaded(model)
         check_model_device(model, device)
+        check_model_dtype(model, dtype)
         if tokenizer is None and task != "vision":
             raise AttnflowError("pass the tokenizer together with a loaded model")
     kind = kind_of(model)  # told by the config's record when it was read (cached_model remembers it)

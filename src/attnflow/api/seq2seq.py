@@ -31,12 +31,12 @@ from attnflow.results.attribution import label_index
 Progress = Callable[[int, int], None]
 
 
-def _loaded(model: Any, tokenizer: Any, device: str = "auto") -> tuple[Any, Any, str]:
+def _loaded(model: Any, tokenizer: Any, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any, str]:
     if model is None:
         raise AttnflowError("pass an encoder-decoder model (a folder, hub id or loaded model)")
     if is_name(model):
         _refuse_not_seq2seq(str(model))
-    loaded = resolve(model, tokenizer, task="seq2seq", device=device)
+    loaded = resolve(model, tokenizer, task="seq2seq", device=device, dtype=dtype)
     return loaded.model, loaded.tokenizer, str(model) if is_name(model) else loaded.name
 
 
@@ -82,7 +82,7 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
                             "or let the model write its own with attnflow.generate (CLI: attnflow generate)")
     if flow_targets not in ("auto", "all", "target"):
         raise AttnflowError(f"flow_targets must be 'auto', 'all' or 'target'; got {flow_targets!r}")
-    model, tokenizer, name = _loaded(model, tokenizer, settings.device)
+    model, tokenizer, name = _loaded(model, tokenizer, settings.device, settings.dtype)
     maps = capture_seq2seq(model, tokenizer, source, target_text, truncate=settings.truncate)
     s, t = len(maps.source_tokens), len(maps.target_tokens)
     chosen = label_index(maps.target_tokens, _target_keyword(target), 0)

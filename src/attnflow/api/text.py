@@ -158,7 +158,23 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
                           input_ids=attentions.input_ids if run is not None else None,
                           spans=spans if registry.get(method).spans else None, notes=notes)
         blocks[method] = run_method(registry.get(method), context)
+        if run is not None:
+            refuse_overflow(blocks[method].values, method, run.model)
     return blocks
+
+
+def refuse_overflow(values: np.ndarray, method: str, model: Any) -> None:
+    """A model in float16 or bfloat16 whose numbers overflowed gives infinite or NaN scores: refused in a
+    sentence with the next step, not returned (float32 and wider models are left as they compute)."""
+    import torch
+
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    if dtype not in (torch.float16, torch.bfloat16) or np.isfinite(values).all():
+        return
+    name = str(dtype).removeprefix("torch.")
+    wider = "bfloat16 or float32" if name == "float16" else "float32"
+    raise AttnflowError(f"{method} gave infinite or NaN scores: the model's numbers overflow in {name} on this "
+                        f"input; load it in {wider} (dtype=..., --dtype)")
 
 
 def _rows_for(targets: Any, flow_targets: str, target: int, n: int,
@@ -264,9 +280,9 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
         warn_unknown_words(text, tokenizer, info.path)
         if info.config:  # its kind is known: decided before the weights load
             plan = decide(info, tokenizer, _ids(text, info.config, tokenizer, settings))
-        loaded = resolve(info, device=settings.device)
+        loaded = resolve(info, device=settings.device, dtype=settings.dtype)
     else:
-        loaded = resolve(model, tokenizer, device=settings.device)
+        loaded = resolve(model, tokenizer, device=settings.device, dtype=settings.dtype)
         warn_unknown_words(text, loaded.tokenizer, str(getattr(loaded.model, "name_or_path", "") or ""))
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = _ids(text, model, tokenizer, settings)
@@ -404,6 +420,8 @@ def explain(text: str, model: Any = None, *, method: Any = None, settings: Setti
             methods as before; see :mod:`attnflow.core.weighting`. Recorded in ``result.params``.
         device: where a model given by name runs ("auto": a GPU when torch sees one; "cpu", "cuda",
             "cuda:N", "mps"); a loaded model stays where it is (a device it is not on is refused).
+        dtype: what a model given by name is loaded in ("auto": the checkpoint's; "float32", "bfloat16",
+            "float16"); a loaded model keeps its own (another dtype is refused).
 
     target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
         forced; ``text`` is then the source and the result is of kind "seq2seq" (see
@@ -492,7 +510,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  truncate: bool = UNSET, progress: Progress | None = None,
                  causal_norm: str | None = UNSET, targets: str = "auto", weighting: str = UNSET,
                  settings: Settings | None = None, paper_only: bool = PAPER_ONLY, device: str = UNSET,
-                 spans: Any = None, preview: Callable[[Attribution], None] | None = None,
+                 dtype: str = UNSET, spans: Any = None, preview: Callable[[Attribution], None] | None = None,
                  defaults: bool | None = None) -> Attribution:
     """Like :func:`explain`, but every method's scores for every target position (flow as
     ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
@@ -510,7 +528,8 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     the report shows. ``preview(result)``: called first with flow for the explained target alone and
     every other method in full, when flow for more targets is still to come (what the app shows
     while the rest runs; see :func:`attribute`)."""
-    settings = Settings.build(settings, device=device, target=target, residual=residual, head_fusion=head_fusion,
+    settings = Settings.build(settings, device=device, dtype=dtype, target=target, residual=residual,
+                              head_fusion=head_fusion,
                               solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     named = methods is not None if defaults is None else not defaults

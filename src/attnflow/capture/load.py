@@ -314,7 +314,7 @@ def _tokenizer(name: str) -> Any:
         raise load_failure("the tokenizer of", name, exc) from exc
 
 
-def _load_weights(name: str, task: str) -> Any:
+def _load_weights(name: str, task: str, dtype: str = "auto") -> Any:
     import transformers
 
     classes = {
@@ -325,7 +325,8 @@ def _load_weights(name: str, task: str) -> Any:
     }
     # A bare encoder's pooler (missing from masked-LM checkpoints) never touches the attention; a
     # classifier reads its prediction through it, so there it must be trained.
-    model = load_pretrained(classes[task], name, "model", unused=("pooler",) if task == "encoder" else ())
+    model = load_pretrained(classes[task], name, "model", unused=("pooler",) if task == "encoder" else (),
+                            dtype=torch_dtype(dtype))
     refuse_unsupported(model)
     return model
 
@@ -384,20 +385,31 @@ def cached_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
     return cached("tokenizer", name, "", lambda: load_tokenizer(name))
 
 
-def cached_model(path_or_id: Any = None, *, task: str = "auto", device: str = "cpu") -> tuple[Any, Any]:
+def torch_dtype(dtype: str) -> Any:
+    """A ``dtype`` setting as ``from_pretrained`` takes it ("auto": the checkpoint's own)."""
+    if dtype == "auto":
+        return "auto"
+    import torch
+
+    return getattr(torch, dtype)
+
+
+def cached_model(path_or_id: Any = None, *, task: str = "auto", device: str = "cpu",
+                 dtype: str = "auto") -> tuple[Any, Any]:
     """:func:`load_model`, kept for reuse: the model and tokenizer are shared between calls, so they
     must not be changed by the caller (the API never does: eval mode and eager attention stay).
     ``path_or_id`` may be a :class:`ModelInfo` already inspected (nothing is resolved or read again).
-    ``device``: a torch device the model is moved to once it has loaded (one cached copy per device)."""
+    ``device``: a torch device the model is moved to once it has loaded (one cached copy per device);
+    ``dtype``: what it is loaded in ("auto": the checkpoint's; one cached copy per dtype)."""
     info = inspect_model(path_or_id, task=task)
     tokenizer = cached("tokenizer", info.path, "", lambda: _tokenizer(info.path))
 
     def load() -> Any:
-        model = _load_weights(info.path, info.task)
+        model = _load_weights(info.path, info.task, dtype)
         return model if device == "cpu" else model.to(device)
 
     task_key = info.task if device == "cpu" else f"{info.task}@{device}"
-    model = cached("model", info.path, task_key, load)
+    model = cached("model", info.path, task_key if dtype == "auto" else f"{task_key}:{dtype}", load)
     if info.config:
         remember(model, info.loads_as)  # its kind, told by the config already read: not computed again below
     return model, tokenizer

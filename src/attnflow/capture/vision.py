@@ -21,7 +21,7 @@ import torch
 
 from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path, stack_attentions
 from attnflow.capture.gradients import capture_gradients, resolve_classes
-from attnflow.capture.load import cached, check_model_path, load_pretrained, read_config, resolve_model
+from attnflow.capture.load import cached, check_model_path, load_pretrained, read_config, resolve_model, torch_dtype
 from attnflow.capture.text import run_streaming
 from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
@@ -267,19 +267,20 @@ def _vision_name(path: Any) -> str:
     return name
 
 
-def load_vision_model(path: Any = None) -> Any:
+def load_vision_model(path: Any = None, dtype: str = "auto") -> Any:
     """An image classifier from a folder (``str`` or ``pathlib.Path``) or hub id (default: the bundled
     digits ViT), eager attention, eval mode."""
     import transformers
 
-    model = load_pretrained(transformers.AutoModelForImageClassification, _vision_name(path), "image classifier")
+    model = load_pretrained(transformers.AutoModelForImageClassification, _vision_name(path), "image classifier",
+                            dtype=torch_dtype(dtype))
     refuse_unsupported(model)
     return model
 
 
-def cached_vision_model(path: Any = None, device: str = "cpu") -> Any:
+def cached_vision_model(path: Any = None, device: str = "cpu", dtype: str = "auto") -> Any:
     """:func:`load_vision_model`, kept for reuse between calls (see :func:`attnflow.capture.load.cached`),
     one copy per torch ``device``."""
     name = _vision_name(path)
-    return cached("vision", name, "" if device == "cpu" else device,
-                  lambda: load_vision_model(name) if device == "cpu" else load_vision_model(name).to(device))
+    key = ("" if device == "cpu" else device) + ("" if dtype == "auto" else f":{dtype}")
+    return cached("vision", name, key, lambda: load_vision_model(name, dtype).to(device))

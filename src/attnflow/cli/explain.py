@@ -16,6 +16,7 @@ from attnflow.cli.options import (
     Weighting,
     chosen_methods,
     device_option,
+    dtype_option,
     method_enum,
     method_option,
     model_option,
@@ -65,6 +66,7 @@ def explain(
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
     device: str = device_option(),
+    dtype: str = dtype_option(),
     target_text: Optional[str] = typer.Option(None, "--target-text", help="Encoder-decoder models (T5, BART, Marian, ...): the output to explain (teacher forcing); TEXT is the source. --target then picks a target token (index or text)."),
     by: str = typer.Option("token", "--by", help="Decoders: what ablated flow and its estimate remove at once: each "
                            "'token', 'word' or 'sentence' (from the tokenizer's offsets), or 'spans' with --spans."),
@@ -97,6 +99,7 @@ def explain(
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
     options = dict(target=target, residual=residual, head_fusion=head_fusion.value, truncate=truncate,
                    causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device,
+                   dtype=dtype,
                    settings=Settings.build(None, budget=budget))
     slow = [m for m in chosen if registry.get(m).cost in (registry.MAX_FLOW, registry.PER_SOURCE, registry.FORWARD_BACKWARD,
                                                            registry.BUDGETED)]

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
-from attnflow.cli.options import Weighting, device_option, method_enum, method_option, option
+from attnflow.cli.options import Weighting, device_option, dtype_option, method_enum, method_option, option
 from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.cli.progress import progress_bar
 from attnflow.errors import AttnflowError
@@ -26,6 +26,7 @@ def explain_image(
     residual: float = option("residual"),
     weighting: Weighting = option("weighting"),
     device: str = device_option(),
+    dtype: str = dtype_option(),
     png_out: Optional[Path] = typer.Option(None, "--png", help="Write the overlays here (.png), one panel per image and method."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON (one image at a time)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the self-contained HTML report (one image at a time)."),
@@ -49,7 +50,8 @@ def explain_image(
 
     with progress_bar("attention flow", unit="rows") as bar:
         results = explain(list(images), model, method=method.value, target_class=target, residual=residual,
-                          progress=bar, weighting=weighting.value, device=device)
+                          progress=bar, weighting=weighting.value, device=device,
+                          dtype=dtype)
     console = Console()
     for path, result in zip(images, results):
         explained = result.params.get("explained_class")

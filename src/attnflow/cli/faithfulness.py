@@ -18,6 +18,7 @@ from attnflow.cli.options import (
     Weighting,
     chosen_methods,
     device_option,
+    dtype_option,
     method_option,
     model_option,
     option,
@@ -38,6 +39,7 @@ def faithfulness(
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
     device: str = device_option(),
+    dtype: str = dtype_option(),
     truncate: bool = option("truncate"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the result with its faithfulness numbers as JSON."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML report (with the faithfulness table)."),
@@ -58,7 +60,8 @@ def faithfulness(
     from attnflow.views.faithfulness import faithfulness_summary, faithfulness_table
 
     options = dict(residual=residual, head_fusion=head_fusion.value, truncate=truncate,
-                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device)
+                   causal_norm=causal_norm.value if causal_norm else None, weighting=weighting.value, device=device,
+                   dtype=dtype)
     chosen = chosen_methods(method)
     if method.value == "all":  # the command's default: on a decoder, its defaults beside the paper's three
         from attnflow.api.defaults import text_methods

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from attnflow.cli.app import app
 from attnflow.cli.checks import check_text
-from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, device_option, model_option, option
+from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, device_option, dtype_option, model_option, option
 from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.config.registry import decoder_default, generation_methods
 from attnflow.errors import AttnflowError
@@ -35,6 +35,7 @@ def generate(
     causal_norm: Optional[CausalNorm] = option("causal_norm"),
     weighting: Weighting = option("weighting"),
     device: str = device_option(),
+    dtype: str = dtype_option(),
     method: Optional[list[GenerationMethod]] = typer.Option(
         None, help=f"How each generated token is explained: {TRACKED} (tracked while generating), or "
         f"{', '.join(OFFERED)} (computed beside it); repeat the option for several, the first is shown. Default: "
@@ -69,7 +70,7 @@ def generate(
         check_methods([m.value for m in method], Settings(weighting=weighting.value, causal_norm=causal_norm.value
                                                           if causal_norm else None),
                       named_info(model, task="generation"), what="generate")
-    loaded = resolve(model, task="generation", device=device)
+    loaded = resolve(model, task="generation", device=device, dtype=dtype)
     lm, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(seed)
     from attnflow.cli.progress import progress_bar

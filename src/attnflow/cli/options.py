@@ -66,6 +66,11 @@ def device_option() -> Any:
     return typer.Option(OPTIONS["device"].default, "--device", help=OPTIONS["device"].help)
 
 
+def dtype_option() -> Any:
+    """``--dtype``: what a model given by name is loaded in (the ``dtype`` setting's help and choices)."""
+    return typer.Option(OPTIONS["dtype"].default, "--dtype", help=OPTIONS["dtype"].help)
+
+
 def model_option(help: str) -> Any:
     """``--model / -m``: a model folder, file, alias or hub id (None: the command's default)."""
     return typer.Option(None, "--model", "-m", help=help)

@@ -74,6 +74,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("truncate", False, "Cut texts longer than the model's maximum instead of refusing them.", cli=False),
     Option("device", "auto", "Where a model given by name runs: auto (a GPU when torch sees one), cpu, cuda, cuda:N "
            "or mps. A loaded model stays where it is.", cli=False),
+    Option("dtype", "auto", "The dtype a model given by name is loaded in: auto (its checkpoint's), float32, bfloat16 or "
+           "float16. A loaded model keeps its own. Scores are accumulated in float32 or wider whatever it is.",
+           choices=("auto", "float32", "bfloat16", "float16"), cli=False),
     Option("budget", 5.0, "ablated-flow-budgeted: the most the whole call may spend, in forward-pass equivalents: the "
            "capture pass (1), the estimate's forward and backward pass (1 each), the exact re-runs (positions run / "
            "the input's length). Exact ablated flow when it fits, else the one-pass estimate with its latest and its "
@@ -176,6 +179,8 @@ class Settings:
     truncate: cut inputs longer than the model's maximum instead of refusing them.
     device: where a model given by name is loaded ("auto": a CUDA GPU, else Apple's mps, when torch
         sees one; "cpu", "cuda", "cuda:N", "mps"); a loaded model is used where it is.
+    dtype: what a model given by name is loaded in ("auto": its checkpoint's; "float32", "bfloat16",
+        "float16"); a loaded model keeps its own (another is refused).
     budget: what ``ablated-flow-budgeted`` may spend, in forward passes (:mod:`attnflow.capture.budgeted`).
     """
 
@@ -187,6 +192,7 @@ class Settings:
     target: Any = field(default=OPTIONS["target"].default)
     truncate: bool = OPTIONS["truncate"].default
     device: str = OPTIONS["device"].default
+    dtype: str = OPTIONS["dtype"].default
     budget: float = OPTIONS["budget"].default
 
     def __post_init__(self) -> None:
@@ -197,7 +203,7 @@ class Settings:
         target becomes an int and a residual a float."""
         object.__setattr__(self, "residual", check_number("residual", self.residual))
         object.__setattr__(self, "budget", check_number("budget", self.budget))
-        for name in ("head_fusion", "weighting", "causal_norm", "solver"):
+        for name in ("head_fusion", "weighting", "causal_norm", "solver", "dtype"):
             check_choice(name, getattr(self, name))
         object.__setattr__(self, "target", check_target(self.target))
         if not isinstance(self.truncate, bool):
