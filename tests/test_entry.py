@@ -1,5 +1,7 @@
-"""The thin entry point: ``explain`` decides once what a call computes and checks it once, refuses a
-keyword that is no setting, and ``explain_as_asked`` is a deprecated alias of it."""
+"""The thin entry point: ``explain`` decides once what a call computes and makes each check once (the
+methods named against the model's kind as soon as it is known, the options against what the call
+computes once that is decided), refuses a keyword that is no setting, and ``explain_as_asked`` is a
+deprecated alias of it."""
 
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ def decoder_dir(minilm_path, tmp_path_factory):
 
 @pytest.fixture
 def calls(monkeypatch):
-    counts = {"text_methods": 0, "check_methods": 0}
-    real_methods, real_check = honest.text_methods, api_text.check_methods
+    counts = {"text_methods": 0, "check_methods": 0, "check_computed": 0}
+    real_methods, real_check, real_computed = honest.text_methods, api_text.check_methods, api_text.check_computed
 
     def text_methods(*a, **k):
         counts["text_methods"] += 1
@@ -34,8 +36,13 @@ def calls(monkeypatch):
         counts["check_methods"] += 1
         return real_check(*a, **k)
 
+    def check_computed(*a, **k):
+        counts["check_computed"] += 1
+        return real_computed(*a, **k)
+
     monkeypatch.setattr(honest, "text_methods", text_methods)
     monkeypatch.setattr(api_text, "check_methods", check_methods)
+    monkeypatch.setattr(api_text, "check_computed", check_computed)
     return counts
 
 
@@ -48,7 +55,7 @@ def test_the_defaults_are_decided_and_checked_once_per_call(decoder_dir, calls, 
     else:
         result = attnflow.explain(TEXT, model)
     assert list(result.methods) == ["rollout", "ablated-flow"] and result.meta["added"]["methods"] == ["ablated-flow"]
-    assert calls == {"text_methods": 1, "check_methods": 1}
+    assert calls == {"text_methods": 1, "check_methods": 1, "check_computed": 1}
 
 
 def test_settings_come_as_keywords_on_top_of_settings_and_a_stranger_is_refused(decoder_dir):

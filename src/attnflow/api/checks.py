@@ -125,7 +125,8 @@ def _short(value: Any) -> str:
     return shown.repr(value)
 
 
-def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind: str | None = None) -> None:
+def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind: str | None = None, *,
+                  named_only: bool = False, computed_only: bool = False) -> None:
     """The one check of where an option applies, generated from the option rows
     (:data:`attnflow.config.settings.OPTIONS` and ``ENTRY_OPTIONS``: ``scope``, ``models``) and the
     registry records (``reads``): refuse, in one sentence, a value away from its default that would
@@ -133,7 +134,9 @@ def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind:
 
     given: option name -> value (what the call was given); named: the methods the user chose (or the
     entry point's default); computed: every method the call will compute (default: ``named``); kind:
-    the model's kind when known (None: not checked by kind)."""
+    the model's kind when known (None: not checked by kind). ``named_only``: what the methods named and
+    the kind decide (an entry point that decides its defaults later checks the rest then, with
+    ``computed_only``: whether an option changes any method the call computes)."""
     from attnflow.config import registry
     from attnflow.config.settings import ANY, EVERY, is_default, rule
 
@@ -144,25 +147,33 @@ def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind:
         if option is None or is_default(name, value):
             continue
         flag = option.spelled
+        readers = [r.name for r in registry.REGISTRY.values() if name in r.reads]
+        if computed_only:
+            if option.scope == ANY and not any(name in registry.get(m).reads for m in computed):
+                _changes_none(name, value, flag, computed, readers)
+            continue
         if option.models is not None and kind is not None and kind not in option.models:
             raise AttnflowError(f"{name} ({flag}) is for {' and '.join(_PLURAL[k] for k in option.models)} only, "
                                 f"and this model is {_NOUN[kind]}: drop {flag}")
-        readers = [r.name for r in registry.REGISTRY.values() if name in r.reads]
         if option.scope == EVERY:
             unread = [m for m in named if name not in registry.get(m).reads]
             if unread:
                 raise AttnflowError(f"{name}={_short(value)} ({flag}) does not change {unread[0]} (it applies to "
                                     f"{', '.join(readers)} only), so the result would record a setting that was "
                                     f"not applied; drop {flag} or compute {unread[0]} separately")
-        elif option.scope == ANY and not any(name in registry.get(m).reads for m in computed):
-            raise AttnflowError(f"{name}={_short(value)} ({flag}) changes none of the methods this call computes "
-                                f"({', '.join(computed)}): it applies to {', '.join(readers)} only, so the result "
-                                f"would record a setting that was not applied; drop {flag} or choose "
-                                f"--method {readers[0]}")
+        elif option.scope == ANY and not named_only and not any(name in registry.get(m).reads for m in computed):
+            _changes_none(name, value, flag, computed, readers)
+
+
+def _changes_none(name: str, value: Any, flag: str, computed: list[str], readers: list[str]) -> None:
+    raise AttnflowError(f"{name}={_short(value)} ({flag}) changes none of the methods this call computes "
+                        f"({', '.join(computed)}): it applies to {', '.join(readers)} only, so the result "
+                        f"would record a setting that was not applied; drop {flag} or choose "
+                        f"--method {readers[0]}")
 
 
 def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what: str = "explain",
-                  computed: Any = None, spans: Any = None, **given: Any) -> None:
+                  computed: Any = None, spans: Any = None, decided_later: bool = False, **given: Any) -> None:
     """Refuse, before any work, a method or setting that cannot apply: the one check every entry point
     (explain, explain_maps, generate, faithfulness, batch, the CLI and the app) makes.
 
@@ -173,7 +184,9 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
     keywords (``attnflow.config.settings.ENTRY_OPTIONS``: ``spans=``, ``target_class=``). Refused, in one sentence
     each: a method whose record does not list the model's kind (``Method.models``); a gradient-weighted
     method with the norm weighting; an option away from its default where it changes nothing
-    (:func:`check_options`)."""
+    (:func:`check_options`). ``decided_later``: the call decides what it computes beside ``methods``
+    later (:func:`attnflow.explain`, once it knows the token count): whether an option changes any of
+    those is checked then, once, by :func:`check_computed`."""
     from attnflow.config import registry
 
     records = [m if isinstance(m, registry.Method) else registry.get(m) for m in methods]
@@ -197,7 +210,14 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
             raise AttnflowError(f"{weighed[0]} weighs attention by its gradients and has no norm weighting; "
                                 "use weighting='attention' for it")
         given.update(settings.as_dict())
-    check_options(given, [r.name for r in records], computed, kind)
+    check_options(given, [r.name for r in records], computed, kind, named_only=decided_later)
+
+
+def check_computed(methods: Any, settings: Any, computed: Any, *, spans: Any = None, **given: Any) -> None:
+    """The rest of :func:`check_methods` for a call that decided what it computes after checking the
+    methods named (``decided_later``): an option that changes none of the ``computed`` methods."""
+    given = {"spans": spans, **given, **settings.as_dict()}
+    check_options(given, [m if isinstance(m, str) else m.name for m in methods], computed, computed_only=True)
 
 
 def runnable(model: Any, kind: str | None = None) -> list[tuple[Any, str | None]]:

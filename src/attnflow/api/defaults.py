@@ -34,6 +34,13 @@ DECODER_METHODS = registry.decoder_default()  # ("rollout", "ablated-flow")
 REPORT_FAITHFULNESS_MAX = 32  # tokens; above it a report is made without the on-the-fly numbers
 
 
+def adds_defaults(*, decoder: bool, named: bool, paper_only: bool = PAPER_ONLY) -> bool:
+    """Whether :func:`text_methods` may add the decoder defaults to a call (then its answer waits for
+    the token count and the explained target): not when methods were ``named``, not ``paper_only``, and
+    only for a ``decoder`` (a causal LM)."""
+    return decoder and not named and not paper_only
+
+
 def text_methods(methods: list[str], *, decoder: bool, explains_last: bool, paper_only: bool = PAPER_ONLY,
                  n_tokens: int = 0, named: bool = False, budget: bool = False) -> tuple[list[str], list[str]]:
     """``(methods to compute, those added)``: ``methods`` as named (``named``: the user chose them, and
@@ -41,7 +48,7 @@ def text_methods(methods: list[str], *, decoder: bool, explains_last: bool, pape
     decoder (a causal LM) explaining its last position, unless ``paper_only``, the decoder defaults not
     among them (above a default's ``exact_max`` tokens, or with a ``budget`` given, its ``long_default``
     in its place: a budget given is a budget to keep)."""
-    if named or paper_only or not decoder or not explains_last:
+    if not adds_defaults(decoder=decoder, named=named, paper_only=paper_only) or not explains_last:
         return list(methods), []
     wanted = [_stand_in(registry.get(m), n_tokens, budget) for m in DECODER_METHODS]
     added = [m for m in wanted if m not in methods]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.api.models import is_name, resolve
+from attnflow.api.models import inspect, is_name, resolve
 from attnflow.api.prediction import (  # noqa: F401  (model_predict, estimate, ... are this module's API too)
     PassEstimate,
     _head,
@@ -29,7 +29,6 @@ from attnflow.api.prediction import (  # noqa: F401  (model_predict, estimate, .
     rows_per_pass,
 )
 from attnflow.api.text import _check_text, explain
-from attnflow.capture.load import check_model_path, resolve_model
 from attnflow.config.settings import UNSET, Settings
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.faithfulness import FRACTIONS, Faithfulness, evaluate
@@ -60,8 +59,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     """
     _check_text(text)
     if is_name(model):
-        model = resolve_model(model)
-        check_model_path(model)
+        model = inspect(model)  # named once, its config read once
         _refuse_without_head(model)
     settings = Settings.build(settings, device=device, dtype=dtype)  # the setting keywords in ``options`` go on top in explain
     loaded = resolve(model, tokenizer, device=settings.device, dtype=settings.dtype)

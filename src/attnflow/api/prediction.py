@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from attnflow.api.models import Loaded
-from attnflow.capture.load import is_encoder_decoder_path, model_task, output_cache
+from attnflow.capture.load import ModelInfo, config_task, output_cache
 from attnflow.capture.text import encode, is_causal, max_length
 from attnflow.errors import AttnflowError
 
@@ -24,17 +24,13 @@ _NO_HEAD = ("faithfulness compares the scores with what the model predicts, so i
             "classification or causal language-model head")
 
 
-def _refuse_without_head(name: str) -> None:
-    """From the config alone, before any weight loads."""
-    if is_encoder_decoder_path(name):
+def _refuse_without_head(info: ModelInfo) -> None:
+    """From the config alone (read once, into ``info``), before any weight loads."""
+    name = info.path
+    if info.config.get("is_encoder_decoder"):
         raise AttnflowError(f"{name!r} is an encoder-decoder model; faithfulness covers classifiers and decoders")
-    task = model_task(name)
-    if task == "encoder":
-        from pathlib import Path
-
-        from attnflow.capture.load import read_config
-
-        arch = (read_config(Path(name) / "config.json").get("architectures") or ["bare encoder"])[0]
+    if config_task(info.config, info.model_kind) == "encoder":
+        arch = (info.config.get("architectures") or ["bare encoder"])[0]
         raise AttnflowError(f"{name!r} is a {arch} checkpoint, without a prediction head; {_NO_HEAD}")
 
 

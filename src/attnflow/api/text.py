@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from attnflow.api.methods import run_method
 from attnflow.api.capture_plan import row_capture
-from attnflow.api.checks import check_methods, check_options, check_text_model, refuse_causal_norm
+from attnflow.api.checks import check_computed, check_methods, check_options, check_text_model, refuse_causal_norm
 from attnflow.api.defaults import PAPER_ONLY
 from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve, unwrap
 from attnflow.capture import capture
@@ -224,70 +223,104 @@ def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, 
 
 @dataclass
 class _Plan:
-    """What one explanation computes, decided once (:func:`attnflow.api.defaults.text_methods`, then
-    :func:`attnflow.api.checks.check_methods` on it) as soon as the model's kind and the token ids are
-    known: from a named model's config and tokenizer before its weights load, else once it is loaded."""
+    """What one explanation computes (:class:`_Decision`) on the token ids capture runs on."""
 
     methods: list[str]
     added: list[str]
+    ids: list[int]  # the token ids capture runs on
     target: int | None  # None: not resolvable from the ids (refused after capture, naming the tokens)
 
 
-def _decide(asked: list[str], bound: Any, tokenizer: Any, ids: list[int], settings: Settings, *, named: bool,
-            paper_only: bool, spans: Any) -> _Plan:
-    """The one decision of what a call computes and the one check of it against the model ``bound`` (a
-    :class:`ModelInfo` or a :class:`Loaded`, carrying its :class:`~attnflow.hf.kind.ModelKind`)."""
-    from attnflow.api.defaults import text_methods
+class _Decision:
+    """What one explanation computes, decided once (:mod:`attnflow.api.defaults`) and checked once
+    (:mod:`attnflow.api.checks`), each as soon as what it depends on is known:
 
-    kind = bound.loads_as if isinstance(bound, ModelInfo) else bound.model_kind
-    name = repr(bound.path) if isinstance(bound, ModelInfo) else type(bound.model).__name__
-    refuse_causal_norm(settings.causal_norm, kind, name)
-    try:
-        target = resolve_position(settings.target, len(ids), ids, kind.causal, tokenizer)
-    except AttnflowError:
-        target = None
-    methods, added = text_methods(asked, decoder=kind.lm, explains_last=target == len(ids) - 1, named=named,
-                                  paper_only=paper_only, n_tokens=len(ids), budget=settings.budget != Settings().budget)
-    check_methods(asked, settings, bound, computed=methods, spans=spans)
-    return _Plan(methods=methods, added=added, target=target)
+    - :meth:`kind_known` (from a named model's config, before its tokenizer and weights load; else once
+      it is loaded): the methods named against the model's kind, and the receptive-field
+      normalisation; when no decoder default can be added (methods named, ``paper_only``, a model that
+      is no causal LM: :func:`attnflow.api.defaults.adds_defaults`), the methods are the ones asked for
+      and the options are checked against them now.
+    - :meth:`ids_known`: the explained target; where defaults may be added, the decision
+      (:func:`attnflow.api.defaults.text_methods`, which needs the token count) and then the check of
+      the options against what the call computes."""
+
+    def __init__(self, asked: list[str], settings: Settings, *, named: bool, paper_only: bool, spans: Any) -> None:
+        self.asked, self.settings, self.named, self.paper_only, self.spans = asked, settings, named, paper_only, spans
+        self.methods: list[str] | None = None
+        self.added: list[str] = []
+
+    def kind_known(self, bound: Any) -> None:
+        """``bound``: a :class:`ModelInfo` or a :class:`Loaded`, carrying its :class:`~attnflow.hf.kind.ModelKind`."""
+        from attnflow.api.defaults import adds_defaults
+
+        check_methods(self.asked, self.settings, bound, spans=self.spans, decided_later=True)
+        kind = _kind(bound)
+        refuse_causal_norm(self.settings.causal_norm, kind, _name(bound))
+        if not adds_defaults(decoder=kind.lm, named=self.named, paper_only=self.paper_only):
+            self.methods = list(self.asked)
+            check_computed(self.asked, self.settings, self.methods, spans=self.spans)
+
+    def ids_known(self, bound: Any, tokenizer: Any, ids: list[int]) -> _Plan:
+        from attnflow.api.defaults import text_methods
+
+        settings = self.settings
+        try:
+            target = resolve_position(settings.target, len(ids), ids, _kind(bound).causal, tokenizer)
+        except AttnflowError:
+            target = None
+        if self.methods is None:
+            self.methods, self.added = text_methods(
+                self.asked, decoder=_kind(bound).lm, explains_last=target == len(ids) - 1, named=self.named,
+                paper_only=self.paper_only, n_tokens=len(ids), budget=settings.budget != Settings().budget)
+            check_computed(self.asked, settings, self.methods, spans=self.spans)
+        return _Plan(methods=self.methods, added=self.added, ids=ids, target=target)
+
+
+def _kind(bound: Any) -> Any:
+    return bound.loads_as if isinstance(bound, ModelInfo) else bound.model_kind
+
+
+def _name(bound: Any) -> str:
+    return repr(bound.path) if isinstance(bound, ModelInfo) else type(bound.model).__name__
 
 
 def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, methods: list[str], shown: str,
              targets: Any, flow_targets: str, progress: Progress | None, paper_only: bool,
              measured: bool, spans: Any = None, preview: Callable[[Attribution], None] | None = None,
              named: bool = True) -> Attribution:
-    """Bind the model once, decide once what the call computes (the honest policy,
-    :mod:`attnflow.api.defaults`: ``methods`` alone when ``named``, else the decoder defaults beside them
-    unless ``paper_only``) and check it once (:func:`_decide`), leave out a default that cannot fit the
-    memory budget, capture (the target's rows alone where every method can take them), then
-    :func:`attribute`; when ``measured`` (a report's maps), with the on-the-fly faithfulness numbers of a
-    short input. ``preview``: see :func:`attribute`."""
+    """Bind the model once, decide once what the call computes and check each thing once
+    (:class:`_Decision`: the honest policy of :mod:`attnflow.api.defaults`, ``methods`` alone when
+    ``named``, else the decoder defaults beside them unless ``paper_only``), leave out a default that
+    cannot fit the memory budget, capture (the target's rows alone where every method can take them),
+    then :func:`attribute`; when ``measured`` (a report's maps), with the on-the-fly faithfulness
+    numbers of a short input. ``preview``: see :func:`attribute`."""
     from attnflow.api.spans import checked_spans
 
     spans = checked_spans(spans)
     _check_text(text)
-    decide = partial(_decide, methods, settings=settings, named=named, paper_only=paper_only, spans=spans)
+    decision = _Decision(methods, settings, named=named, paper_only=paper_only, spans=spans)
     plan = None
     if is_name(model):
         info = inspect(model)
-        if info.model_kind.vision:  # no text to count: the methods' refusal points to explain-image, or the model's
-            decide(info, None, [])
+        if info.config:  # its kind, from the config alone: before the tokenizer and the weights load
+            decision.kind_known(info)
         check_text_model(info, weighting=settings.weighting)
         tokenizer = cached_tokenizer(info)
         if not settings.truncate:  # truncation changes the length; the target is then checked after capture
             ids = list(tokenizer(text)["input_ids"])
             resolve_position(settings.target, len(ids), ids, info.causal, tokenizer)
         warn_unknown_words(text, tokenizer, info.path)
-        if info.config:  # its kind is known: decided before the weights load
-            plan = decide(info, tokenizer, _ids(text, info.config, tokenizer, settings))
+        if info.config:
+            plan = decision.ids_known(info, tokenizer, _ids(text, info.config, tokenizer, settings))
         loaded = resolve(info, device=settings.device, dtype=settings.dtype)
     else:
         loaded = resolve(model, tokenizer, device=settings.device, dtype=settings.dtype)
         warn_unknown_words(text, loaded.tokenizer, str(getattr(loaded.model, "name_or_path", "") or ""))
     model, tokenizer = loaded.model, loaded.tokenizer
-    ids = _ids(text, model, tokenizer, settings)
-    plan = plan or decide(loaded, tokenizer, ids)
-    left_out = _check_memory_budget(plan, model, ids, settings, progress)
+    if plan is None:
+        decision.kind_known(loaded)
+        plan = decision.ids_known(loaded, tokenizer, _ids(text, model, tokenizer, settings))
+    left_out = _check_memory_budget(plan, model, settings, progress)
     chosen = [m for m in plan.methods if m not in left_out]
     rows = None
     if targets == "target" and plan.target is not None:  # one target (not explain_maps): its rows alone?
@@ -308,10 +341,9 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
                      progress=progress, explained_only=added, measured=measured, spans=spans, preview=preview)
 
 
-def _check_memory_budget(plan: _Plan, model: Any, ids: list[int], settings: Settings,
-                         progress: Progress | None = None) -> list[str]:
+def _check_memory_budget(plan: _Plan, model: Any, settings: Settings, progress: Progress | None = None) -> list[str]:
     """Before the capture pass (on a long input the capture alone takes minutes and gigabytes), each
-    planned method's working memory on these ``ids`` against the memory budget
+    planned method's working memory on the plan's ``ids`` against the memory budget
     (:func:`attnflow.api.costs.refuse_over_budget`): a method asked for that cannot fit is
     refused now, not after the others have run; a decoder default the honest policy added is left
     out, with a warning saying why. Returns the defaults left out. A per-source method is checked up
@@ -324,7 +356,8 @@ def _check_memory_budget(plan: _Plan, model: Any, ids: list[int], settings: Sett
 
     if plan.target is None:
         return []  # the target is refused after capture, as before, with the captured tokens to name
-    n, target = len(ids), plan.target
+    ids, target = plan.ids, plan.target
+    n = len(ids)
     left_out = []
     for name in plan.methods:
         try:

@@ -319,14 +319,6 @@ def model_family(model_or_config: Any, head: str | None = None) -> str:
     return "encoder"
 
 
-def model_kind(family: str, head: str) -> str:
-    """What a user would call the model: "encoder", "classifier", "decoder", "encoder-decoder",
-    "vision" (or "unsupported")."""
-    if family == "encoder" and head == "classification":
-        return "classifier"
-    return family
-
-
 def is_encoder_decoder(model_or_config: Any) -> bool:
     config = getattr(model_or_config, "config", model_or_config)
     if isinstance(config, dict):
