@@ -131,14 +131,16 @@ def _before_loading(text: str, info: ModelInfo, settings: Settings) -> Any:
 
 def prepare(text: str, model: Any, tokenizer: Any, settings: Settings,
             before_capture: Callable[[Any, Any, list[int], bool], None] | None = None,
-            row_plan: Callable[[Any, Any, list[int], bool], tuple[int, list[str]] | None] | None = None) -> Prepared:
+            row_plan: Callable[[Any, Any, list[int], bool], tuple[int, list[str]] | None] | None = None,
+            progress: Progress | None = None) -> Prepared:
     """Load the model if given by name, path or :class:`ModelInfo` (reused between calls, see
     :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve the target. Everything
     that can be refused without the model is refused before it loads (``settings`` were checked
     when built); ``before_capture(model, tokenizer, ids, lm)`` may refuse what needs the loaded model
     and the token ids (:func:`_fits_the_budget`) before the capture pass runs. ``row_plan(model,
     tokenizer, ids, lm)``: ``(target, methods)`` to capture those methods' rows of that target alone
-    on the model's fast attention (:func:`attnflow.capture.rows.capture_rows`), or None for the maps."""
+    on the model's fast attention (:func:`attnflow.capture.rows.capture_rows`), or None for the maps;
+    ``progress`` follows that capture layer by layer (a long prompt's pass alone takes minutes)."""
     _check_text(text)
     if is_name(model):
         info = inspect(model)
@@ -164,7 +166,7 @@ def prepare(text: str, model: Any, tokenizer: Any, settings: Settings,
 
         maps = capture_rows(model, tokenizer, text, plan[0], plan[1], truncate=settings.truncate,
                             residual=settings.residual, head_fusion=settings.head_fusion,
-                            causal_norm=settings.causal_norm)
+                            causal_norm=settings.causal_norm, progress=progress)
     else:
         # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
         maps = capture(model, tokenizer, text, truncate=settings.truncate, head_fusion=settings.head_fusion,
@@ -311,7 +313,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
         rows = row_capture([m for m in chosen if m not in left_out], loaded, settings)
         return None if rows is None else (target, rows)
 
-    run = prepare(text, model, tokenizer, settings, before_capture=fits, row_plan=row_plan)
+    run = prepare(text, model, tokenizer, settings, before_capture=fits, row_plan=row_plan, progress=progress)
     asked = methods
     methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
                                   paper_only=paper_only, n_tokens=len(run.maps.tokens), named=named, budget=budget)
