@@ -180,11 +180,11 @@ def qk_bytes(model: Any, n: int) -> int:
     return layers * n * (heads + kv_heads) * head_dim * torch.finfo(dtype).bits // 8
 
 
-def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *, residual: float, head_fusion: str,
-             causal_norm: str | None, memory: int | None = None, keep_in_memory: int = KEEP_IN_MEMORY,
+def run_rows(model: Any, inputs: dict, position: int | Sequence[int], methods: Sequence[str], *, residual: float,
+             head_fusion: str, causal_norm: str | None, memory: int | None = None, keep_in_memory: int = KEEP_IN_MEMORY,
              progress: Any = None, **forward: Any) -> tuple[TargetRows, Any, bool]:
     """One SDPA forward pass of ``model`` on ``inputs`` (one text, on the model's device) keeping each
-    layer's queries and keys, then ``methods``' rows of ``position`` at every layer
+    layer's queries and keys, then ``methods``' rows of ``position`` (one, or a sequence) at every layer
     (:func:`attnflow.core.qk_rows.target_rows`). Returns the rows (float32, on the CPU), the model's
     output and whether that output is the model's own (it runs on SDPA itself and no layer's output was
     computed by the receiver). ``methods`` empty: the pass alone (nothing kept). ``memory``: bytes per chunk of queries
@@ -195,6 +195,7 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
     if why:
         raise AttnflowError(f"the row capture cannot explain {type(model).__name__}: {why}")
     points = hook_points(model)
+    positions = [int(position)] if isinstance(position, int) else [int(p) for p in position]
     n = int(inputs["input_ids"].shape[-1])
     if memory is None:
         memory = CHUNK_MEMORY if inputs["input_ids"].device.type == "cpu" else DEVICE_CHUNK_MEMORY
@@ -216,12 +217,12 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
             if keeper.calls != points.layers:
                 raise AttnflowError(f"expected {points.layers} attention kernel calls; {keeper.calls} ran (a layer "
                                     "computes its attention outside transformers' attention functions)")
-            values = target_rows(store, [position], methods=list(methods), residual=residual,
+            values = target_rows(store, positions, methods=list(methods), residual=residual,
                                  head_fusion=head_fusion, causal_norm=causal_norm, memory=memory,
                                  progress=swept) if methods else {}
         finally:
             store.close()
-    rows = TargetRows(positions=(position,), values={m: v.cpu() for m, v in values.items()}, n_layers=points.layers,
+    rows = TargetRows(positions=tuple(positions), values={m: v.cpu() for m, v in values.items()}, n_layers=points.layers,
                       n=n, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
     return rows, out, own and not keeper.computed
 
