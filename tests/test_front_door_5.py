@@ -323,3 +323,10 @@ def test_a_long_text_comes_from_standard_input(decoder_dir, tmp_path, monkeypatc
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"  \n")))
     refused(monkeypatch, capsys, empty, "generate", "-", "--model", decoder_dir, "--json", "o.json",
             message="the prompt must be a non-empty string")
+
+
+def test_generate_without_a_model_refuses_more_tokens_than_smollm2_takes(tmp_path, monkeypatch, capsys):
+    from cli_runner import refused
+
+    refused(monkeypatch, capsys, tmp_path, "generate", "The keys to the cabinet", "-n", "10000", "--method",
+            "ablated-flow", "--json", "o.json", message="exceeds the model's 8192")
