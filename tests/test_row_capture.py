@@ -208,3 +208,25 @@ def test_a_mask_other_than_the_causal_window_rule_is_refused():
                          (None, 3)):
         with pytest.raises(AttnflowError, match="layer 0"):
             _check_mask(mask, n, window, 0)
+
+
+def test_the_row_capture_reports_its_pass_and_its_sweep_layer_by_layer(minilm_path):
+    from factory import tiny_decoder
+
+    import attnflow
+
+    model, tokenizer = tiny_decoder(minilm_path)
+    calls, named = [], []
+
+    class Bar:
+        def __call__(self, done, total):
+            calls.append((done, total))
+
+        def method(self, name, unit):
+            named.append((name, unit))
+
+    attnflow.explain("The keys to the cabinet are on the table", model, tokenizer=tokenizer, method="rollout",
+                     progress=Bar())
+    layers = model.config.num_hidden_layers
+    assert named[0] == ("capture", "layers")
+    assert calls[:2 * layers] == [(i, 2 * layers) for i in range(1, 2 * layers + 1)]

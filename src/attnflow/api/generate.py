@@ -47,7 +47,7 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         :func:`attnflow.api.defaults.generation_methods`; ``meta["added"]`` says so). progress(done, total):
         called as the per-source methods run.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
-        ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"`` picks how
+        ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"|"replay"`` picks how
         the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).
 
     Sources are the prompt tokens followed by the generated tokens (``input_length`` = the prompt's

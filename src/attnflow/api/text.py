@@ -330,7 +330,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
 
         maps = capture_rows(model, tokenizer, text, plan.target, rows, truncate=settings.truncate,
                             residual=settings.residual, head_fusion=settings.head_fusion,
-                            causal_norm=settings.causal_norm)
+                            causal_norm=settings.causal_norm, progress=progress)
     else:
         # Heads are fused while the model runs: explaining never needs per-head maps (see capture.streaming).
         maps = capture(model, tokenizer, text, truncate=settings.truncate, head_fusion=settings.head_fusion,

