@@ -73,7 +73,7 @@ def cases(model_name: str, long_text: str = (PROSE * 4)[:1100], short: str = PRO
     """``(label, run(device))`` per case; the texts and the generation length can be made smaller (the
     test runs every case on a tiny model)."""
     import attnflow
-    from attnflow.api.honest import DECODER_METHODS
+    from attnflow.api.defaults import DECODER_METHODS
     from attnflow.config import registry
 
     out = [("explain rollout (200 tok)", lambda device: attnflow.explain(long_text, model_name, device=device,

@@ -44,7 +44,7 @@ RESULTS = os.path.join(HERE, "results", "long_context_smollm2.json")
 sys.path.insert(0, HERE)
 
 from long_one_pass import _measured, load, long_text  # noqa: E402
-from memory import run_child  # noqa: E402
+from memory import run_child, served_child  # noqa: E402
 from shapes import SHAPES  # noqa: E402
 
 
@@ -156,9 +156,7 @@ def main() -> None:
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        with open(args.child) as f:
-            print(json.dumps(child(json.load(f))))
+    if served_child(args, child):
         return
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     shown = "SmolLM2-135M" if args.model == "smollm2" else f"{args.model} (random weights)"

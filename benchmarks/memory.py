@@ -149,6 +149,16 @@ def run_child(job: dict, script: str = __file__) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def served_child(args, child) -> bool:
+    """In a ``--child JOB.json`` process (:func:`run_child`): run ``child(job)``, print its JSON as the last
+    line, and say so (the script's ``main`` then returns)."""
+    if not args.child:
+        return False
+    with open(args.child) as f:
+        print(json.dumps(child(json.load(f))))
+    return True
+
+
 SHAPES = {"minilm": (6, 12), "smollm2": (30, 9)}  # layers, heads
 
 
@@ -187,9 +197,7 @@ def main() -> None:
                         help="run the naive peer only where its tuple and copy fit (default: this machine's RAM)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        with open(args.child) as f:
-            print(json.dumps(child(json.load(f))))
+    if served_child(args, child):
         return
     ram_gb = args.memory_gb or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
     print(f"torch threads: {args.threads}; machine memory {ram_gb:.1f} GB; load average before (1/5/15 min): {load()}")

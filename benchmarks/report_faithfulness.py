@@ -1,11 +1,11 @@
-"""The extra time a short input's report spends measuring faithfulness on the fly (attnflow.api.honest).
+"""The extra time a short input's report spends measuring faithfulness on the fly (attnflow.api.defaults).
 
     nice -n 10 env PYTHONPATH=src python benchmarks/report_faithfulness.py [--threads 1] [--repeat 3]
 
 SmolLM2-135M, a 30-token prompt, the maps `attnflow explain --html` computes (raw, rollout, flow for
 every target up to 128 tokens): ``attnflow.explain_maps`` attaches the on-the-fly faithfulness
 numbers itself (leave-one-out for every computed method), so the run times it whole and then the
-numbers alone, :func:`attnflow.api.honest.with_faithfulness` on the same result with them taken
+numbers alone, :func:`attnflow.api.defaults.with_faithfulness` on the same result with them taken
 out (the same computation); the maps without them are the difference. CPU seconds (process_time)
 beside wall seconds; the load average with every row. Goal: <= 2 s extra.
 """
@@ -20,7 +20,7 @@ from dataclasses import replace
 import torch
 
 import attnflow
-from attnflow.api.honest import with_faithfulness
+from attnflow.api.defaults import with_faithfulness
 
 TEXT = ("Anna lives in Berlin and works as a nurse at the old hospital near the river. Q: Where does Anna "
         "live? A: Anna lives in")

@@ -44,7 +44,7 @@ from attnflow.capture.architectures import (
     stack_attentions,
     why_not_rows,
 )
-from attnflow.capture.hooks import architecture_fixes
+from attnflow.capture.streaming import architecture_fixes
 from attnflow.capture.rows import capture_rows, run_rows
 from attnflow.capture.text import encode
 from attnflow.core.raw import raw_rows

@@ -266,7 +266,7 @@ def test_a_plain_dict_of_transformerlens_patterns_is_read_and_another_dict_is_to
 
 def test_the_estimate_comes_before_the_capture_pass_and_names_the_budgeted_method(decoder_dir, monkeypatch):
     from attnflow.api import text as text_api
-    from attnflow.api.long_inputs import MethodEstimate
+    from attnflow.api.costs import MethodEstimate
 
     from attnflow.capture import rows as rows_capture
 
@@ -314,7 +314,7 @@ def test_a_methods_estimate_prints_once_and_its_bar_counts_its_own_time_only():
 
     from rich.console import Console
 
-    from attnflow.api.long_inputs import MethodEstimate
+    from attnflow.api.costs import MethodEstimate
     from attnflow.cli.progress import ProgressBar
 
     stream = io.StringIO()
@@ -335,3 +335,34 @@ def test_a_methods_estimate_prints_once_and_its_bar_counts_its_own_time_only():
 def test_a_setting_of_the_methods_asked_for_is_not_refused_for_a_default_added_beside_them(decoder_dir):
     result = attnflow.explain(KEYS, decoder_dir, weighting="norm")  # rollout reads it; ablated flow comes along
     assert result.methods == ["rollout", "ablated-flow"] and result.params["weighting"] == "norm"
+
+
+def test_a_long_text_comes_from_standard_input(decoder_dir, tmp_path, monkeypatch, capsys):
+    import io
+    import sys
+
+    from cli_runner import refused
+
+    document = "The keys to the cabinet are on the table, and the door is open."
+    out = tmp_path / "r.json"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(document.encode())))
+    code, _, err = run_cli(monkeypatch, capsys, "explain", "-", "--model", decoder_dir, "--method", "rollout",
+                           "--json", str(out))
+    assert code == 0, err
+    direct = attnflow.explain(document, decoder_dir, method="rollout")
+    assert attnflow.Attribution.load(out).sources == direct.sources  # the whole document, not the word "-"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe\x00binary")))
+    refused(monkeypatch, capsys, empty, "explain", "-", "--model", decoder_dir, "--json", "o.json",
+            message="standard input is not UTF-8 text")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"  \n")))
+    refused(monkeypatch, capsys, empty, "generate", "-", "--model", decoder_dir, "--json", "o.json",
+            message="the prompt must be a non-empty string")
+
+
+def test_generate_without_a_model_refuses_more_tokens_than_smollm2_takes(tmp_path, monkeypatch, capsys):
+    from cli_runner import refused
+
+    refused(monkeypatch, capsys, tmp_path, "generate", "The keys to the cabinet", "-n", "10000", "--method",
+            "ablated-flow", "--json", "o.json", message="exceeds the model's 8192")

@@ -32,9 +32,13 @@ def test_the_cheaper_strategy_is_chosen():
     assert choose_strategy(20, 128, 30) == "incremental"  # the short-prompt case of benchmarks/generation.py
     assert choose_strategy(1024, 2000, 30) == "rows"  # incremental would be cheaper but its buffer too big
     assert 30 * (2 * 3024) ** 2 * 8 > INCREMENTAL_MAX_BYTES
+    # maps past REPLAY_FROM_BYTES on a model the row capture takes: one more pass instead of N^2 memory
+    assert choose_strategy(8192, 20, 30, replayable=True) == "replay"
+    assert choose_strategy(1024, 20, 30, replayable=True) == "rows"  # short prompts keep today's path
+    assert choose_strategy(8192, 20, 30) == "rows"
 
 
-@pytest.mark.parametrize("strategy", ["rows", "incremental"])
+@pytest.mark.parametrize("strategy", ["rows", "incremental", "replay"])
 @pytest.mark.parametrize("causal_norm", [None, "keys"])
 def test_both_strategies_match_one_teacher_forced_pass_on_smollm2(smollm2, strategy, causal_norm):
     model, tokenizer = smollm2
@@ -79,5 +83,26 @@ def test_models_without_declared_attention_modules(minilm, strategy):
 
 def test_bad_strategy_is_one_sentence(smollm2):
     model, tokenizer = smollm2
-    with pytest.raises(AttnflowError, match="strategy must be one of auto, rows, incremental"):
+    with pytest.raises(AttnflowError, match="strategy must be one of auto, rows, incremental, replay"):
         attnflow.generate(model, tokenizer, "hi", max_new_tokens=1, strategy="fast")
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2"])
+def test_replay_keeps_no_maps_and_equals_the_teacher_forced_pass(minilm, kind, monkeypatch):
+    """Above REPLAY_FROM_BYTES (lowered here) "auto" replays the sequence through the row capture: the same
+    rows as one teacher-forced pass (grouped-query heads, a sliding window, GPT-2's fused projections), and
+    the model stays on the attention it was loaded with."""
+    from factory import tiny_model
+
+    from attnflow.capture import generation
+
+    tokenizer = minilm[1]
+    model = tiny_model(kind, vocab=len(tokenizer))
+    model.set_attn_implementation("sdpa")
+    monkeypatch.setattr(generation, "REPLAY_FROM_BYTES", 1)
+    torch.manual_seed(1)
+    gen = attnflow.generate(model, tokenizer, "the keys to the cabinet are on the", max_new_tokens=5,
+                            min_new_tokens=5)
+    assert gen.meta["strategy"] == "replay" and model.config._attn_implementation == "sdpa"
+    model.set_attn_implementation("eager")
+    np.testing.assert_allclose(gen.dense("rollout"), teacher_forced(model, tokenizer, gen), atol=1e-5)

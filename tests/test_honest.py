@@ -10,7 +10,7 @@ from cli_runner import run_cli
 from factory import saved, tiny_decoder
 
 import attnflow
-from attnflow.api.honest import DECODER_METHODS, with_faithfulness
+from attnflow.api.defaults import DECODER_METHODS, with_faithfulness
 from attnflow.results import Attribution, Block
 from attnflow.views.table import method_table, render_text
 
@@ -136,7 +136,7 @@ def test_faithfulness_on_a_decoder_measures_ablated_flow_beside_the_papers_three
 
 def test_python_the_cli_and_the_app_give_a_decoder_the_same_methods_and_scores(monkeypatch, capsys, tmp_path,
                                                                                tiny_llama):
-    """One policy (attnflow.api.honest), one flag: the result is the same whoever asks."""
+    """One policy (attnflow.api.defaults), one flag: the result is the same whoever asks."""
     from attnflow.app.catalog import Loaded
     from attnflow.app.jobs import Job
     from attnflow.app.options import text_request
@@ -170,12 +170,14 @@ def test_python_the_cli_and_the_app_give_a_decoder_the_same_methods_and_scores(m
 
 
 def test_a_long_decoder_input_gets_the_budgeted_method_in_place_of_exact_ablated_flow(tiny_llama, monkeypatch):
-    """Above EXACT_DEFAULT_MAX tokens the decoder default is ablated flow within a budget (the record's
+    """Above the record's exact_max tokens the decoder default is ablated flow within a budget (the record's
     long_default), so a long prompt costs a few passes, not one per source; below it, exact ablated flow.
     (The tiny model takes 64 tokens, so the threshold is lowered to 16 here.)"""
-    from attnflow.api import honest
+    from dataclasses import replace
 
-    monkeypatch.setattr(honest, "EXACT_DEFAULT_MAX", 16)
+    from attnflow.config import registry
+
+    monkeypatch.setitem(registry.REGISTRY, "ablated-flow", replace(registry.get("ablated-flow"), exact_max=16))
     model, tokenizer = tiny_llama
     words = "the old keys to the big cabinet near the door".split()
     long_text = " ".join(words[i % len(words)] for i in range(30))
@@ -183,3 +185,11 @@ def test_a_long_decoder_input_gets_the_budgeted_method_in_place_of_exact_ablated
     assert long.n_sources > 16 and list(long.methods) == ["rollout", "ablated-flow-budgeted"]
     short = attnflow.explain("the keys to the old cabinet", model, tokenizer=tokenizer)
     assert list(short.methods) == ["rollout", "ablated-flow"]
+
+
+def test_the_old_exact_default_max_is_a_deprecated_name_for_the_records_field():
+    from attnflow.api import defaults as honest
+    from attnflow.config import registry
+
+    with pytest.warns(DeprecationWarning, match="exact_max"):
+        assert honest.EXACT_DEFAULT_MAX == registry.get("ablated-flow").exact_max == 64

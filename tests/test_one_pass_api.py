@@ -118,7 +118,7 @@ def test_through_a_generation_progress_counts_the_forward_then_a_backward_per_to
     """One forward pass and one backward pass per generated token: the up-front estimate counts
     ``1 + k`` steps and ``1 + k`` passes' time (not a single backward pass), and the bar moves after
     each backward pass instead of jumping from 0 to the end."""
-    from attnflow.api.long_inputs import BACKWARD_PASSES
+    from attnflow.api.costs import BACKWARD_PASSES
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     model = tiny_model("llama", vocab=tokenizer.vocab_size, dtype=torch.float32)

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnflow
 import attnflow.api.text as api_text
-from attnflow.api.checks import row_capture
+from attnflow.api.capture_plan import row_capture
 from attnflow.capture.rows import capture_rows
 from attnflow.capture.text import encode
 from attnflow.core.methods import method_rows
@@ -127,7 +127,7 @@ def test_explain_takes_the_row_path_equal_to_the_eager_one_and_leaves_sdpa(decod
     slow_defaults = attnflow.explain(TEXT, model, tokenizer=tokenizer)
     assert set(defaults.methods) == set(slow_defaults.methods) and len(defaults.methods) > 1
     monkeypatch.setattr(api_text, "row_capture", spy)
-    alone = api_text.explain_as_asked(TEXT, model, tokenizer=tokenizer, method=["ablated-flow"], paper_only=True)
+    alone = api_text.explain(TEXT, model, tokenizer=tokenizer, method=["ablated-flow"], paper_only=True)
     assert calls[-1] == []  # the pass alone: no rows, no maps
     for a, b in ((fast, slow), (defaults, slow_defaults), (alone, slow_defaults.select(["ablated-flow"]))):
         for method in a.methods:
@@ -208,3 +208,25 @@ def test_a_mask_other_than_the_causal_window_rule_is_refused():
                          (None, 3)):
         with pytest.raises(AttnflowError, match="layer 0"):
             _check_mask(mask, n, window, 0)
+
+
+def test_the_row_capture_reports_its_pass_and_its_sweep_layer_by_layer(minilm_path):
+    from factory import tiny_decoder
+
+    import attnflow
+
+    model, tokenizer = tiny_decoder(minilm_path)
+    calls, named = [], []
+
+    class Bar:
+        def __call__(self, done, total):
+            calls.append((done, total))
+
+        def method(self, name, unit):
+            named.append((name, unit))
+
+    attnflow.explain("The keys to the cabinet are on the table", model, tokenizer=tokenizer, method="rollout",
+                     progress=Bar())
+    layers = model.config.num_hidden_layers
+    assert named[0] == ("capture", "layers")
+    assert calls[:2 * layers] == [(i, 2 * layers) for i in range(1, 2 * layers + 1)]

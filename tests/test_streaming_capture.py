@@ -1,4 +1,4 @@
-"""Streaming capture (capture/hooks.py) against transformers' own ``output_attentions`` tuple.
+"""Streaming capture (capture/streaming.py) against transformers' own ``output_attentions`` tuple.
 
 Tiny random-weight models from stock configs (encoders, decoders, grouped-query attention, a model
 without ``_can_record_outputs`` that takes the fallback path) and the real MiniLM and SmolLM2: the
@@ -17,7 +17,7 @@ import torch
 import transformers
 
 import attnflow
-from attnflow.capture.hooks import attention_modules
+from attnflow.capture.streaming import attention_modules
 from attnflow.capture.text import encode
 from attnflow.errors import AttnflowError
 
@@ -171,7 +171,7 @@ def test_heads_are_fused_before_anything_leaves_the_models_device():
     is moved. A tensor subclass records the shape of everything moved to a device."""
     import torch
 
-    from attnflow.capture.hooks import Reducer
+    from attnflow.capture.streaming import Reducer
 
     class Tracked(torch.Tensor):
         moved: list = []

@@ -6,23 +6,19 @@
   refused family, an encoder-decoder where text is explained, the norm weighting on a family whose
   value projections the architecture table does not know, receptive-field normalisation for a model
   that is no decoder).
-- :func:`check_device`, :func:`check_scheduler`: where a batch would run (a CUDA request without a
-  CUDA build or GPU; a Dask scheduler address with nothing listening, a scheduler file that is not one).
+- Where a call runs is checked beside what resolves it: devices in :mod:`attnflow.api.devices`, a Dask
+  scheduler in :mod:`attnflow.api.scheduler`.
 
-Nothing here imports torch (:func:`check_device` does only when the installed torch has CUDA): a
-refusal takes well under a second.
+Nothing here imports torch: a refusal takes well under a second.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import re
-import socket
 from pathlib import Path
 from typing import Any
 
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import carried_kind, kind_name
 
 
 def _config(name: str) -> dict | None:
@@ -39,35 +35,41 @@ def check_text_model(name: Any, *, weighting: str = "attention", causal_norm: st
     """Refuse a model folder (or a hub id, as far as its name tells; or the
     :class:`~attnflow.capture.load.ModelInfo` an entry point inspected) that cannot give text results
     with these settings."""
-    from attnflow.capture.architectures import PROJECTIONS, architecture, model_type, refuse_unsupported
-    from attnflow.capture.load import ModelInfo, check_model_path, config_task
+    from attnflow.capture.architectures import PROJECTIONS, refuse_unsupported
+    from attnflow.capture.load import ModelInfo, check_model_path
+    from attnflow.hf.kind import kind_of
 
     if isinstance(name, ModelInfo):
-        config, name = name.config or None, name.path
+        config, kind, name = name.config or None, name.model_kind, name.path
     else:
         check_model_path(name)
         config = _config(name)
+        kind = kind_of(config) if config else None
     if config is None:
         return
     refuse_unsupported(config)
+    model_type = kind.model_type
     if config.get("is_encoder_decoder"):
-        raise AttnflowError(f"{name!r} is an encoder-decoder model ({model_type(config) or 'no model_type'}); "
+        raise AttnflowError(f"{name!r} is an encoder-decoder model ({model_type or 'no model_type'}); "
                             f"{what} takes encoder-only and decoder-only models. Explain an encoder-decoder "
                             "one input at a time with a target text: attnflow explain SOURCE --target-text "
                             "OUTPUT --model ...")
-    row = architecture(config)
-    if row is not None and row.family == "vision":
-        raise AttnflowError(f"{name!r} is a vision model ({model_type(config)}); {what} takes text models here: "
+    if kind.vision:
+        raise AttnflowError(f"{name!r} is a vision model ({model_type}); {what} takes text models here: "
                             "use explain-image (or batch --images) for images")
-    if weighting == "norm" and model_type(config) not in PROJECTIONS:
-        kind = model_type(config) or "no model_type"
+    if weighting == "norm" and model_type not in PROJECTIONS:
         raise AttnflowError(f"the norm weighting needs each attention layer's value and output projections, and "
-                            f"the architecture table does not name them for {kind!r} models ({name!r}); "
-                            f"use weighting 'attention' (--weighting attention), or a family it covers "
-                            f"({', '.join(sorted(PROJECTIONS)[:6])}, ...)")
-    # the task only when needed: reading a class's head may consult transformers' mappings (torch)
-    if causal_norm is not None and config_task(config) not in ("causal-lm", ""):
-        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name!r} is not one "
+                            f"the architecture table does not name them for {model_type or 'no model_type'!r} "
+                            f"models ({name!r}); use weighting 'attention' (--weighting attention), or a family it "
+                            f"covers ({', '.join(sorted(PROJECTIONS)[:6])}, ...)")
+    refuse_causal_norm(causal_norm, kind, repr(name))
+
+
+def refuse_causal_norm(causal_norm: str | None, kind: Any, name: str) -> None:
+    """The one refusal of receptive-field normalisation (``causal_norm``) for a model whose queries see the
+    whole input (a known :class:`~attnflow.hf.kind.ModelKind` that is not causal), named ``name``."""
+    if causal_norm is not None and kind.known and not kind.causal:
+        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name} is not one "
                             "(its queries see the whole input): drop --causal-norm")
 
 
@@ -79,180 +81,7 @@ def refuse_unsupported_folder(name: str) -> None:
     refuse_unsupported_path(name)
 
 
-# ------------------------------------------------------------------------------ where it runs
-
-def _torch_cuda_build() -> str | None:
-    """The CUDA version the installed torch was built for, read from ``torch/version.py`` without
-    importing torch ("" when that file cannot be read: then torch itself is asked)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    try:
-        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text(encoding="utf-8")
-    except OSError:
-        return ""
-    found = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(.+)$", text, re.MULTILINE)
-    if found is None:
-        return ""
-    value = found.group(1).strip()
-    return None if value == "None" else value.strip("'\"")
-
-
-def check_device(device: Any) -> None:
-    """Refuse a device that is not "auto", "cpu", "cuda" or "cuda:N", and a CUDA request on a machine
-    whose torch has no CUDA (a CPU-only build, or no GPU visible)."""
-    text = str(device)
-    if text in ("auto", "cpu"):
-        return
-    if text == "mps":
-        import torch
-
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise AttnflowError("device 'mps' asks for Apple's Metal GPU, and torch sees none here; "
-                                "use --device cpu (or auto)")
-        return
-    found = re.fullmatch(r"cuda(?::(\d+))?", text)
-    if found is None:
-        raise AttnflowError(f"device (--device) must be auto, cpu, cuda, cuda:N or mps; got {device!r}")
-    build = _torch_cuda_build()
-    if build is None:
-        raise AttnflowError(f"device {text!r} asks for a CUDA GPU, and the torch installed here is a CPU-only build; "
-                            "use --device cpu (or auto), or install a CUDA build of torch")
-    import torch
-
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = int(found.group(1) or 0)
-    if index >= count:
-        have = f"{count} CUDA GPU{'s' * (count != 1)}" if count else "no CUDA GPU"
-        raise AttnflowError(f"device {text!r} asks for CUDA GPU {index}, and torch sees {have} here; "
-                            "use --device cpu (or auto)" + (f", or cuda:0 to cuda:{count - 1}" if count else ""))
-
-
-def pick_device(device: Any) -> str:
-    """The torch device a model given by name is loaded on: ``device`` checked (:func:`check_device`),
-    "auto" -> the first CUDA GPU, else Apple's mps, else the CPU."""
-    check_device(device)
-    if str(device) != "auto":
-        return str(device)
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    return "mps" if mps is not None and mps.is_available() else "cpu"
-
-
-def check_model_device(model: Any, device: Any) -> None:
-    """A loaded model is used where it is: a device other than "auto" that it is not on is refused
-    (attnflow moves only the models it loads itself)."""
-    if device is None or str(device) == "auto":
-        return
-    params = getattr(model, "parameters", None)
-    first = next(params(), None) if callable(params) else None
-    if first is None:
-        return
-    import torch
-
-    here, wanted = first.device, torch.device(str(device))
-    if here.type != wanted.type or (wanted.index is not None and here.index != wanted.index):
-        raise AttnflowError(f"the model passed is on {here}, and device {str(device)!r} was asked for; attnflow "
-                            f"moves only models it loads by name: call model.to({str(device)!r}) first, or leave "
-                            "device as auto")
-
-
-def scheduler_address(scheduler: str) -> str:
-    """The address a ``--scheduler`` value names: ``tcp://HOST:PORT`` (or ``HOST:PORT``) as given, or the
-    ``address`` a scheduler file (``dask scheduler --scheduler-file FILE``) records."""
-    text = str(scheduler)
-    path = Path(text).expanduser()
-    if path.is_file() or text.endswith(".json"):
-        if not path.is_file():
-            raise AttnflowError(f"scheduler file {text!r} does not exist; pass the file `dask scheduler "
-                                "--scheduler-file FILE` wrote, or an address like tcp://HOST:8786")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise AttnflowError(f"{text!r} is not a Dask scheduler file (not readable JSON: {exc}); pass the file "
-                                "`dask scheduler --scheduler-file FILE` wrote, or an address like "
-                                "tcp://HOST:8786") from None
-        address = data.get("address") if isinstance(data, dict) else None
-        if not isinstance(address, str) or not address:
-            raise AttnflowError(f"{text!r} is not a Dask scheduler file (a JSON object with an 'address'); pass the "
-                                "file `dask scheduler --scheduler-file FILE` wrote, or an address like "
-                                "tcp://HOST:8786")
-        return address
-    if not re.fullmatch(r"(?:[a-z][a-z0-9+]*://)?[^\s/:]+(?::\d+)?/?|(?:[a-z][a-z0-9+]*://)?\[[0-9a-fA-F:]+\](?::\d+)?/?",
-                        text) or ":" not in text:
-        raise AttnflowError(f"scheduler (--scheduler) must be an address like tcp://HOST:8786 or the path of a "
-                            f"scheduler file; got {text!r}")
-    return text
-
-
-def check_scheduler(scheduler: Any, timeout: float = 3.0) -> None:
-    """Refuse a scheduler that cannot be reached: a malformed address, a file that is not a scheduler file,
-    or a TCP address where nothing listens (one connection attempt of at most ``timeout`` seconds, instead
-    of Dask's retries for 20 s). A ``distributed.Client`` passes as it is."""
-    if scheduler is None or not isinstance(scheduler, (str, Path)):
-        return
-    address = scheduler_address(str(scheduler))
-    scheme, _, rest = address.rpartition("://")
-    if scheme not in ("", "tcp", "tls"):
-        return  # inproc://, ucx://, ws://: left to Dask
-    host, _, port = rest.rstrip("/").rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit():
-        raise AttnflowError(f"scheduler address {address!r} names no port; expected tcp://HOST:PORT "
-                            "(a Dask scheduler listens on 8786 by default)")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        shown = address if address == str(scheduler) else f"{address} (from {str(scheduler)!r})"
-        raise AttnflowError(f"cannot reach the Dask scheduler at {shown}: {reason}; start it (dask scheduler) "
-                            "or pass the address it prints, or drop --scheduler to run on this machine") from None
-
-
 # ------------------------------------------------------------------------------ methods against a model
-
-def named_info(model: Any, task: str = "auto") -> Any:
-    """A :class:`~attnflow.capture.load.ModelInfo` for a model named by a folder (its ``config.json``
-    read, no weights; None: the default model for ``task``, the one the command loads: ``"generation"``
-    for SmolLM2), or ``model`` itself when it is loaded or a hub id (whose kind is then told once
-    loaded). Imports no torch."""
-    from attnflow.capture.load import ModelInfo, resolve_model
-
-    if not (model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")):
-        return model
-    try:
-        path = resolve_model(model, task=task)
-        config = _config(path)
-    except AttnflowError:
-        return model  # refused, with its own sentence, where it is loaded
-    return model if config is None else ModelInfo(path=str(path), config=config, task="auto")
-
-
-def model_kind_of(model: Any) -> str | None:
-    """"encoder", "classifier", "decoder", "encoder-decoder" or "vision" for a
-    :class:`~attnflow.capture.load.ModelInfo`, a :class:`~attnflow.api.models.Loaded` or a loaded model;
-    None when it cannot be told without loading (a hub id whose config is not here, or no model)."""
-    from attnflow.capture.architectures import model_family, model_head, model_kind
-    from attnflow.capture.load import ModelInfo
-    from attnflow.config.registry import MODEL_KINDS
-
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        return None
-    if isinstance(model, ModelInfo):
-        kind = model_kind(model.family, model.head) if model.family else None
-    elif hasattr(model, "family") and hasattr(model, "head") and hasattr(model, "model"):  # a Loaded
-        kind = model_kind(model.family, model.head)
-    else:
-        family = model_family(model)
-        kind = model_kind(family, model_head(model)) if family else None
-    # a family attnflow cannot explain at all (state-space models, ...) is refused by its own sentence,
-    # which says why; no method's list of model kinds is the place for that
-    return kind if kind in MODEL_KINDS else None
-
 
 _PLURAL = {"encoder": "encoders", "classifier": "classifiers", "decoder": "decoders (causal language models)",
            "encoder-decoder": "encoder-decoders", "vision": "image classifiers"}
@@ -286,19 +115,6 @@ def why_not(method: Any, kind: str | None, family: str | None = None) -> str | N
     return None
 
 
-def model_type_of(model: Any) -> str | None:
-    """``config.model_type`` of a ModelInfo, a Loaded or a loaded model (None when not known here)."""
-    from attnflow.capture.architectures import model_type
-    from attnflow.capture.load import ModelInfo
-
-    if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        return None
-    if isinstance(model, ModelInfo):
-        return model_type(model.config) or None
-    inner = getattr(model, "model", None) if hasattr(model, "family") and hasattr(model, "head") else None
-    return model_type(inner if inner is not None else model) or None
-
-
 def _short(value: Any) -> str:
     """A value as a refusal quotes it: never a model's or a long list's whole repr."""
     import reprlib
@@ -309,7 +125,8 @@ def _short(value: Any) -> str:
     return shown.repr(value)
 
 
-def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind: str | None = None) -> None:
+def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind: str | None = None, *,
+                  named_only: bool = False, computed_only: bool = False) -> None:
     """The one check of where an option applies, generated from the option rows
     (:data:`attnflow.config.settings.OPTIONS` and ``ENTRY_OPTIONS``: ``scope``, ``models``) and the
     registry records (``reads``): refuse, in one sentence, a value away from its default that would
@@ -317,7 +134,9 @@ def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind:
 
     given: option name -> value (what the call was given); named: the methods the user chose (or the
     entry point's default); computed: every method the call will compute (default: ``named``); kind:
-    the model's kind when known (None: not checked by kind)."""
+    the model's kind when known (None: not checked by kind). ``named_only``: what the methods named and
+    the kind decide (an entry point that decides its defaults later checks the rest then, with
+    ``computed_only``: whether an option changes any method the call computes)."""
     from attnflow.config import registry
     from attnflow.config.settings import ANY, EVERY, is_default, rule
 
@@ -328,25 +147,33 @@ def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind:
         if option is None or is_default(name, value):
             continue
         flag = option.spelled
+        readers = [r.name for r in registry.REGISTRY.values() if name in r.reads]
+        if computed_only:
+            if option.scope == ANY and not any(name in registry.get(m).reads for m in computed):
+                _changes_none(name, value, flag, computed, readers)
+            continue
         if option.models is not None and kind is not None and kind not in option.models:
             raise AttnflowError(f"{name} ({flag}) is for {' and '.join(_PLURAL[k] for k in option.models)} only, "
                                 f"and this model is {_NOUN[kind]}: drop {flag}")
-        readers = [r.name for r in registry.REGISTRY.values() if name in r.reads]
         if option.scope == EVERY:
             unread = [m for m in named if name not in registry.get(m).reads]
             if unread:
                 raise AttnflowError(f"{name}={_short(value)} ({flag}) does not change {unread[0]} (it applies to "
                                     f"{', '.join(readers)} only), so the result would record a setting that was "
                                     f"not applied; drop {flag} or compute {unread[0]} separately")
-        elif option.scope == ANY and not any(name in registry.get(m).reads for m in computed):
-            raise AttnflowError(f"{name}={_short(value)} ({flag}) changes none of the methods this call computes "
-                                f"({', '.join(computed)}): it applies to {', '.join(readers)} only, so the result "
-                                f"would record a setting that was not applied; drop {flag} or choose "
-                                f"--method {readers[0]}")
+        elif option.scope == ANY and not named_only and not any(name in registry.get(m).reads for m in computed):
+            _changes_none(name, value, flag, computed, readers)
+
+
+def _changes_none(name: str, value: Any, flag: str, computed: list[str], readers: list[str]) -> None:
+    raise AttnflowError(f"{name}={_short(value)} ({flag}) changes none of the methods this call computes "
+                        f"({', '.join(computed)}): it applies to {', '.join(readers)} only, so the result "
+                        f"would record a setting that was not applied; drop {flag} or choose "
+                        f"--method {readers[0]}")
 
 
 def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what: str = "explain",
-                  computed: Any = None, spans: Any = None, **given: Any) -> None:
+                  computed: Any = None, spans: Any = None, decided_later: bool = False, **given: Any) -> None:
     """Refuse, before any work, a method or setting that cannot apply: the one check every entry point
     (explain, explain_maps, generate, faithfulness, batch, the CLI and the app) makes.
 
@@ -357,13 +184,16 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
     keywords (``attnflow.config.settings.ENTRY_OPTIONS``: ``spans=``, ``target_class=``). Refused, in one sentence
     each: a method whose record does not list the model's kind (``Method.models``); a gradient-weighted
     method with the norm weighting; an option away from its default where it changes nothing
-    (:func:`check_options`)."""
+    (:func:`check_options`). ``decided_later``: the call decides what it computes beside ``methods``
+    later (:func:`attnflow.explain`, once it knows the token count): whether an option changes any of
+    those is checked then, once, by :func:`check_computed`."""
     from attnflow.config import registry
 
     records = [m if isinstance(m, registry.Method) else registry.get(m) for m in methods]
     if not records:
         raise AttnflowError(f"choose at least one method ({', '.join(registry.REGISTRY)}); got none")
-    kind, family = model_kind_of(model), model_type_of(model)
+    found = carried_kind(model)
+    kind, family = kind_name(found), found.model_type or None
     for record in records:
         reason = why_not(record, kind, family)
         if reason is not None and kind == "vision" and "image" not in record.kinds:
@@ -380,7 +210,14 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
             raise AttnflowError(f"{weighed[0]} weighs attention by its gradients and has no norm weighting; "
                                 "use weighting='attention' for it")
         given.update(settings.as_dict())
-    check_options(given, [r.name for r in records], computed, kind)
+    check_options(given, [r.name for r in records], computed, kind, named_only=decided_later)
+
+
+def check_computed(methods: Any, settings: Any, computed: Any, *, spans: Any = None, **given: Any) -> None:
+    """The rest of :func:`check_methods` for a call that decided what it computes after checking the
+    methods named (``decided_later``): an option that changes none of the ``computed`` methods."""
+    given = {"spans": spans, **given, **settings.as_dict()}
+    check_options(given, [m if isinstance(m, str) else m.name for m in methods], computed, computed_only=True)
 
 
 def runnable(model: Any, kind: str | None = None) -> list[tuple[Any, str | None]]:
@@ -389,37 +226,49 @@ def runnable(model: Any, kind: str | None = None) -> list[tuple[Any, str | None]
     a ModelInfo, a Loaded or a loaded model (``kind``: its kind when already known)."""
     from attnflow.config import registry
 
-    kind, family = kind or model_kind_of(model), model_type_of(model)
+    found = carried_kind(model)
+    kind, family = kind or kind_name(found), found.model_type or None
     return [(m, why_not(m, kind, family)) for m in registry.REGISTRY.values()]
 
 
-def row_capture(methods: Any, model: Any, settings: Any) -> list[str] | None:
-    """For an explanation of one decoder target: the methods whose rows the row capture computes on the
-    model's fast attention without the maps (:mod:`attnflow.capture.rows`; possibly none, when every
-    method runs the model itself), or None when the explanation needs the maps: a method reads them
-    (the registry's ``captured``), the norm weighting is asked for, or the model's family cannot
-    (:func:`attnflow.capture.architectures.why_not_rows`). ``model``: loaded, or a config."""
-    from attnflow.capture.architectures import why_not_rows
-    from attnflow.config import registry
-
-    records = [registry.get(m) for m in methods]
-    if settings.weighting != "attention" or any(r.captured == "maps" for r in records) or why_not_rows(model):
-        return None
-    return [r.name for r in records if r.captured == "rows"]
+_MOVED = {"check_device": "devices", "pick_device": "devices", "check_model_device": "devices",
+          "scheduler_address": "scheduler", "check_scheduler": "scheduler", "row_capture": "capture_plan",
+          "capture_path": "capture_plan"}
 
 
-def capture_path(model: Any) -> str:
-    """How :func:`attnflow.explain` captures a decoder (a :class:`~attnflow.capture.load.ModelInfo`, a
-    :class:`~attnflow.api.models.Loaded` or a loaded model): a sentence for ``attnflow methods --model``."""
-    from attnflow.capture.architectures import why_not_rows
-    from attnflow.capture.load import ModelInfo
-    from attnflow.config import registry
+def model_kind_of(model: Any) -> str | None:
+    """Deprecated: :func:`attnflow.hf.kind.kind_name`."""
+    _moved("model_kind_of", "attnflow.hf.kind.kind_name")
+    return kind_name(model)
 
-    subject = model.config if isinstance(model, ModelInfo) else getattr(model, "model", model)
-    why = why_not_rows(subject)
-    if why:
-        return f"explain captures the attention maps on eager attention: {why}"
-    rows = ", ".join(m.name for m in registry.REGISTRY.values() if m.captured == "rows")
-    return (f"explain captures the explained target's rows on the model's fast attention (SDPA), without the "
-            f"attention maps, when every method reads only such rows ({rows}) or runs the model itself; "
-            "otherwise the attention maps on eager attention")
+
+def model_type_of(model: Any) -> str | None:
+    """Deprecated: ``attnflow.hf.kind.carried_kind(model).model_type``."""
+    _moved("model_type_of", "attnflow.hf.kind.carried_kind(model).model_type")
+    return carried_kind(model).model_type or None
+
+
+def named_info(model: Any, task: str = "auto") -> Any:
+    """The record the checks read a named model's kind from before it loads
+    (:func:`attnflow.capture.load.named_info`), for the CLI, which reaches models through the api."""
+    from attnflow.capture.load import named_info as record
+
+    return record(model, task)
+
+
+def _moved(name: str, where: str) -> None:
+    import warnings
+
+    warnings.warn(f"attnflow.api.checks.{name} is deprecated: use {where}", DeprecationWarning, stacklevel=3)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:  # deprecated here: they live in modules named for what they hold
+        import importlib
+        import warnings
+
+        where = f"attnflow.api.{_MOVED[name]}"
+        warnings.warn(f"attnflow.api.checks.{name} is deprecated: use {where}.{name}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(importlib.import_module(where), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.api.models import is_name, resolve
+from attnflow.api.models import inspect, is_name, resolve
 from attnflow.api.prediction import (  # noqa: F401  (model_predict, estimate, ... are this module's API too)
     PassEstimate,
     _head,
@@ -28,9 +28,8 @@ from attnflow.api.prediction import (  # noqa: F401  (model_predict, estimate, .
     model_predict,
     rows_per_pass,
 )
-from attnflow.api.text import _check_text, explain_as_asked
-from attnflow.capture.load import check_model_path, resolve_model
-from attnflow.config.settings import OPTIONS, Settings
+from attnflow.api.text import _check_text, explain
+from attnflow.config.settings import UNSET, Settings
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.faithfulness import FRACTIONS, Faithfulness, evaluate
 from attnflow.results import Attribution
@@ -38,6 +37,7 @@ from attnflow.results import Attribution
 def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "all",
                  fractions: Sequence[float] = FRACTIONS, positions: Sequence[int] | None = None,
                  fill_id: int | None = None, progress: Callable[[int, int], None] | None = None,
+                 settings: Settings | None = None, device: str = UNSET, dtype: str = UNSET,
                  **options: Any) -> Attribution:
     """Explain ``text`` and measure how faithful each method is to the model's own prediction.
 
@@ -45,8 +45,9 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
         or a loaded model with its ``tokenizer``); None: the default model (the bundled agreement
         classifier). A bare encoder (no head) or an encoder-decoder model is refused.
     method: anything :func:`attnflow.explain` takes ("all", a name, a list).
-    options: passed to :func:`attnflow.explain` (``settings=`` or its keywords ``target``,
-        ``residual``, ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``, ``weighting``, ``device``, ``dtype``).
+    settings, device, options: as in :func:`attnflow.explain` (``settings=`` with the settings by name on
+        top: ``target``, ``residual``, ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``,
+        ``weighting``; ``device`` and ``dtype``: where and in what a model given by name loads).
     fractions, positions, fill_id: see :func:`attnflow.evaluation.faithfulness.evaluate` (AOPC
         levels; which tokens are ranked and deleted, default all but special tokens and the target;
         replace instead of delete).
@@ -58,18 +59,15 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     """
     _check_text(text)
     if is_name(model):
-        model = resolve_model(model)
-        check_model_path(model)
+        model = inspect(model)  # named once, its config read once
         _refuse_without_head(model)
-    # the one Settings of this request: settings= with the setting keywords on top, built once here
-    keywords = {k: options.pop(k) for k in list(options) if k in OPTIONS}
-    settings = Settings.build(options.pop("settings", None), **keywords)
+    settings = Settings.build(settings, device=device, dtype=dtype)  # the setting keywords in ``options`` go on top in explain
     loaded = resolve(model, tokenizer, device=settings.device, dtype=settings.dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
     decoder = _head(loaded) == "decoder"
-    # it measures the methods asked for, no more (`attnflow faithfulness --method all` adds the decoder defaults)
-    result = explain_as_asked(text, model, tokenizer=tokenizer, method=method, paper_only=True, settings=settings,
-                                **options)
+    # it measures the methods asked for, no more (`attnflow faithfulness --method all` adds the decoder defaults);
+    # the model bound here is the one explained (resolved once)
+    result = explain(text, loaded, method=method, paper_only=True, settings=settings, **options)
     ids = _input_ids(model, tokenizer, text, bool(result.params.get("truncate", False)))  # keyword or settings=
     if len(ids) != result.n_sources:  # the same tokenizer call as capture: a mismatch is a bug
         raise AttnflowError(f"internal: {len(ids)} token ids for a {result.n_sources}-token result")

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from attnflow.api.generation_methods import check, method_blocks, reuses_cache
-from attnflow.api.checks import check_methods, model_kind_of
-from attnflow.api.honest import added_note, generation_methods
-from attnflow.api.models import inspect, is_name, resolve
+from attnflow.api.checks import check_methods
+from attnflow.api.defaults import added_note, generation_methods
+from attnflow.api.models import ModelInfo, inspect, is_name, resolve
 from attnflow.api.seq2seq import generate_seq2seq
 from attnflow.api.text import refuse_seq2seq_settings
 from attnflow.capture import track_generation
 from attnflow.config.settings import UNSET, Settings
+from attnflow.hf.kind import kind_name
 from attnflow.results import Attribution, Block
 
 
@@ -43,10 +44,10 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
         that run the model ("ablated-flow", "alti-logit", ...; :mod:`attnflow.api.generation_methods`),
         computed beside rollout; the result opens on the first. None: the decoder defaults, rollout
         beside ablated flow (what ``attnflow generate`` runs without ``--method``;
-        :func:`attnflow.api.honest.generation_methods`; ``meta["added"]`` says so). progress(done, total):
+        :func:`attnflow.api.defaults.generation_methods`; ``meta["added"]`` says so). progress(done, total):
         called as the per-source methods run.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
-        ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"`` picks how
+        ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"|"replay"`` picks how
         the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).
 
     Sources are the prompt tokens followed by the generated tokens (``input_length`` = the prompt's
@@ -56,11 +57,15 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
                               weighting=weighting, device=device, dtype=dtype)
     named = inspect(model, task="generation") if is_name(model) else model
-    names, added = generation_methods(method, model_kind_of(named), settings)
+    # the kind once: a named model's from its config before it loads, else the resolved model's
+    known = not isinstance(named, ModelInfo) or named.model_kind.known
+    loaded = None if known else resolve(named, tokenizer, task="generation", device=settings.device,
+                                        dtype=settings.dtype)
+    bound = named if known else loaded
+    names, added = generation_methods(method, kind_name(bound), settings)
     check(names)
-    check_methods(names, settings, named, what="generate")  # from a named model's config, before it loads
-    loaded = resolve(named, tokenizer, task="generation", device=settings.device, dtype=settings.dtype)
-    check_methods(names, settings, loaded, what="generate")
+    check_methods(names, settings, bound, what="generate")
+    loaded = loaded or resolve(named, tokenizer, task="generation", device=settings.device, dtype=settings.dtype)
     model, tokenizer, name = loaded.model, loaded.tokenizer, loaded.name
     if loaded.family == "encoder-decoder":
         refuse_seq2seq_settings(settings)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnflow.capture.architectures import model_family, model_head, model_kind, register_architecture
+from attnflow.capture.architectures import register_architecture
 from attnflow.capture.load import (
     ModelInfo,
     cached_model,
@@ -31,6 +31,7 @@ from attnflow.capture.pypi_models import smollm2_path
 from attnflow.capture.text import max_length, token_strings
 from attnflow.capture.vision import load_vision_model, open_image
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import ModelKind, kind_of
 
 # What the CLI and the app need of the model-facing layer, so that they import the api only.
 __all__ = ["Loaded", "ModelInfo", "check_model_path", "default_model_path", "describe", "find_pypi_model", "inspect",
@@ -68,19 +69,29 @@ def check_loaded(model: Any) -> None:
 class Loaded:
     """A model ready to explain: the model, its tokenizer (None for image models), the name results
     record, its family ("encoder", "decoder", "encoder-decoder", "vision") and head ("base",
-    "classification", "causal-lm", "seq2seq", "image-classification", or "" when unknown)."""
+    "classification", "causal-lm", "seq2seq", "image-classification", or "" when unknown), and the
+    :class:`~attnflow.hf.kind.ModelKind` they come from (computed once, when the model was resolved;
+    checks and methods read it here)."""
 
     model: Any
     tokenizer: Any
     name: str
-    family: str
-    head: str
+    family: str = ""
+    head: str = ""
     info: ModelInfo | None = None  # how it was named, when it was (not for a model passed loaded)
+    model_kind: ModelKind | None = None
+
+    def __post_init__(self) -> None:
+        if self.model_kind is None:
+            object.__setattr__(self, "model_kind", kind_of(self.model))
+        if not self.family:
+            object.__setattr__(self, "family", self.model_kind.family)
+            object.__setattr__(self, "head", self.model_kind.head)
 
     @property
     def kind(self) -> str:
         """"encoder", "classifier", "decoder", "encoder-decoder" or "vision"."""
-        return model_kind(self.family, self.head)
+        return self.model_kind.name or self.family
 
 
 def loaded_name(model: Any) -> str:
@@ -106,7 +117,7 @@ def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", dev
     for image classifiers) on ``device`` ("auto": a GPU when torch sees one) in ``dtype`` ("auto": the
     checkpoint's); a loaded text model needs its ``tokenizer`` and stays where and as it is (a ``device``
     it is not on, or a ``dtype`` it is not in, is refused)."""
-    from attnflow.api.checks import check_model_device, pick_device
+    from attnflow.api.devices import check_model_device, pick_device
     from attnflow.config.settings import check_choice
 
     check_choice("dtype", dtype)
@@ -116,7 +127,7 @@ def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", dev
         check_model_dtype(model.model, dtype)
         if tokenizer is not None and tokenizer is not model.tokenizer:
             return Loaded(model=model.model, tokenizer=tokenizer, name=model.name, family=model.family,
-                          head=model.head, info=model.info)
+                          head=model.head, info=model.info, model_kind=model.model_kind)
         return model
     info = None
     if is_name(model):
@@ -134,8 +145,9 @@ def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", dev
         check_model_dtype(model, dtype)
         if tokenizer is None and task != "vision":
             raise AttnflowError("pass the tokenizer together with a loaded model")
-    return Loaded(model=model, tokenizer=tokenizer, name=loaded_name(model), family=model_family(model),
-                  head=model_head(model), info=info)
+    kind = kind_of(model)  # told by the config's record when it was read (cached_model remembers it)
+    return Loaded(model=model, tokenizer=tokenizer, name=loaded_name(model), family=kind.family, head=kind.head,
+                  info=info, model_kind=kind)
 
 
 def unwrap(model: Any, tokenizer: Any = None) -> tuple[Any, Any]:
@@ -154,11 +166,14 @@ def describe(model: Any) -> tuple[str, str]:
         if not model.config:
             raise AttnflowError(f"{model.path!r} has no config.json; pass a model folder")
         return model.family, model.head
+    if isinstance(model, Loaded):
+        return model.family, model.head
     if not is_name(model):
-        return model_family(model), model_head(model)
+        kind = kind_of(model)
+        return kind.family, kind.head
     folder = Path(resolve_model(model))
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise AttnflowError(f"{str(folder)!r} has no config.json; pass a model folder")
-    config = read_config(config_file)
-    return model_family(config), model_head(config)
+    kind = kind_of(read_config(config_file))
+    return kind.family, kind.head

@@ -1,7 +1,7 @@
 """The model side of measuring faithfulness: what the model predicts for token-id lists (the
 ``predict`` callable :mod:`attnflow.evaluation.faithfulness` sees), how many rows fit one pass, the
 ids capture ran on and the label of the explained output. :func:`attnflow.faithfulness` and the
-on-the-fly numbers of a report (:mod:`attnflow.api.honest`) both use it; it explains nothing itself.
+on-the-fly numbers of a report (:mod:`attnflow.api.defaults`) both use it; it explains nothing itself.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from attnflow.api.models import Loaded
-from attnflow.capture.load import is_encoder_decoder_path, model_task, output_cache
+from attnflow.capture.load import ModelInfo, config_task, output_cache
 from attnflow.capture.text import encode, is_causal, max_length
 from attnflow.errors import AttnflowError
 
@@ -24,17 +24,13 @@ _NO_HEAD = ("faithfulness compares the scores with what the model predicts, so i
             "classification or causal language-model head")
 
 
-def _refuse_without_head(name: str) -> None:
-    """From the config alone, before any weight loads."""
-    if is_encoder_decoder_path(name):
+def _refuse_without_head(info: ModelInfo) -> None:
+    """From the config alone (read once, into ``info``), before any weight loads."""
+    name = info.path
+    if info.config.get("is_encoder_decoder"):
         raise AttnflowError(f"{name!r} is an encoder-decoder model; faithfulness covers classifiers and decoders")
-    task = model_task(name)
-    if task == "encoder":
-        from pathlib import Path
-
-        from attnflow.capture.load import read_config
-
-        arch = (read_config(Path(name) / "config.json").get("architectures") or ["bare encoder"])[0]
+    if config_task(info.config, info.model_kind) == "encoder":
+        arch = (info.config.get("architectures") or ["bare encoder"])[0]
         raise AttnflowError(f"{name!r} is a {arch} checkpoint, without a prediction head; {_NO_HEAD}")
 
 
@@ -110,15 +106,17 @@ def _takes(model: Any, keyword: str) -> bool:
         return False
 
 
-def _cache_keyword(model: Any) -> str | None:
-    """The keyword a model's forward takes its KV cache by (transformers 5: ``cache``; older:
-    ``past_key_values``), or None for a decoder whose every layer does not attend over the whole
-    prefix (a sliding window: a continued window cache need not equal the full pass)."""
+def _reused_cache_keyword(model: Any) -> str | None:
+    """The keyword a model's forward takes its KV cache by (:func:`attnflow.capture.ablation.cache_keyword`)
+    when a common prefix's cache may be reused, or None: no such keyword, or a decoder whose every layer
+    does not attend over the whole prefix (a sliding window: a continued window cache need not equal the
+    full pass)."""
+    from attnflow.capture.ablation import cache_keyword
     from attnflow.capture.architectures import layer_windows
 
     if any(w is not None for w in layer_windows(model)):
         return None
-    return next((k for k in ("cache", "past_key_values") if _takes(model, k)), None)
+    return cache_keyword(model)
 
 
 def _common_prefix(rows: list[list[int]]) -> int:
@@ -147,7 +145,7 @@ def model_predict(model: Any, decoder: bool, batch_size: int | None = None, *, l
     device = next(model.parameters()).device
     memory = memory if memory is not None else default_memory(device)
     last_only = last_only and decoder and _takes(model, "logits_to_keep")
-    keyword = _cache_keyword(model) if decoder else None
+    keyword = _reused_cache_keyword(model) if decoder else None
     state = {"reuse": reuse_prefix and keyword is not None, "checked": False}
 
     def forward(x: Any, past: Any = None, offset: int = 0) -> Any:
@@ -258,7 +256,7 @@ def estimate(model: Any, ids: list[int], ranked: int, rows: int, fractions: Sequ
     one, many = timed(1), timed(copies)
     per_token = max(many - one, 0.0) / ((copies - 1) * n)
     per_pass = max(one - per_token * n, 0.0)
-    reuse = decoder and _cache_keyword(model) is not None
+    reuse = decoder and _reused_cache_keyword(model) is not None
     size = rows_per_pass(model, n, memory=default_memory(next(model.parameters()).device))
     loo_passes = math.ceil(ranked / size) * (2 if reuse else 1)
     aopc_passes = rows * len(fractions) * 2  # per level, its sequences differ in length: one pass each at worst

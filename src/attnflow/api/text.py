@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 
 from attnflow.api.methods import run_method
-from attnflow.api.checks import check_methods, check_options, check_text_model, model_kind_of, row_capture
-from attnflow.api.honest import PAPER_ONLY
+from attnflow.api.capture_plan import row_capture
+from attnflow.api.checks import check_computed, check_methods, check_options, check_text_model, refuse_causal_norm
+from attnflow.api.defaults import PAPER_ONLY
 from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve, unwrap
 from attnflow.capture import capture
 from attnflow.capture.load import cached_tokenizer
-from attnflow.capture.text import is_causal, max_length
+from attnflow.capture.text import max_length
 from attnflow.capture.vocabulary import warn_unknown_words
 from attnflow.config import registry
 from attnflow.config.registry import Context
@@ -96,8 +97,9 @@ def _prediction(maps: AttentionMaps, model: Any) -> str | None:
 
 
 @dataclass
-class Prepared:
-    """One captured input, ready for the methods."""
+class CapturedInput:
+    """One captured input with its target resolved and the model's prediction read, ready for the
+    methods (:func:`attribute`)."""
 
     maps: AttentionMaps
     target: int
@@ -117,70 +119,24 @@ def _check_text(text: Any) -> None:
         raise AttnflowError("text must be a non-empty string")
 
 
-def _before_loading(text: str, info: ModelInfo, settings: Settings) -> Any:
-    """What can be refused from the config and the tokenizer alone, before the model's weights load
-    (:func:`attnflow.api.checks.check_text_model`, as :func:`attnflow.batch` does), then a target
-    outside the input. Returns the tokenizer."""
-    check_text_model(info, weighting=settings.weighting, causal_norm=settings.causal_norm)
-    tokenizer = cached_tokenizer(info)
-    if not settings.truncate:  # truncation changes the length; the target is then checked after capture
-        ids = tokenizer(text)["input_ids"]
-        resolve_position(settings.target, len(ids), list(ids), info.causal, tokenizer)
-    return tokenizer
+def _ids(text: str, config: Any, tokenizer: Any, settings: Settings) -> list[int]:
+    """The token ids capture will run on (truncated as it truncates: ``config`` a loaded model's or
+    a config dict)."""
+    limit = max_length(config, tokenizer) if settings.truncate else None
+    return list(tokenizer(text, truncation=limit is not None, max_length=limit)["input_ids"])
 
 
-def prepare(text: str, model: Any, tokenizer: Any, settings: Settings,
-            before_capture: Callable[[Any, Any, list[int], bool], None] | None = None,
-            row_plan: Callable[[Any, Any, list[int], bool], tuple[int, list[str]] | None] | None = None) -> Prepared:
-    """Load the model if given by name, path or :class:`ModelInfo` (reused between calls, see
-    :func:`attnflow.capture.load.cached_model`), capture ``text`` and resolve the target. Everything
-    that can be refused without the model is refused before it loads (``settings`` were checked
-    when built); ``before_capture(model, tokenizer, ids, lm)`` may refuse what needs the loaded model
-    and the token ids (:func:`_fits_the_budget`) before the capture pass runs. ``row_plan(model,
-    tokenizer, ids, lm)``: ``(target, methods)`` to capture those methods' rows of that target alone
-    on the model's fast attention (:func:`attnflow.capture.rows.capture_rows`), or None for the maps."""
-    _check_text(text)
-    if is_name(model):
-        info = inspect(model)
-        warn_unknown_words(text, _before_loading(text, info, settings), info.path)
-        loaded = resolve(info, device=settings.device, dtype=settings.dtype)
-    else:
-        loaded = resolve(model, tokenizer, device=settings.device, dtype=settings.dtype)
-        warn_unknown_words(text, tokenizer, str(getattr(model, "name_or_path", "") or ""))
-    model, tokenizer = loaded.model, loaded.tokenizer
-    lm = loaded.family == "decoder" and loaded.head == "causal-lm"
-    if settings.causal_norm is not None and not is_causal(model):
-        raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {type(model).__name__} is not one "
-                            "(its queries see the whole input)")
-    plan = None
-    if before_capture is not None or row_plan is not None:
-        limit = max_length(model, tokenizer) if settings.truncate else None
-        ids = list(tokenizer(text, truncation=limit is not None, max_length=limit)["input_ids"])
-        if before_capture is not None:
-            before_capture(model, tokenizer, ids, lm)
-        plan = row_plan(model, tokenizer, ids, lm) if row_plan is not None else None
-    if plan is not None:
-        from attnflow.capture.rows import capture_rows
-
-        maps = capture_rows(model, tokenizer, text, plan[0], plan[1], truncate=settings.truncate,
-                            residual=settings.residual, head_fusion=settings.head_fusion,
-                            causal_norm=settings.causal_norm)
-    else:
-        # Heads are fused while the model runs: explaining never needs per-head maps (see capture.hooks).
-        maps = capture(model, tokenizer, text, truncate=settings.truncate, head_fusion=settings.head_fusion,
-                       weighting=settings.weighting)
-    return prepared(maps, text, model, tokenizer, target=settings.target, lm=lm)
-
-
-def prepared(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any, lm: bool = False) -> Prepared:
+def captured_input(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any,
+                   lm: bool = False) -> CapturedInput:
     """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.batch`)
     with its target resolved and the model's prediction read, ready for :func:`attribute`."""
-    return Prepared(maps=maps, target=resolve_target(target, maps, tokenizer), prediction=_prediction(maps, model),
-                    model=model, name=loaded_name(model), text=text, tokenizer=tokenizer, lm=lm)
+    return CapturedInput(maps=maps, target=resolve_target(target, maps, tokenizer),
+                         prediction=_prediction(maps, model), model=model, name=loaded_name(model), text=text,
+                         tokenizer=tokenizer, lm=lm)
 
 
 def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[str], list[int]],
-            settings: Settings, progress: Progress | None, run: Prepared | None = None,
+            settings: Settings, progress: Progress | None, run: CapturedInput | None = None,
             spans: list[list[int]] | None = None, notes: dict | None = None) -> dict[str, Block]:
     """method -> :class:`Block` of the rows ``rows_for(method)`` at every layer, each computed by its
     registry function (:mod:`attnflow.config.registry`); ``run`` gives model-based methods the model;
@@ -265,114 +221,170 @@ def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, 
                        prediction=prediction, model=model, params=params, meta=meta)
 
 
-def refuse_norm_with_gradients(methods: Sequence[str], settings: Settings) -> None:
-    """The settings against the methods (:func:`attnflow.api.checks.check_methods`, model unknown)."""
-    check_methods(methods, settings)
+@dataclass
+class _Plan:
+    """What one explanation computes (:class:`_Decision`) on the token ids capture runs on."""
+
+    methods: list[str]
+    added: list[str]
+    ids: list[int]  # the token ids capture runs on
+    target: int | None  # None: not resolvable from the ids (refused after capture, naming the tokens)
+
+
+class _Decision:
+    """What one explanation computes, decided once (:mod:`attnflow.api.defaults`) and checked once
+    (:mod:`attnflow.api.checks`), each as soon as what it depends on is known:
+
+    - :meth:`kind_known` (from a named model's config, before its tokenizer and weights load; else once
+      it is loaded): the methods named against the model's kind, and the receptive-field
+      normalisation; when no decoder default can be added (methods named, ``paper_only``, a model that
+      is no causal LM: :func:`attnflow.api.defaults.adds_defaults`), the methods are the ones asked for
+      and the options are checked against them now.
+    - :meth:`ids_known`: the explained target; where defaults may be added, the decision
+      (:func:`attnflow.api.defaults.text_methods`, which needs the token count) and then the check of
+      the options against what the call computes."""
+
+    def __init__(self, asked: list[str], settings: Settings, *, named: bool, paper_only: bool, spans: Any) -> None:
+        self.asked, self.settings, self.named, self.paper_only, self.spans = asked, settings, named, paper_only, spans
+        self.methods: list[str] | None = None
+        self.added: list[str] = []
+
+    def kind_known(self, bound: Any) -> None:
+        """``bound``: a :class:`ModelInfo` or a :class:`Loaded`, carrying its :class:`~attnflow.hf.kind.ModelKind`."""
+        from attnflow.api.defaults import adds_defaults
+
+        check_methods(self.asked, self.settings, bound, spans=self.spans, decided_later=True)
+        kind = _kind(bound)
+        refuse_causal_norm(self.settings.causal_norm, kind, _name(bound))
+        if not adds_defaults(decoder=kind.lm, named=self.named, paper_only=self.paper_only):
+            self.methods = list(self.asked)
+            check_computed(self.asked, self.settings, self.methods, spans=self.spans)
+
+    def ids_known(self, bound: Any, tokenizer: Any, ids: list[int]) -> _Plan:
+        from attnflow.api.defaults import text_methods
+
+        settings = self.settings
+        try:
+            target = resolve_position(settings.target, len(ids), ids, _kind(bound).causal, tokenizer)
+        except AttnflowError:
+            target = None
+        if self.methods is None:
+            self.methods, self.added = text_methods(
+                self.asked, decoder=_kind(bound).lm, explains_last=target == len(ids) - 1, named=self.named,
+                paper_only=self.paper_only, n_tokens=len(ids), budget=settings.budget != Settings().budget)
+            check_computed(self.asked, settings, self.methods, spans=self.spans)
+        return _Plan(methods=self.methods, added=self.added, ids=ids, target=target)
+
+
+def _kind(bound: Any) -> Any:
+    return bound.loads_as if isinstance(bound, ModelInfo) else bound.model_kind
+
+
+def _name(bound: Any) -> str:
+    return repr(bound.path) if isinstance(bound, ModelInfo) else type(bound.model).__name__
 
 
 def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, methods: list[str], shown: str,
              targets: Any, flow_targets: str, progress: Progress | None, paper_only: bool,
              measured: bool, spans: Any = None, preview: Callable[[Attribution], None] | None = None,
              named: bool = True) -> Attribution:
-    """Capture, then the honest policy (:mod:`attnflow.api.honest`), decided before the result is
-    built: ``methods`` alone when ``named``, else the decoder defaults beside them unless ``paper_only``,
-    and, when ``measured`` (a report's maps), the on-the-fly faithfulness numbers of a short input.
-    Every option is checked against the methods the call will compute before the model loads (as far
-    as a named model's config tells its kind) and again, with the token count, before the capture pass.
-    ``preview``: see :func:`attribute`."""
-    from attnflow.api.honest import text_methods
+    """Bind the model once, decide once what the call computes and check each thing once
+    (:class:`_Decision`: the honest policy of :mod:`attnflow.api.defaults`, ``methods`` alone when
+    ``named``, else the decoder defaults beside them unless ``paper_only``), leave out a default that
+    cannot fit the memory budget, capture (the target's rows alone where every method can take them),
+    then :func:`attribute`; when ``measured`` (a report's maps), with the on-the-fly faithfulness
+    numbers of a short input. ``preview``: see :func:`attribute`."""
     from attnflow.api.spans import checked_spans
 
     spans = checked_spans(spans)
-    budget = settings.budget != Settings().budget
-    kind = model_kind_of(model)
-    # a kind not known before loading (a hub id) may be a decoder: its defaults may come (checked again once loaded)
-    planned, _ = text_methods(methods, decoder=kind in ("decoder", None), named=named, paper_only=paper_only,
-                              budget=budget, explains_last=settings.target in (None, "last", -1))
-    # a named model's kind from its config, before it loads
-    check_methods(methods, settings, model, computed=planned, spans=spans)
+    _check_text(text)
+    decision = _Decision(methods, settings, named=named, paper_only=paper_only, spans=spans)
+    plan = None
+    if is_name(model):
+        info = inspect(model)
+        if info.config:  # its kind, from the config alone: before the tokenizer and the weights load
+            decision.kind_known(info)
+        check_text_model(info, weighting=settings.weighting)
+        tokenizer = cached_tokenizer(info)
+        if not settings.truncate:  # truncation changes the length; the target is then checked after capture
+            ids = list(tokenizer(text)["input_ids"])
+            resolve_position(settings.target, len(ids), ids, info.causal, tokenizer)
+        warn_unknown_words(text, tokenizer, info.path)
+        if info.config:
+            plan = decision.ids_known(info, tokenizer, _ids(text, info.config, tokenizer, settings))
+        loaded = resolve(info, device=settings.device, dtype=settings.dtype)
+    else:
+        loaded = resolve(model, tokenizer, device=settings.device, dtype=settings.dtype)
+        warn_unknown_words(text, loaded.tokenizer, str(getattr(loaded.model, "name_or_path", "") or ""))
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if plan is None:
+        decision.kind_known(loaded)
+        plan = decision.ids_known(loaded, tokenizer, _ids(text, model, tokenizer, settings))
+    left_out = _check_memory_budget(plan, model, settings, progress)
+    chosen = [m for m in plan.methods if m not in left_out]
+    rows = None
+    if targets == "target" and plan.target is not None:  # one target (not explain_maps): its rows alone?
+        rows = row_capture(chosen, loaded, settings)
+    if rows is not None:
+        from attnflow.capture.rows import capture_rows
 
-    left_out: list[str] = []
-
-    def fits(loaded: Any, tokens: Any, ids: list[int], lm: bool) -> None:
-        left_out.extend(_fits_the_budget(methods, loaded, tokens, ids, lm, settings, paper_only, named, spans,
-                                         progress))
-
-    def row_plan(loaded: Any, tokens: Any, ids: list[int], lm: bool) -> tuple[int, list[str]] | None:
-        """One target of a decoder whose methods need no maps: its rows alone (see :func:`prepare`)."""
-        if targets != "target":
-            return None  # every target's maps (explain_maps)
-        try:
-            target = resolve_position(settings.target, len(ids), ids, is_causal(loaded), tokens)
-        except AttnflowError:
-            return None  # refused after capture, with the captured tokens to name
-        chosen, _ = text_methods(methods, decoder=lm, explains_last=target == len(ids) - 1, paper_only=paper_only,
-                                 n_tokens=len(ids), named=named, budget=budget)
-        rows = row_capture([m for m in chosen if m not in left_out], loaded, settings)
-        return None if rows is None else (target, rows)
-
-    run = prepare(text, model, tokenizer, settings, before_capture=fits, row_plan=row_plan)
-    asked = methods
-    methods, added = text_methods(methods, decoder=run.lm, explains_last=run.target == len(run.maps.tokens) - 1,
-                                  paper_only=paper_only, n_tokens=len(run.maps.tokens), named=named, budget=budget)
-    check_methods(asked, settings, run.model, computed=methods, spans=spans)  # a hub id's kind, known once loaded
-    methods, added = [m for m in methods if m not in left_out], [m for m in added if m not in left_out]
-    return attribute(run, settings, methods=methods, shown=shown, targets=targets, flow_targets=flow_targets,
+        maps = capture_rows(model, tokenizer, text, plan.target, rows, truncate=settings.truncate,
+                            residual=settings.residual, head_fusion=settings.head_fusion,
+                            causal_norm=settings.causal_norm, progress=progress)
+    else:
+        # Heads are fused while the model runs: explaining never needs per-head maps (see capture.streaming).
+        maps = capture(model, tokenizer, text, truncate=settings.truncate, head_fusion=settings.head_fusion,
+                       weighting=settings.weighting)
+    run = captured_input(maps, text, model, tokenizer, target=settings.target, lm=loaded.model_kind.lm)
+    added = [m for m in plan.added if m not in left_out]
+    return attribute(run, settings, methods=chosen, shown=shown, targets=targets, flow_targets=flow_targets,
                      progress=progress, explained_only=added, measured=measured, spans=spans, preview=preview)
 
 
-def _fits_the_budget(methods: list[str], model: Any, tokenizer: Any, ids: list[int], lm: bool, settings: Settings,
-                     paper_only: bool, named: bool = True, spans: Any = None,
-                     progress: Progress | None = None) -> list[str]:
+def _check_memory_budget(plan: _Plan, model: Any, settings: Settings, progress: Progress | None = None) -> list[str]:
     """Before the capture pass (on a long input the capture alone takes minutes and gigabytes), each
-    method's working memory on these ``ids`` against the memory budget
-    (:func:`attnflow.api.long_inputs.refuse_over_budget`): a method asked for that cannot fit is
-    refused now, not after the others have run; a decoder default the honest policy would add is
-    left out, with a warning saying why. Returns the defaults left out. A per-source method is
-    checked up to the explained target (the check after capture, on the method's own rows, stays).
-    The options are checked first against every method the call will compute on this model and input
-    (:func:`attnflow.api.checks.check_methods`); a progress callback that takes estimates
-    (``progress.estimate``: the CLI's bar) gets each model-based method's time and memory now, before the
-    capture pass, which on a long input alone takes minutes."""
+    planned method's working memory on the plan's ``ids`` against the memory budget
+    (:func:`attnflow.api.costs.refuse_over_budget`): a method asked for that cannot fit is
+    refused now, not after the others have run; a decoder default the honest policy added is left
+    out, with a warning saying why. Returns the defaults left out. A per-source method is checked up
+    to the explained target (the check after capture, on the method's own rows, stays). A progress
+    callback that takes estimates (``progress.estimate``: the CLI's bar) gets each model-based method's
+    time and memory now, before the capture pass, which on a long input alone takes minutes."""
     import warnings
 
-    from attnflow.api.honest import text_methods
-    from attnflow.api.long_inputs import refuse_over_budget
+    from attnflow.api.costs import refuse_over_budget
 
-    n = len(ids)
-    try:
-        target = resolve_position(settings.target, n, ids, is_causal(model), tokenizer)
-    except AttnflowError:
+    if plan.target is None:
         return []  # the target is refused after capture, as before, with the captured tokens to name
-    chosen, added = text_methods(methods, decoder=lm, explains_last=target == n - 1, paper_only=paper_only,
-                                 n_tokens=n, named=named, budget=settings.budget != Settings().budget)
-    check_methods(methods, settings, model, computed=chosen, spans=spans)
+    ids, target = plan.ids, plan.target
+    n = len(ids)
     left_out = []
-    for name in chosen:
+    for name in plan.methods:
         try:
             refuse_over_budget(registry.get(name), model, n, target + 1)
         except AttnflowError as refused:
-            if name not in added:
+            if name not in plan.added:
                 raise
             warnings.warn(f"the decoder default {name} is left out: {refused}", stacklevel=4)
             left_out.append(name)
     if hasattr(progress, "estimate"):
-        from attnflow.api.long_inputs import prepare as estimate
+        from attnflow.api.costs import fit_to_budget as estimate
 
-        for name in chosen:
+        for name in plan.methods:
             if name not in left_out:  # the same estimate the method's run makes (its own bar counts down from it)
                 estimate(registry.get(name), Context(kind="text", attentions=None, settings=settings, rows=[target],
                                                      model=model, input_ids=ids, progress=progress))
     return left_out
 
 
-def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: str, targets: Any, flow_targets: str,
-              progress: Progress | None, explained_only: Sequence[str] = (), measured: bool = False,
-              spans: Any = None, preview: Callable[[Attribution], None] | None = None) -> Attribution:
-    """The methods on one prepared input (the part of :func:`explain` / :func:`explain_maps` after
+def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], shown: str, targets: Any,
+              flow_targets: str, progress: Progress | None, explained_only: Sequence[str] = (),
+              measured: bool = False, spans: Any = None,
+              preview: Callable[[Attribution], None] | None = None) -> Attribution:
+    """The methods on one captured input (the part of :func:`explain` / :func:`explain_maps` after
     capture; ``attnflow batch`` calls it on each text of a batched forward pass); ``explained_only``
     methods for the explained target alone; ``measured``: with the on-the-fly faithfulness numbers
-    (:func:`attnflow.api.honest.faithfulness_record`) when they apply. ``spans``: see
+    (:func:`attnflow.api.defaults.faithfulness_record`) when they apply. ``spans``: see
     :mod:`attnflow.api.spans` (``result.meta["spans"]`` then lists the token groups, ``"span_labels"``
     their text, ``"span_methods"`` the methods that scored them).
 
@@ -389,7 +401,7 @@ def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: s
     notes: dict[str, Any] = {} if found is None else {
         "spans": found[0], "span_labels": found[1], "span_methods": [m for m in methods if registry.get(m).spans]}
     if explained_only:
-        from attnflow.api.honest import added_note
+        from attnflow.api.defaults import added_note
 
         notes["added"] = added_note(list(explained_only))
     later = [] if preview is None else [m for m in methods if registry.get(m).rows == registry.WHILE_CHEAP
@@ -410,50 +422,48 @@ def attribute(run: Prepared, settings: Settings, *, methods: list[str], shown: s
         blocks.update(_blocks(run.maps, later, rows_for, settings, progress, run=run))
     if not measured:
         return built(blocks)
-    from attnflow.api.honest import faithfulness_record
+    from attnflow.api.defaults import faithfulness_record
 
     return built(blocks, faithfulness_record(built(blocks), run.model, run.tokenizer))
 
 
-def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = None, target: Any = UNSET,
-            residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
-            progress: Progress | None = None, causal_norm: str | None = UNSET,
-            target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
-            paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None,
-            dtype: str = UNSET) -> Attribution:
+def explain(text: str, model: Any = None, *, method: Any = None, settings: Settings | None = None,
+            tokenizer: Any = None, target_text: str | None = None, paper_only: bool = PAPER_ONLY, spans: Any = None,
+            progress: Progress | None = None, **overrides: Any) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
-    model: a local path or hub id (loaded with eager attention), or a loaded model together with
-        ``tokenizer``; None uses the default model.
+    model: a local path or hub id (loaded with eager attention), a loaded model together with
+        ``tokenizer``, or what :func:`attnflow.api.resolve` returns (a :class:`Loaded`, bound once and
+        reused); None uses the default model.
     method: "raw", "rollout", "flow", "grad-rollout" (gradient-weighted rollout for the predicted
         class; sequence classifiers only), any other registered method, "all" (the paper's three) or a
         list of these; the result holds every one of them and nothing else. None (not named): rollout,
         and on a decoder's last position the decoder defaults beside it (see ``paper_only``).
-    target: "cls", "last", a token position, or None: "last" for decoders (the position that predicts
-        the next token), "cls" for encoders.
-    causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
-        :mod:`attnflow.core.causal`. Other arguments as in :func:`attnflow.rollout` / :func:`attnflow.flow`.
-    weighting: "attention" (the paper's: each layer's attention weights) or "norm": each key's
-        weight times the length of its transformed value vector ``||(x_j W_V^h + b_V^h) W_O^h||``,
-        summed over heads, rows normalised (Kobayashi et al. 2020), then the residual and the
-        methods as before; see :mod:`attnflow.core.weighting`. Recorded in ``result.params``.
+    settings: an :class:`attnflow.Settings` holding every setting.
+    overrides: any setting by its name, on top of ``settings`` (a name that is no setting is refused):
+
+        target: "cls", "last", a token position, or None: "last" for decoders (the position that
+            predicts the next token), "cls" for encoders.
+        causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
+            :mod:`attnflow.core.causal`. residual, head_fusion, solver: as in :func:`attnflow.rollout` /
+            :func:`attnflow.flow`; truncate; budget.
+        weighting: "attention" (the paper's: each layer's attention weights) or "norm": each key's
+            weight times the length of its transformed value vector ``||(x_j W_V^h + b_V^h) W_O^h||``,
+            summed over heads, rows normalised (Kobayashi et al. 2020), then the residual and the
+            methods as before; see :mod:`attnflow.core.weighting`. Recorded in ``result.params``.
+        device: where a model given by name runs ("auto": a GPU when torch sees one; "cpu", "cuda",
+            "cuda:N", "mps"); a loaded model stays where it is (a device it is not on is refused).
+        dtype: what a model given by name is loaded in ("auto": the checkpoint's; "float32", "bfloat16",
+            "float16"); a loaded model keeps its own (another dtype is refused).
 
     target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
         forced; ``text`` is then the source and the result is of kind "seq2seq" (see
         :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
-    device: where a model given by name runs ("auto": a GPU when torch sees one; "cpu", "cuda",
-        "cuda:N", "mps"); a loaded model stays where it is (a device it is not on is refused).
-    dtype: what a model given by name is loaded in ("auto": its checkpoint's; "float32", "bfloat16",
-        "float16"); a loaded model keeps its own (another is refused). Scores are accumulated in float32
-        or wider; a float16 model whose outputs overflow is refused in a sentence, not answered with NaN.
-    settings: an :class:`attnflow.Settings` holding every setting; the keywords above (residual,
-        head_fusion, weighting, causal_norm, solver, target, truncate, device) override it.
-
     paper_only: with no ``method`` named, a decoder explaining its last position also computes ablated
-        flow (value zeroing, the method the decoder study found faithful; above 64 tokens or with a
-        budget given, the budgeted method; :mod:`attnflow.api.honest`) beside rollout, unless True:
-        then rollout alone. A method named runs alone either way; ``result.meta["added"]`` says what was
-        added and why. CLI ``--paper-only``.
+        flow (value zeroing, the method the decoder study found faithful; above the record's
+        ``exact_max`` tokens (64) or with a budget given, the budgeted method; :mod:`attnflow.api.defaults`)
+        beside rollout, unless True: then rollout alone. A method named runs alone either way;
+        ``result.meta["added"]`` says what was added and why. CLI ``--paper-only``.
     spans: decoders: "word", "sentence", a list of passages of the text (or character ranges), or a
         file of passages: ablated flow, its estimate and the budgeted method remove each span at once
         and every token carries its span's score (:mod:`attnflow.api.spans`); default each token.
@@ -461,52 +471,36 @@ def explain(text: str, model: Any = None, *, tokenizer: Any = None, method: Any 
     Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only;
     ``result.params`` is ``settings.as_dict()``.
     """
-    return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
-                          causal_norm, target_text, weighting, settings, paper_only, device=device, spans=spans,
-                          dtype=dtype)
-
-
-def explain_as_asked(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = None,
-                     target: Any = UNSET, residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
-                     truncate: bool = UNSET, progress: Progress | None = None, causal_norm: str | None = UNSET,
-                     target_text: str | None = None, weighting: str = UNSET, settings: Settings | None = None,
-                     paper_only: bool = PAPER_ONLY, device: str = UNSET, spans: Any = None,
-                     dtype: str = UNSET) -> Attribution:
-    """:func:`explain` (kept for callers that measure exactly the methods they are given,
-    ``attnflow.faithfulness``: a method named runs alone in :func:`explain` too)."""
-    return _explain_entry(text, model, tokenizer, method, target, residual, head_fusion, solver, truncate, progress,
-                          causal_norm, target_text, weighting, settings, paper_only, device=device, spans=spans,
-                          dtype=dtype)
-
-
-def _explain_entry(text: str, model: Any, tokenizer: Any, method: Any, target: Any, residual: float, head_fusion: str,
-                   solver: str, truncate: bool, progress: Progress | None, causal_norm: str | None,
-                   target_text: str | None, weighting: str, settings: Settings | None, paper_only: bool, *,
-                   device: str = UNSET, spans: Any = None, dtype: str = UNSET) -> Attribution:
     from attnflow.api.spans import checked_spans
 
     named = method is not None
     method = method if named else registry.tracked()  # not named: rollout (and a decoder's defaults beside it)
-    model, tokenizer = unwrap(model, tokenizer)
-    info = _inspected(model)
-    if target_text is not None or _encoder_decoder(model if info is None else info):
+    bound = _inspected(model)
+    if target_text is not None or _encoder_decoder(bound):
         from attnflow.api.seq2seq import explain_seq2seq
 
         # a seq2seq target picks a target token by index or by its text: not a Settings target
-        settings = Settings.build(settings, device=device, dtype=dtype, residual=residual, head_fusion=head_fusion,
-                                  solver=solver,
-                                  truncate=truncate, causal_norm=causal_norm, weighting=weighting)
+        target = overrides.pop("target", None)
+        settings = Settings.build(settings, **overrides)
         refuse_seq2seq_settings(settings)
         check_options({"spans": checked_spans(spans), **settings.as_dict()}, resolve_methods(method, "seq2seq")[0])
+        model, tokenizer = unwrap(model, tokenizer)
         return explain_seq2seq(text, target_text, model, tokenizer=tokenizer, method=method, settings=settings,
                                target=None if target is UNSET else target, progress=progress)
-    settings = Settings.build(settings, device=device, dtype=dtype, target=target, residual=residual,
-                              head_fusion=head_fusion,
-                              solver=solver, truncate=truncate, causal_norm=causal_norm, weighting=weighting)
+    settings = Settings.build(settings, **overrides)
     methods, shown = resolve_methods(method)
-    return _explain(text, model if info is None else info, tokenizer, settings, methods=methods, shown=shown,
-                    targets="target", flow_targets="target", progress=progress, paper_only=paper_only, measured=False,
-                    spans=spans, named=named)
+    return _explain(text, bound, tokenizer, settings, methods=methods, shown=shown, targets="target",
+                    flow_targets="target", progress=progress, paper_only=paper_only, measured=False, spans=spans,
+                    named=named)
+
+
+def explain_as_asked(text: str, model: Any = None, **keywords: Any) -> Attribution:
+    """Deprecated: :func:`explain` (a method named runs alone there too). Kept for one release."""
+    import warnings
+
+    warnings.warn("attnflow.api.text.explain_as_asked is deprecated: call attnflow.explain (a method named runs "
+                  "alone there too)", DeprecationWarning, stacklevel=2)
+    return explain(text, model, **keywords)
 
 
 def refuse_seq2seq_settings(settings: Settings) -> None:
@@ -518,20 +512,21 @@ def refuse_seq2seq_settings(settings: Settings) -> None:
                             "rollout uses attention weights (weighting='attention')")
 
 
-def _inspected(model: Any) -> ModelInfo | None:
-    """The :class:`ModelInfo` of a model named by the user, inspected once for the whole call; None
-    for a loaded model, or where the name is refused (then :func:`prepare` refuses it again, after
-    the text, so that errors come in the order a user fixes them)."""
-    if not is_name(model):
-        return None
+def _inspected(model: Any) -> Any:
+    """The :class:`ModelInfo` of a model named by the user, inspected once for the whole call; a
+    loaded model or a :class:`Loaded` as it is, and a name refused as it is (then :func:`_explain`
+    refuses it again, after the text, so that errors come in the order a user fixes them)."""
+    if not is_name(model) or isinstance(model, ModelInfo):
+        return model
     try:
         return inspect(model)
     except AttnflowError:
-        return None
+        return model
 
 
 def _encoder_decoder(model: Any) -> bool:
-    """Whether ``model`` (a loaded model or a :class:`ModelInfo`) is an encoder-decoder model."""
+    """Whether ``model`` (a loaded model, a :class:`Loaded` or a :class:`ModelInfo`) is an encoder-decoder
+    model."""
     if model is None:
         return False
     from attnflow.api.models import describe
@@ -561,7 +556,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
     ``paper_only`` as in :func:`explain` (the decoder defaults for the explained target alone);
     ``defaults``: True adds them beside the ``methods`` given too (a menu's ticks, which a user did
     not name one by one: the app), False never, None when ``methods`` is None. A
-    short input (at most ``attnflow.api.honest.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
+    short input (at most ``attnflow.api.defaults.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
     prediction head carries the on-the-fly faithfulness numbers in ``meta["faithfulness"]``, which
     the report shows. ``preview(result)``: called first with flow for the explained target alone and
     every other method in full, when flow for more targets is still to come (what the app shows
@@ -571,15 +566,13 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                               solver=solver,
                               truncate=truncate, causal_norm=causal_norm, weighting=weighting)
     named = methods is not None if defaults is None else not defaults
-    model, tokenizer = unwrap(model, tokenizer)
     names, shown = _shown(registry.ALL if methods is None else methods, method)
     if preview is not None and not callable(preview):
         raise AttnflowError(f"preview must be a function of the first result (or None); got {type(preview).__name__}")
     if targets not in ("auto", "all"):
         raise AttnflowError(f"explain_maps targets must be 'auto' or 'all'; got {targets!r} "
                             "(use explain for one target)")
-    info = _inspected(model)
-    return _explain(text, model if info is None else info, tokenizer, settings, methods=names, shown=shown,
+    return _explain(text, _inspected(model), tokenizer, settings, methods=names, shown=shown,
                     targets=targets, flow_targets=flow_targets, progress=progress, paper_only=paper_only,
                     measured=True, spans=spans, preview=preview, named=named)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnflow.api import FLOW_ALL_MAX
-from attnflow.api.honest import PAPER_ONLY
+from attnflow.api.defaults import PAPER_ONLY
 from attnflow.config import registry
 from attnflow.config.settings import OPTIONS, choices
 from attnflow.errors import AttnflowError
@@ -106,7 +106,7 @@ class TextRequest:
     head_fusion: str = OPTIONS["head_fusion"].default
     residual: float = OPTIONS["residual"].default
     flow_all: bool = False
-    paper_only: bool = PAPER_ONLY  # the paper's methods alone, without the decoder defaults (attnflow.api.honest)
+    paper_only: bool = PAPER_ONLY  # the paper's methods alone, without the decoder defaults (attnflow.api.defaults)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

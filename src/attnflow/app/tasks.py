@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from attnflow.api import explain_image, explain_maps, generate
-from attnflow.api.honest import DECODER_METHODS
+from attnflow.api.defaults import DECODER_METHODS
 from attnflow.api.models import max_length
 from attnflow.app.catalog import Loaded
 from attnflow.app.jobs import Job
@@ -46,7 +46,7 @@ def explain_text(job: Job, loaded: Loaded, request: TextRequest) -> Any:
             job.show(result)
             job.say("computing flow for every other target (see the progress bar)")
 
-        # the honest defaults and a short input's faithfulness numbers are the api's (attnflow.api.honest)
+        # the honest defaults and a short input's faithfulness numbers are the api's (attnflow.api.defaults)
         return explain_maps(request.text, loaded.model, tokenizer=loaded.tokenizer, methods=request.methods,
                             flow_targets="all" if request.flow_all else "auto", head_fusion=request.head_fusion,
                             residual=request.residual, progress=job.progress_callback("attention flow"),
@@ -92,7 +92,7 @@ def generate_text(job: Job, loaded: Loaded, request: GenerateRequest) -> Any:
         job.say("generating")
         if request.sample:
             torch.manual_seed(request.seed)
-        # a decoder shows the paper's rollout beside the measured-faithful method (attnflow.api.honest)
+        # a decoder shows the paper's rollout beside the measured-faithful method (attnflow.api.defaults)
         methods = {} if getattr(loaded.model.config, "is_encoder_decoder", False) else {"method": list(DECODER_METHODS)}
         return generate(loaded.model, loaded.tokenizer, request.prompt, request.max_new_tokens,
                         residual=request.residual, head_fusion=request.head_fusion, causal_norm=request.causal_norm,

@@ -24,7 +24,10 @@ from attnflow.batch.inputs import Inputs, read_inputs
 from attnflow.batch.plan import fingerprint, plan, token_lengths
 from attnflow.batch.shard import BatchJob, ShardOutput, ShardTask
 from attnflow.batch.store import SHARD_KEY, Store
-from attnflow.api.checks import check_device, check_methods, check_scheduler, check_text_model, named_info
+from attnflow.api.checks import check_methods, check_text_model
+from attnflow.api.devices import check_device
+from attnflow.api.scheduler import check_scheduler
+from attnflow.capture.load import named_info
 from attnflow.config.settings import UNSET
 from attnflow.config.settings import Settings as Explanation
 from attnflow.errors import AttnflowError

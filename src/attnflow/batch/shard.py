@@ -70,18 +70,6 @@ _MODELS: dict = {}
 _LOCK = threading.Lock()
 
 
-def _device(choice: str) -> str:
-    """The device this process loads the model on (:func:`attnflow.api.checks.pick_device`, the one
-    resolution every entry point uses), naming the host when it refuses: on a cluster each worker
-    resolves ``auto`` and checks ``cuda:N`` against its own GPUs."""
-    from attnflow.api.checks import pick_device
-
-    try:
-        return pick_device(choice)
-    except AttnflowError as exc:
-        raise AttnflowError(f"on {socket.gethostname()}: {exc}") from None
-
-
 def _threads_for_worker() -> None:
     """In a Dask worker, use as many torch and numba threads as the worker has task threads (shards of
     one process run one at a time, see :func:`run_shard`): a LocalCluster of one single-threaded worker
@@ -103,6 +91,7 @@ def loaded(job: BatchJob) -> tuple[Any, Any]:
     """``(model, tokenizer)`` (tokenizer None for images), loaded on first use in this process."""
     key = (job.model, job.images, job.device)
     if key not in _MODELS:
+        from attnflow.api.devices import pick_device
         from attnflow.capture.load import load_model, quiet_transformers
 
         quiet_transformers()
@@ -113,7 +102,7 @@ def loaded(job: BatchJob) -> tuple[Any, Any]:
             model, tokenizer = load_vision_model(job.model), None
         else:
             model, tokenizer = load_model(job.model)
-        _MODELS[key] = (model.to(_device(job.device)), tokenizer)
+        _MODELS[key] = (model.to(pick_device(job.device, host=True)), tokenizer)  # this worker's own GPUs
     return _MODELS[key]
 
 
@@ -212,7 +201,7 @@ def _text_rows(task: ShardTask, job: BatchJob, model: Any, tokenizer: Any) -> tu
 def explain_texts(texts: list[str], job: BatchJob, model: Any, tokenizer: Any) -> list[Any]:
     """One forward pass over ``texts``, then each text's slice through ``explain``'s methods. Returns,
     per text, its Attribution or the exception it raised (the others are unaffected)."""
-    from attnflow.api.text import attribute, prepared
+    from attnflow.api.text import attribute, captured_input
     from attnflow.capture.text import capture
 
     try:
@@ -225,7 +214,7 @@ def explain_texts(texts: list[str], job: BatchJob, model: Any, tokenizer: Any) -
     out: list[Any] = []
     for b, text in enumerate(texts):
         try:
-            run = prepared(one_of(batch, b), text, model, tokenizer, target=job.settings.target)
+            run = captured_input(one_of(batch, b), text, model, tokenizer, target=job.settings.target)
             out.append(attribute(run, job.settings, methods=list(job.methods),
                                  shown=job.methods[0], targets="all" if job.maps else "target",
                                  flow_targets="all" if job.maps else "target", progress=None))

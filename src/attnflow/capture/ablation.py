@@ -53,11 +53,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import (architecture, layer_windows, model_family, model_head,
-                                            model_type, refuse_unsupported)
-from attnflow.capture.hooks import architecture_fixes, attention_modules, scoped
+from attnflow.capture.architectures import architecture, layer_windows, model_type, refuse_unsupported
+from attnflow.capture.streaming import architecture_fixes, attention_modules, scoped
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import kind_of
 from attnflow.hf.points import receiving
 from attnflow.hf.weights import input_device
 
@@ -179,7 +179,7 @@ def readout_values(logits: torch.Tensor, tokens: torch.Tensor, foils: torch.Tens
 def checked_inputs(model: Any, input_ids: Any, targets: Any, readout: str, tokens: Any, foils: Any,
            batch_size: int) -> tuple[torch.Tensor, list[int]]:
     refuse_unsupported(model)
-    if model_family(model) != "decoder" or model_head(model) != "causal-lm":
+    if not kind_of(model).lm:
         raise AttnflowError(f"ablated flow and occlusion reuse a causal decoder's key/value cache; "
                             f"{type(model).__name__} is not a decoder-only language model: `attnflow methods --model MODEL` "
                             "lists what it can run (attnflow.api.checks.runnable in Python)")
@@ -205,11 +205,22 @@ def checked_inputs(model: Any, input_ids: Any, targets: Any, readout: str, token
 
 # ------------------------------------------------------------------------------------ engine
 
-def cache_keyword(model: Any) -> str:
-    """transformers >= 5.24 names the cache argument ``cache`` (``past_key_values`` is deprecated)."""
+def cache_keyword(model: Any, *, required: bool = False) -> str | None:
+    """The keyword ``model.forward`` takes its key/value cache by: ``cache`` under transformers >= 5.24
+    (``past_key_values``, deprecated there, still passes through a shim that warns), ``past_key_values``
+    for a forward that names only that (older modelling code), None for one that names neither (no cache
+    can be handed to it by name; refused when ``required``)."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    try:
+        taken = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        taken = {}
+    keyword = next((k for k in ("cache", "past_key_values") if k in taken), None)
+    if keyword is None and required:
+        raise AttnflowError(f"{type(model).__name__}.forward takes no key/value cache by name (cache or "
+                            "past_key_values), which ablated flow continues from the clean prefix")
+    return keyword
 
 
 class Prefix:
@@ -236,7 +247,7 @@ class Prefix:
         inside = [t for t in self.targets if self.built <= t < to]
         keep = to - min(inside) if inside else 1
         out = self.model(input_ids=self.ids[None, self.built:to].to(device), use_cache=True, logits_to_keep=keep,
-                         **{cache_keyword(self.model): self.cache})
+                         **{cache_keyword(self.model, required=True): self.cache})
         for t in inside:
             self.logits[t] = out.logits[0, t - to + keep].detach()
         self.built = to
@@ -312,7 +323,7 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
             cache_in = prefix.copy(len(chunk), j0)  # before the edit is active: it may run the clean prefix
             with edited(Edit(zero=zero, embed=embed)):
                 out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
-                            **{cache_keyword(model): cache_in})
+                            **{cache_keyword(model, required=True): cache_in})
             logits = out.logits.detach().cpu()
             for b, (j, v) in enumerate(chunk):
                 for t in wanted:

@@ -22,7 +22,8 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   query, key and value: GPT-NeoX's ``query_key_value``). Set in :data:`PROJECTIONS`, each row checked
   against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
   type without them is refused for the norm weighting.
-- ``fixes``: corrections applied while attnflow runs the model (see :func:`attnflow.capture.hooks.architecture_fixes`).
+- ``fixes``: corrections applied while attnflow runs the model (see
+  :func:`attnflow.capture.streaming.architecture_fixes`).
 - ``lrp_gate``: for AttnLRP (:mod:`attnflow.capture.attnlrp`), the two factors of a gated feed-forward
   block's elementwise product (``act(gate(x)) * up(x)``), as paths from the attention module like
   ``mlp``, whose gradients the uniform rule halves; ``()`` for a family whose feed-forward block has no
@@ -30,7 +31,7 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   row that sets it has a conservation case in ``tests/test_attnlrp.py``.
 - ``attention_class``: for a family whose model classes declare no ``_can_record_outputs`` (older
   modelling code), the class name of the module that returns ``(output, attention weights)``, so that
-  streaming capture and the norm weighting can hook it (:func:`attnflow.capture.hooks.attention_modules`).
+  streaming capture and the norm weighting can hook it (:func:`attnflow.capture.streaming.attention_modules`).
 
 Rows are plain data: add one for a new family (and a case to ``tests/test_architectures_matrix.py``,
 which generates the supported-architectures table in ``docs/architectures.md``). A model type without
@@ -74,10 +75,11 @@ class Architecture:
 
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder", "vision", "unsupported")
+EDITS = [0]  # how many rows register_architecture has set: a kind remembered under fewer is read again
 
 # A model's head: what its class puts on top of the family's body, read from transformers' auto-model
 # mappings (model_type -> class name), or from a row's ``heads`` for a registered family.
-HEADS = {
+HEAD_MAPPINGS = {
     "classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
     "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
     "seq2seq": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
@@ -134,7 +136,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     # GPT-Neo's local layers keep a full KV cache and mask outside the window
     "gpt_neo": Architecture("decoder", window="window_size", layer_types="attention_layers", windowed_type="local"),
     # Falcon's eager attention (rotary variant) adds the boolean causal mask to the scores instead of masking:
-    # without the fix every multi-token forward pass attends to future tokens (see architecture_fixes in capture.hooks).
+    # without the fix every multi-token forward pass attends to future tokens (see architecture_fixes in
+    # capture.streaming).
     "falcon": Architecture("decoder", fixes=("boolean_mask_as_bias",)),
     # ------------------------------------------------------------------ encoder-decoders
     **{t: Architecture(**_SEQ2SEQ_BART) for t in (
@@ -193,9 +196,9 @@ def _check_row(model_type: str, row: Architecture) -> None:
         raise AttnflowError(f"family must be one of {', '.join(FAMILIES)}; got {row.family!r} for {model_type!r}")
     if (row.family == "unsupported") != (row.unsupported is not None):
         raise AttnflowError(f"{model_type!r}: a row says why exactly when its family is 'unsupported'")
-    bad = sorted(set(dict(row.heads).values()) - set(HEADS))
+    bad = sorted(set(dict(row.heads).values()) - set(HEAD_MAPPINGS))
     if bad:
-        raise AttnflowError(f"heads must be among {', '.join(HEADS)}; got {bad} for {model_type!r}")
+        raise AttnflowError(f"heads must be among {', '.join(HEAD_MAPPINGS)}; got {bad} for {model_type!r}")
     if (row.value is None) != (row.output is None):
         raise AttnflowError(f"{model_type!r}: name both the value and the output projection, or neither")
 
@@ -246,6 +249,7 @@ def register_architecture(model_type: str, family: str, *, heads: dict[str, str]
     row = Architecture(family, heads=tuple(sorted((heads or {}).items())), **facts)
     _check_row(model_type, row)
     ARCHITECTURES[model_type] = row
+    EDITS[0] += 1  # kinds computed against the table before (attnflow.hf.kind remembers them) are stale
     PROJECTIONS.pop(model_type, None)
     if _weighs(row):
         PROJECTIONS[model_type] = _projections(row)
@@ -279,7 +283,7 @@ def class_name(model_or_config: Any) -> str:
 
 
 def model_head(model_or_config: Any) -> str:
-    """What a model's class puts on its body (see :data:`HEADS`): an exact lookup of the class in its
+    """What a model's class puts on its body (see :data:`HEAD_MAPPINGS`): an exact lookup of the class in its
     row's ``heads``, then in transformers' auto-model mappings for its ``model_type`` (every type's, for
     a config that names none); "" when neither names the class (or a config does not say its class)."""
     name, kind = class_name(model_or_config), model_type(model_or_config)
@@ -290,7 +294,7 @@ def model_head(model_or_config: Any) -> str:
         return dict(row.heads)[name]
     from transformers.models.auto import modeling_auto
 
-    for head, mapping_name in HEADS.items():
+    for head, mapping_name in HEAD_MAPPINGS.items():
         mapping = getattr(modeling_auto, mapping_name, {})
         # a config without model_type (or of a type the mapping lacks): the class among every type's
         candidates = [mapping[kind]] if kind in mapping else list(mapping.values())
@@ -299,10 +303,10 @@ def model_head(model_or_config: Any) -> str:
     return ""
 
 
-def model_family(model_or_config: Any) -> str:
+def model_family(model_or_config: Any, head: str | None = None) -> str:
     """The table's family of a model, config or config dict; for a model type without a row, what its
-    config says (``is_encoder_decoder``, ``is_decoder``) or its head (a causal-LM head: a decoder),
-    else "encoder"."""
+    config says (``is_encoder_decoder``, ``is_decoder``) or its head (a causal-LM head: a decoder; ``head``
+    when already read), else "encoder"."""
     row = architecture(model_or_config)
     if row is not None:
         return row.family
@@ -310,17 +314,9 @@ def model_family(model_or_config: Any) -> str:
     flag = (config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d))
     if flag("is_encoder_decoder", False):
         return "encoder-decoder"
-    if flag("is_decoder", False) or model_head(model_or_config) == "causal-lm":
+    if flag("is_decoder", False) or (model_head(model_or_config) if head is None else head) == "causal-lm":
         return "decoder"
     return "encoder"
-
-
-def model_kind(family: str, head: str) -> str:
-    """What a user would call the model: "encoder", "classifier", "decoder", "encoder-decoder",
-    "vision" (or "unsupported")."""
-    if family == "encoder" and head == "classification":
-        return "classifier"
-    return family
 
 
 def is_encoder_decoder(model_or_config: Any) -> bool:
@@ -402,10 +398,11 @@ def _read(config: Any, key: str, default: Any = None) -> Any:
     return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
 
 
-def why_not_rows(model_or_config: Any) -> str:
+def why_not_rows(model_or_config: Any, family: str | None = None) -> str:
     """Why this model's target rows cannot be captured on its fast attention without the maps ("" when they
-    can; :mod:`attnflow.capture.rows`), from a loaded model or its config alone (no weights read)."""
-    family = model_family(model_or_config)
+    can; :mod:`attnflow.capture.rows`), from a loaded model or its config alone (no weights read);
+    ``family``: the model's, when its kind is known already (:mod:`attnflow.hf.kind`)."""
+    family = model_family(model_or_config) if family is None else family
     if family != "decoder":
         return f"it is {'an' if family[:1] in 'aeiou' else 'a'} {family} model (the row capture is for decoders)"
     row = architecture(model_or_config)

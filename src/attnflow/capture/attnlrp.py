@@ -61,9 +61,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, model_family, model_head, model_type
-from attnflow.capture.hooks import architecture_fixes
+from attnflow.capture.architectures import architecture, model_type
+from attnflow.capture.streaming import architecture_fixes
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import kind_of
 from attnflow.hf.points import hook_points, receiving
 from attnflow.hf.weights import input_device, parameter
 
@@ -198,10 +199,10 @@ def _kind(model: Any) -> tuple[bool, tuple[str, ...]]:
         checked = ", ".join(t for t, r in ARCHITECTURES.items() if r.lrp_gate is not None)
         raise AttnflowError(f"AttnLRP's rules are checked (conservation) for {checked} models; {name!r} is not among "
                             "them: use method='ablated-flow-estimate' or 'alti-logit'")
-    head = model_head(model)
-    if head == "causal-lm" and model_family(model) == "decoder":
+    kind = kind_of(model)
+    if kind.lm:
         return True, row.lrp_gate
-    if head == "classification":
+    if kind.head == "classification":
         return False, row.lrp_gate
     raise AttnflowError(f"AttnLRP explains a logit, so it needs a causal language-model or a sequence-classification "
                         f"head; {type(model).__name__} has neither")

@@ -61,7 +61,7 @@ import torch
 
 from attnflow.capture.ablation import LAYER_MODES, Ablation, checked_inputs, readout_values, value_projections
 from attnflow.capture.efficient_attention import efficient_attention
-from attnflow.capture.hooks import architecture_fixes
+from attnflow.capture.streaming import architecture_fixes
 from attnflow.capture.load import output_cache
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import hook_points, own_implementation, receiving

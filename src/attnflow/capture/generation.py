@@ -1,6 +1,6 @@
 """Run a decoder's own ``generate`` and track attention rollout for every generated token.
 
-Streaming hooks on the attention modules (:mod:`attnflow.capture.hooks`) see each forward call of
+Streaming hooks on the attention modules (:mod:`attnflow.capture.streaming`) see each forward call of
 ``model.generate`` layer by layer: the first call is the prompt (one ``(heads, m, m)`` map per layer,
 fused into ``(m, m)`` at once and dropped), each later call is one KV-cached step whose single query
 adds one row per layer. The prefix is never run again, transformers is never asked for its attention
@@ -16,6 +16,12 @@ teacher-forced pass); ``strategy="auto"`` takes the cheaper:
   predicting positions top-down by vector-matrix products (:func:`attnflow.core.rollout.rollout_rows`):
   ``4 L N^2`` bytes and ``k L (L + 1) / 2 N^2`` multiply-adds. At a 4,096-token prompt on
   SmolLM2-135M (30 layers) that is 2.0 GB and a few seconds for 20 new tokens.
+- ``"replay"``: generate on the model's own attention with nothing captured, then run the whole sequence
+  once more through the row capture (:mod:`attnflow.capture.rows`: one SDPA pass keeping each layer's
+  queries and keys, then every predicting position's rows top down, :mod:`attnflow.core.qk_rows`): the
+  teacher-forced pass every strategy is tested against, in memory that grows with ``N`` (the queries
+  and keys) instead of ``N^2``, for one more forward pass. Chosen when the fused maps of ``"rows"`` would
+  exceed :data:`REPLAY_FROM_BYTES` and the model takes the row capture (weighting "attention").
 - ``"incremental"``: roll out the prompt once and extend it by one row per layer and step
   (:class:`attnflow.core.incremental.IncrementalRollout`): ``L m^3`` multiply-adds for the prompt,
   ``L N^2`` per step, and ``L (2N)^2`` float64 numbers at most (its buffer doubles as it grows).
@@ -26,15 +32,15 @@ teacher-forced pass); ``strategy="auto"`` takes the cheaper:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import layer_windows, refuse_unsupported
-from attnflow.capture.hooks import (architecture_fixes, checked_weights, pending_norms, replay_attentions,
+from attnflow.capture.architectures import layer_windows, refuse_unsupported, why_not_rows
+from attnflow.capture.streaming import (architecture_fixes, checked_weights, pending_norms, replay_attentions,
                                    streamable_modules, streaming)
 from attnflow.capture.load import output_cache
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
@@ -44,12 +50,14 @@ from attnflow.core.incremental import IncrementalRollout, window_columns
 from attnflow.core.rollout import rollout_rows
 from attnflow.core.weighting import check_weighting, norm_weighted
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import kind_of
 from attnflow.hf.weights import input_device
 
 _REFUSED = {"num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "assistant_model": None,
             "prompt_lookup_num_tokens": None}
-STRATEGIES = ("auto", "rows", "incremental")
+STRATEGIES = ("auto", "rows", "incremental", "replay")
 INCREMENTAL_MAX_BYTES = 2 * 2**30
+REPLAY_FROM_BYTES = 2**30  # the fused maps of "rows" above which "auto" replays the sequence instead
 
 
 @dataclass
@@ -103,9 +111,12 @@ def _check(prompt: Any, max_new_tokens: Any, kwargs: dict) -> None:
             raise AttnflowError(f"generate tracks one sequence one token per step; {key}={kwargs[key]!r} is not supported")
 
 
-def choose_strategy(m: int, new: int, n_layers: int) -> str:
-    """The cheaper way for an ``m``-token prompt and ``new`` tokens (see the module docstring)."""
+def choose_strategy(m: int, new: int, n_layers: int, replayable: bool = False) -> str:
+    """The cheaper way for an ``m``-token prompt and ``new`` tokens (see the module docstring); ``replayable``:
+    the model takes the row capture, so maps too big to keep are replaced by one more pass."""
     n = m + new
+    if replayable and 4 * n_layers * n * n > REPLAY_FROM_BYTES:
+        return "replay"
     rows = new * n_layers * (n_layers + 1) / 2 * n * n
     incremental = n_layers * float(m) ** 3 + new * n_layers * n * n
     fits = n_layers * (2 * n) ** 2 * 8 <= INCREMENTAL_MAX_BYTES
@@ -236,8 +247,12 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     modules = streamable_modules(model)
     found = projections(model, modules) if weighting == "norm" else None
     n_layers = len(modules) or int(model.config.num_hidden_layers)
+    replayable = weighting == "attention" and bool(modules) and not why_not_rows(model, kind_of(model).family)
     if strategy == "auto":
-        strategy = choose_strategy(m, max_new_tokens, n_layers)
+        strategy = choose_strategy(m, max_new_tokens, n_layers, replayable)
+    elif strategy == "replay" and not replayable:
+        raise AttnflowError(f"strategy 'replay' runs the row capture, which {type(model).__name__} with weighting "
+                            f"{weighting!r} does not take; use 'rows' or 'incremental'")
     steps = _Steps(n_layers, m, m + max_new_tokens, head_fusion, strategy, tracker, from_output=not modules,
                    windows=layer_windows(model), projections=found)
     device = input_device(model)
@@ -250,7 +265,9 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         kwargs.update(return_dict_in_generate=True, output_logits=True)
     if kwargs.get("pad_token_id") is None and tokenizer.pad_token_id is None:
         kwargs["pad_token_id"] = tokenizer.eos_token_id  # transformers' own fallback, without its warning
-    with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model), streaming(model, modules, steps):
+    replay = strategy == "replay"
+    with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model), \
+            nullcontext() if replay else streaming(model, modules, steps):
         sequences = model.generate(input_ids=enc["input_ids"].to(device),
                                    attention_mask=enc["attention_mask"].to(device), **kwargs)
     cache = logits = None
@@ -259,11 +276,20 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
         sequences = sequences.sequences
     new_ids = sequences[0, m:].tolist()
     n_new = len(new_ids)
+    if replay:
+        steps.calls = n_new  # nothing was captured while generating: the sequence is replayed below
     if steps.calls != n_new:
         raise AttnflowError(f"expected {n_new} forward steps for {n_new} new tokens; saw {steps.calls}")
     seen = m + n_new - 1  # positions that ran as queries (the last new token never does)
     rows = torch.zeros(n_new, n_layers, m + n_new, dtype=torch.float64)
-    if strategy == "incremental":
+    if replay:
+        from attnflow.capture.rows import run_rows
+
+        replayed, _, _ = run_rows(model, {"input_ids": sequences[:, :seen]}, list(range(m - 1, seen)), ["rollout"],
+                                  residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
+                                  logits_to_keep=1, use_cache=False)
+        rows[:, :, :seen] = replayed.values["rollout"].transpose(0, 1).to(torch.float64)
+    elif strategy == "incremental":
         rows[:, :, :seen] = tracker.rows[:, m - 1:, :].transpose(0, 1)
     else:
         w = steps.w[:, None, :seen, :seen]  # (layers, 1, n, n): the heads were fused in the hooks

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.hooks import attention_for_weights, eager, layer_weights, streamable_modules
+from attnflow.capture.streaming import attention_for_weights, eager, layer_weights, streamable_modules
 from attnflow.hf.points import receiving
 from attnflow.errors import AttnflowError
 

@@ -14,14 +14,14 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from attnflow.capture import pypi_models
-from attnflow.capture.architectures import class_name, model_family, model_head, refuse_unsupported
+from attnflow.capture.architectures import class_name, refuse_unsupported
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import UNKNOWN, ModelKind, kind_of, remember
 
 # "generation" is not a head: it loads encoder-decoder configs as "seq2seq" and others as "causal-lm".
 TASKS = ("encoder", "classification", "causal-lm", "seq2seq", "generation")
@@ -30,7 +30,7 @@ TASKS = ("encoder", "classification", "causal-lm", "seq2seq", "generation")
 # :func:`attnflow.capture.architectures.model_head`), and what to say when it is not: loading a
 # checkpoint into a head it lacks gives that head random weights, whose output (a "generated" text, a
 # "prediction") would look plausible and mean nothing.
-HEADS = {
+TRAINED_HEADS = {
     "classification": ("a sequence-classification head", "explaining a classifier's prediction needs one"),
     "causal-lm": ("a causal language-model head", "generating text needs a decoder, e.g. --model smollm2 (SmolLM2-135M)"),
 }
@@ -141,12 +141,12 @@ def model_task(path_or_id: str) -> str:
     return config_task(_config(path_or_id))
 
 
-def config_task(config: dict) -> str:
-    """:func:`model_task` from a config already read."""
+def config_task(config: dict, kind: ModelKind | None = None) -> str:
+    """:func:`model_task` from a config already read (``kind``: its :class:`ModelKind`, when known)."""
     if not class_name(config):
         return ""
-    head = model_head(config)
-    return head if head in HEADS else "encoder"
+    head = (kind or kind_of(config)).head
+    return head if head in TRAINED_HEADS else "encoder"
 
 
 def is_encoder_decoder_path(path_or_id: str) -> bool:
@@ -156,15 +156,15 @@ def is_encoder_decoder_path(path_or_id: str) -> bool:
     return config_file.is_file() and bool(read_config(config_file).get("is_encoder_decoder"))
 
 
-def check_head(name: str, task: str, config: dict | None = None) -> None:
+def check_head(name: str, task: str, config: dict | None = None, kind: ModelKind | None = None) -> None:
     """Refuse, from the config alone (before any weight is read), a task whose head the checkpoint
     lacks: generating with an encoder, classifying with a bare encoder."""
-    if task not in HEADS:
+    if task not in TRAINED_HEADS:
         return
     config = _config(name) if config is None else config
     arch = class_name(config)
-    head, need = HEADS[task]
-    if arch and model_head(config) != task:
+    head, need = TRAINED_HEADS[task]
+    if arch and (kind or kind_of(config)).head != task:
         raise AttnflowError(f"{name!r} is a {arch} checkpoint, without {head}; {need}")
 
 
@@ -220,7 +220,7 @@ def load_pretrained(loader: Any, name: str, what: str, unused: tuple[str, ...] =
     return ensure_eager(model)
 
 
-def _task(config: dict, task: str) -> str:
+def _task(config: dict, task: str, kind: ModelKind) -> str:
     if task not in ("auto", *TASKS):
         raise AttnflowError(f"task must be one of 'auto', {', '.join(map(repr, TASKS))}; got {task!r}")
     if task in ("auto", "generation") and bool(config.get("is_encoder_decoder")):
@@ -228,28 +228,50 @@ def _task(config: dict, task: str) -> str:
     if task == "generation":
         return "causal-lm"
     if task == "auto":
-        return config_task(config) or "encoder"
+        return config_task(config, kind) or "encoder"
     return task
+
+
+# The head of the class each task loads (see _load_weights): what a loaded model's kind says.
+TASK_HEADS = {"encoder": "base", "classification": "classification", "causal-lm": "causal-lm", "seq2seq": "seq2seq"}
 
 
 @dataclass(frozen=True)
 class ModelInfo:
     """A model named by the user, resolved once and carried down: its folder or hub id (``path``), its
-    ``config.json`` as read once (``{}`` for a hub id) and the task it loads as. Family and head
-    come from the architecture table (:mod:`attnflow.capture.architectures`), read from that config."""
+    ``config.json`` as read once (``{}`` for a hub id), the task it loads as, and its
+    :class:`~attnflow.hf.kind.ModelKind` (family, head, type from the architecture table), computed
+    once from that config (unknown for a hub id)."""
 
     path: str
     config: dict
     task: str
+    model_kind: ModelKind | None = None
 
-    @cached_property
+    def __post_init__(self) -> None:
+        if self.model_kind is None:
+            object.__setattr__(self, "model_kind", kind_of(self.config) if self.config else UNKNOWN)
+
+    @property
     def family(self) -> str:
         """"encoder", "decoder", "encoder-decoder", "vision" ("" when a hub id's config is unknown)."""
-        return model_family(self.config) if self.config else ""
+        return self.model_kind.family
 
-    @cached_property
+    @property
     def head(self) -> str:
-        return model_head(self.config) if self.config else ""
+        return self.model_kind.head
+
+    @property
+    def loads_as(self) -> ModelKind:
+        """The kind of the model this record loads: its config's, under the head of its task's class."""
+        if not self.config:
+            return UNKNOWN
+        head = TASK_HEADS.get(self.task, self.head)
+        if head == self.head:
+            return self.model_kind
+        from attnflow.capture.architectures import model_family
+
+        return replace(self.model_kind.with_head(head), family=model_family(self.config, head))
 
     @property
     def causal(self) -> bool:
@@ -263,16 +285,17 @@ def inspect_model(path_or_id: Any = None, *, task: str = "auto") -> ModelInfo:
     if isinstance(path_or_id, ModelInfo):
         if task == "auto" or task == path_or_id.task:
             return path_or_id
-        name, config = path_or_id.path, path_or_id.config
+        name, config, kind = path_or_id.path, path_or_id.config, path_or_id.model_kind
     else:
         name = resolve_model(path_or_id, task=task)
         check_model_path(name)
         config_file = Path(name) / "config.json"
         config = read_config(config_file) if config_file.is_file() else {}
         refuse_unsupported(config)
-    resolved = _task(config, task)
-    check_head(name, resolved, config)
-    return ModelInfo(path=name, config=config, task=resolved)
+        kind = kind_of(config)
+    resolved = _task(config, task, kind)
+    check_head(name, resolved, config, kind)
+    return ModelInfo(path=name, config=config, task=resolved, model_kind=kind)
 
 
 def load_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
@@ -386,10 +409,28 @@ def cached_model(path_or_id: Any = None, *, task: str = "auto", device: str = "c
         return model if device == "cpu" else model.to(device)
 
     task_key = info.task if device == "cpu" else f"{info.task}@{device}"
-    return cached("model", info.path, task_key if dtype == "auto" else f"{task_key}:{dtype}", load), tokenizer
+    model = cached("model", info.path, task_key if dtype == "auto" else f"{task_key}:{dtype}", load)
+    if info.config:
+        remember(model, info.loads_as)  # its kind, told by the config already read: not computed again below
+    return model, tokenizer
 
 
 def clear_cache() -> None:
     """Forget every loaded model (frees their memory once nothing else holds them)."""
     with _lock:
         _cache.clear()
+
+
+def named_info(model: Any, task: str = "auto") -> Any:
+    """A :class:`~attnflow.capture.load.ModelInfo` for a model named by a folder (its ``config.json``
+    read, no weights; None: the default model for ``task``, the one the command loads: ``"generation"``
+    for SmolLM2), or ``model`` itself when it is loaded or a hub id (whose kind is then told once
+    loaded). Imports no torch."""
+    if not (model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")):
+        return model
+    try:
+        path = resolve_model(model, task=task)
+        config = _config(path) or None  # a hub id: its kind told once loaded
+    except AttnflowError:
+        return model  # refused, with its own sentence, where it is loaded
+    return model if config is None else ModelInfo(path=str(path), config=config, task="auto")

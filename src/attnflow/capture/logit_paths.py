@@ -42,11 +42,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import (architecture, model_family, model_head, model_type,
-                                            refuse_unsupported)
-from attnflow.capture.hooks import architecture_fixes, checked_weights, streamable_modules, streaming
+from attnflow.capture.architectures import architecture, model_type, refuse_unsupported
+from attnflow.capture.streaming import architecture_fixes, checked_weights, streamable_modules, streaming
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import kind_of
 from attnflow.hf.points import receiving
 from attnflow.hf.weights import input_device, parameter
 
@@ -180,10 +180,10 @@ def _unembedded(seen: dict[str, torch.Tensor], unembed: Any, targets: list[int],
 
 def _head(model: Any) -> bool:
     """True for a causal LM (next-token logits), False for a sequence classifier (the table's head)."""
-    head = model_head(model)
-    if head == "causal-lm" and model_family(model) == "decoder":
+    kind = kind_of(model)
+    if kind.lm:
         return True
-    if head == "classification":
+    if kind.head == "classification":
         return False
     raise AttnflowError(f"logit attribution explains a logit, so it needs a decoder-only causal language-model or a "
                         f"sequence-classification head; {type(model).__name__} has neither")

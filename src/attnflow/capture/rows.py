@@ -36,6 +36,7 @@ from attnflow.capture.text import forward_takes
 from attnflow.core.maps import AttentionMaps, TargetRows
 from attnflow.core.qk_rows import CHUNK_MEMORY, QK, chunk_size, head_weights, target_rows
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import kind_of
 from attnflow.hf.points import hook_points, own_implementation, receiving
 
 # Above this many bytes of queries and keys (every layer) each layer's are kept in a temporary file
@@ -127,8 +128,10 @@ def _check_mask(mask: Any, n: int, window: int | None, layer: int) -> None:
 class _Keeper:
     """The kernel receivers of one pass: each layer's queries and keys into ``store``."""
 
-    def __init__(self, store: QKStore, keep: bool, memory: int, windows: list[int | None]) -> None:
+    def __init__(self, store: QKStore, keep: bool, memory: int, windows: list[int | None],
+                 progress: Any = None, total: int = 0) -> None:
         self.store, self.keep, self.memory, self.windows = store, keep, memory, windows
+        self.progress, self.total = progress, total
         self.calls = 0
         self.computed = 0  # layers whose output the receiver computed (soft-capped logits)
         self.checked: dict[tuple, Any] = {}  # (id(mask), window) -> the mask (held, so the id stays its own)
@@ -136,6 +139,8 @@ class _Keeper:
     def receiver(self, layer: int) -> Any:
         def kernel(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
             self.calls += 1
+            if self.progress is not None:  # layer by layer: the pass alone takes minutes on a long prompt
+                self.progress(self.calls, self.total)
             for unknown in ("s_aux", "position_bias"):
                 if kwargs.get(unknown) is not None:
                     raise AttnflowError(f"layer {layer}'s attention takes {unknown}, which the row capture does not "
@@ -176,19 +181,22 @@ def qk_bytes(model: Any, n: int) -> int:
     return layers * n * (heads + kv_heads) * head_dim * torch.finfo(dtype).bits // 8
 
 
-def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *, residual: float, head_fusion: str,
-             causal_norm: str | None, memory: int | None = None, keep_in_memory: int = KEEP_IN_MEMORY,
-             **forward: Any) -> tuple[TargetRows, Any, bool]:
+def run_rows(model: Any, inputs: dict, position: int | Sequence[int], methods: Sequence[str], *, residual: float,
+             head_fusion: str, causal_norm: str | None, memory: int | None = None, keep_in_memory: int = KEEP_IN_MEMORY,
+             progress: Any = None, **forward: Any) -> tuple[TargetRows, Any, bool]:
     """One SDPA forward pass of ``model`` on ``inputs`` (one text, on the model's device) keeping each
-    layer's queries and keys, then ``methods``' rows of ``position`` at every layer
+    layer's queries and keys, then ``methods``' rows of ``position`` (one, or a sequence) at every layer
     (:func:`attnflow.core.qk_rows.target_rows`). Returns the rows (float32, on the CPU), the model's
     output and whether that output is the model's own (it runs on SDPA itself and no layer's output was
     computed by the receiver). ``methods`` empty: the pass alone (nothing kept). ``memory``: bytes per chunk of queries
-    (default :data:`~attnflow.core.qk_rows.CHUNK_MEMORY` on a CPU, :data:`DEVICE_CHUNK_MEMORY` elsewhere)."""
-    why = why_not_rows(model)
+    (default :data:`~attnflow.core.qk_rows.CHUNK_MEMORY` on a CPU, :data:`DEVICE_CHUNK_MEMORY` elsewhere).
+    ``progress(done, total)``: after each layer of the pass, then of the sweep (``total``: twice the layers; a
+    progress with a ``method`` attribute, the CLI's bar, is told the step is "capture", counted in layers)."""
+    why = why_not_rows(model, kind_of(model).family)
     if why:
         raise AttnflowError(f"the row capture cannot explain {type(model).__name__}: {why}")
     points = hook_points(model)
+    positions = [int(position)] if isinstance(position, int) else [int(p) for p in position]
     n = int(inputs["input_ids"].shape[-1])
     if memory is None:
         memory = CHUNK_MEMORY if inputs["input_ids"].device.type == "cpu" else DEVICE_CHUNK_MEMORY
@@ -196,7 +204,12 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
     spill = bool(methods) and qk_bytes(model, n) > keep_in_memory
     with tempfile.TemporaryDirectory(prefix="attnflow-qk-") if spill else nullcontext() as folder:
         store = QKStore(points.layers, folder)
-        keeper = _Keeper(store, keep=bool(methods), memory=memory, windows=layer_windows(model))
+        total = points.layers * (2 if methods else 1)
+        if hasattr(progress, "method"):
+            progress.method("capture", "layers")
+        keeper = _Keeper(store, keep=bool(methods), memory=memory, windows=layer_windows(model), progress=progress,
+                         total=total)
+        swept = None if progress is None else (lambda done, _: progress(points.layers + done, total))
         receivers = {name: keeper.receiver(i) for i, name in enumerate(points.names("attn.kernel"))}
         try:
             with torch.no_grad(), receiving(model, receivers, attention="sdpa"):
@@ -205,11 +218,12 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
             if keeper.calls != points.layers:
                 raise AttnflowError(f"expected {points.layers} attention kernel calls; {keeper.calls} ran (a layer "
                                     "computes its attention outside transformers' attention functions)")
-            values = target_rows(store, [position], methods=list(methods), residual=residual,
-                                 head_fusion=head_fusion, causal_norm=causal_norm, memory=memory) if methods else {}
+            values = target_rows(store, positions, methods=list(methods), residual=residual,
+                                 head_fusion=head_fusion, causal_norm=causal_norm, memory=memory,
+                                 progress=swept) if methods else {}
         finally:
             store.close()
-    rows = TargetRows(positions=(position,), values={m: v.cpu() for m, v in values.items()}, n_layers=points.layers,
+    rows = TargetRows(positions=tuple(positions), values={m: v.cpu() for m, v in values.items()}, n_layers=points.layers,
                       n=n, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm)
     return rows, out, own and not keeper.computed
 
@@ -217,7 +231,7 @@ def run_rows(model: Any, inputs: dict, position: int, methods: Sequence[str], *,
 def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: Sequence[str], *,
                  truncate: bool = False, residual: float = 0.5, head_fusion: str = "mean",
                  causal_norm: str | None = None, memory: int | None = None,
-                 keep_in_memory: int = KEEP_IN_MEMORY) -> AttentionMaps:
+                 keep_in_memory: int = KEEP_IN_MEMORY, progress: Any = None) -> AttentionMaps:
     """:func:`attnflow.capture.capture` of one text for a decoder, holding ``methods``' rows of
     ``position`` (``"raw"``, ``"rollout"``; every layer) instead of the maps: ``maps.attentions`` is None
     and ``maps.rows`` a :class:`~attnflow.core.maps.TargetRows`. The model runs on SDPA for the pass and
@@ -236,8 +250,8 @@ def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: 
         raise AttnflowError(f"target position {position} is outside the input's {n} tokens")
     no_cache = {"use_cache": False} if forward_takes(model, "use_cache") else {}
     rows, out, own = run_rows(model, given.inputs, position, methods, residual=residual, head_fusion=head_fusion,
-                         causal_norm=causal_norm, memory=memory, keep_in_memory=keep_in_memory, **given.forward,
-                         **no_cache)
+                         causal_norm=causal_norm, memory=memory, keep_in_memory=keep_in_memory, progress=progress,
+                         **given.forward, **no_cache)
     maps = maps_of(given, tokenizer, text, out, None, head_fusion=head_fusion, rows=rows)
     if not own:
         # SDPA's output differs from the model's own attention by rounding (eager attention's softmax is

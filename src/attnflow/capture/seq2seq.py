@@ -19,7 +19,7 @@ import torch
 
 from attnflow.capture.architectures import refuse_unsupported, stack_attentions
 from attnflow.capture.generation import _check, _quiet_generate_warning
-from attnflow.capture.hooks import architecture_fixes, attention_for_weights, eager
+from attnflow.capture.streaming import architecture_fixes, attention_for_weights, eager
 from attnflow.hf.points import receiving
 from attnflow.capture.text import encode, max_length, token_strings
 from attnflow.core.joint.incremental import IncrementalJointRollout

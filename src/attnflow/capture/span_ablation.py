@@ -35,7 +35,7 @@ import torch
 
 from attnflow.capture.ablation import (BATCH, LAYER_MODES, Ablation, Edit, Prefix, Progress, cache_keyword,
                                        checked_inputs, edited, editing, readout_values, value_projections)
-from attnflow.capture.hooks import architecture_fixes
+from attnflow.capture.streaming import architecture_fixes
 from attnflow.errors import AttnflowError
 from attnflow.hf.weights import input_device
 
@@ -142,7 +142,7 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
             batch_ids = ids[j0:last + 1][None].expand(len(chunk), -1)
             with edited(Edit(zero=zero)):
                 out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
-                            **{cache_keyword(model): cache_in})
+                            **{cache_keyword(model, required=True): cache_in})
             steps += batch_ids.numel()
             logits = out.logits.detach().cpu()
             for b, (s, v) in enumerate(chunk):

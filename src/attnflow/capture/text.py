@@ -1,6 +1,6 @@
 """Capture attention from Hugging Face text models (encoders; decoders share the same forward pass).
 
-Attention is collected by streaming hooks (:mod:`attnflow.capture.hooks`): each layer's weights are
+Attention is collected by streaming hooks (:mod:`attnflow.capture.streaming`): each layer's weights are
 fused (or copied, per head) into one float32 buffer while the model runs, so no tuple of every
 layer's attention is ever held.
 """
@@ -14,20 +14,22 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import check_text_model, model_family
-from attnflow.capture.hooks import Reducer, architecture_fixes, eager, replay_attentions, streamable_modules, streaming
+from attnflow.capture.architectures import check_text_model
+from attnflow.capture.streaming import (Reducer, architecture_fixes, eager, replay_attentions, streamable_modules,
+                                        streaming)
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
+from attnflow.hf.kind import kind_of
 from attnflow.hf.weights import input_device
 
 
 def is_causal(model: Any) -> bool:
     """True for decoders, whose queries see only earlier keys: the architecture table's family (or a
     config that says ``is_decoder``)."""
-    return bool(getattr(model.config, "is_decoder", False)) or model_family(model) == "decoder"
+    return kind_of(model).causal
 
 
 def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
@@ -71,9 +73,12 @@ def _byte_run(tokenizer: Any, ids: list[int], shown: list[str], i: int) -> tuple
 
 
 def max_length(model: Any, tokenizer: Any) -> int | None:
-    """The longest input the model takes: position embeddings, or the tokenizer's limit if smaller."""
+    """The longest input the model takes (a loaded model, or its config as a dict): position embeddings,
+    or the tokenizer's limit if smaller."""
     limits = []
-    positions = getattr(model.config, "max_position_embeddings", None)
+    config = model if isinstance(model, dict) else model.config  # a loaded model, or a config read before it loads
+    positions = config.get("max_position_embeddings") if isinstance(config, dict) else \
+        getattr(config, "max_position_embeddings", None)
     if isinstance(positions, int) and positions > 0:
         limits.append(positions)
     tok_limit = getattr(tokenizer, "model_max_length", None)
@@ -110,7 +115,7 @@ def encode(tokenizer: Any, texts: list[str], *, side: str = "right", max_length:
 def run_streaming(model: Any, inputs: dict, head_fusion: str | None, *, weighting: str = "attention",
                   **forward: Any) -> tuple[torch.Tensor, Any]:
     """One forward pass of ``model`` on ``inputs`` (already on the model's device) with the attention
-    reduced layer by layer (:class:`attnflow.capture.hooks.Reducer`). Returns the buffer
+    reduced layer by layer (:class:`attnflow.capture.streaming.Reducer`). Returns the buffer
     ``(batch, layers, 1 or heads, n, n)`` and the model's output (which holds no attentions).
     ``weighting="norm"`` keeps the norm-based maps instead (:mod:`attnflow.core.weighting`)."""
     check_weighting(weighting)
@@ -161,7 +166,7 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     head_fusion: None keeps every head; ``"mean"``, ``"max"`` or ``"min"`` fuses the heads of each
         layer while the model runs (the heads axis then has length 1 and ``maps.head_fusion`` says
         how), which is all that the methods need unless per-head results are wanted: ``heads`` times
-        less memory (see :mod:`attnflow.capture.hooks`).
+        less memory (see :mod:`attnflow.capture.streaming`).
     weighting: ``"attention"`` (the weights) or ``"norm"``: each key's weight times the length of
         its transformed value vector, summed over heads, rows normalised (Kobayashi et al. 2020; see
         :mod:`attnflow.core.weighting`); needs a fused ``head_fusion``.

@@ -68,7 +68,7 @@ class Projection:
 
 def projections(model: Any, modules: list[Any]) -> list[Projection]:
     """The :class:`Projection` of each attention module (``modules`` from
-    :func:`attnflow.capture.hooks.attention_modules`), or an :class:`AttnflowError` for a model whose
+    :func:`attnflow.capture.streaming.attention_modules`), or an :class:`AttnflowError` for a model whose
     projections the architecture table does not know."""
     row = architecture(model)
     name = model_type(model) or type(model).__name__

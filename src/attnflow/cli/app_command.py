@@ -42,7 +42,7 @@ def serve_app(
     except ImportError as exc:
         raise AttnflowError(f"the app needs starlette and uvicorn ({exc.name} is missing): "
                             "pip install 'attnflow[app]'") from exc
-    from attnflow.api.checks import pick_device
+    from attnflow.api.devices import pick_device
     from attnflow.api.models import quiet_transformers
     from attnflow.app.catalog import Catalog
     from attnflow.app.server import bind, is_loopback, serve, url_of

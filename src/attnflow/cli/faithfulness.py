@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from attnflow.cli.app import app
-from attnflow.cli.checks import check_text
+from attnflow.cli.checks import read_text
 from attnflow.cli.explain import Method
 from attnflow.cli.options import (
     CausalNorm,
@@ -29,7 +29,7 @@ from attnflow.cli.progress import progress_bar
 
 @app.command()
 def faithfulness(
-    text: str = typer.Argument(..., help="The input text, quoted."),
+    text: str = typer.Argument(..., help="The input text, quoted, or - to read it from standard input."),
     model: Optional[str] = model_option("A sequence classifier or a decoder: a folder, a .gguf file, a hub id, or "
                                         "'smollm2'. Default: the bundled agreement model. A bare encoder (no "
                                         "prediction head) is refused."),
@@ -54,7 +54,7 @@ def faithfulness(
 
         attnflow faithfulness "The keys to the cabinet" --model smollm2 --html report.html
     """
-    check_text(text)
+    text = read_text(text)
     check_outputs(json=json_out, html=html_out)
     from attnflow.api import faithfulness as measure
     from attnflow.views.faithfulness import faithfulness_summary, faithfulness_table
@@ -64,7 +64,7 @@ def faithfulness(
                    dtype=dtype)
     chosen = chosen_methods(method)
     if method.value == "all":  # the command's default: on a decoder, its defaults beside the paper's three
-        from attnflow.api.honest import text_methods
+        from attnflow.api.defaults import text_methods
         from attnflow.api.models import describe
 
         decoder = model is not None and describe(model)[1] == "causal-lm"

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from attnflow.cli.app import app
-from attnflow.cli.checks import check_text
+from attnflow.cli.checks import read_text
 from attnflow.cli.options import CausalNorm, Weighting, _choice_enum, device_option, dtype_option, model_option, option
 from attnflow.cli.outputs import check_outputs, write_outputs
 from attnflow.config.registry import decoder_default, generation_methods
@@ -22,7 +22,7 @@ TRACKED, *OFFERED = generation_methods()
 
 @app.command()
 def generate(
-    prompt: str = typer.Argument(..., help="The prompt, quoted."),
+    prompt: str = typer.Argument(..., help="The prompt, quoted, or - to read it from standard input."),
     model: Optional[str] = model_option("A decoder ('smollm2', installed from PyPI) or an encoder-decoder (T5, BART, "
                                         "Marian, ...): a folder, a .gguf file or a hub id. Default: the installed "
                                         "SmolLM2."),
@@ -56,7 +56,7 @@ def generate(
     """
     if max_new_tokens < 1:
         raise AttnflowError(f"--max-new-tokens must be a positive integer; got {max_new_tokens}")
-    check_text(prompt, "the prompt")
+    prompt = read_text(prompt, "the prompt")
     # Refuse bad output paths before the (slow) generation, so nothing is half done.
     check_outputs(json=json_out, png=png_out, html=html_out)
     import torch
@@ -75,7 +75,7 @@ def generate(
     torch.manual_seed(seed)
     from attnflow.cli.progress import progress_bar
 
-    # none named: the decoder defaults that run on this model (attnflow.api.honest.generation_methods)
+    # none named: the decoder defaults that run on this model (attnflow.api.defaults.generation_methods)
     names = list(dict.fromkeys(m.value for m in method)) if method else None
     with progress_bar(", ".join(names or decoder_default()), unit="runs") as bar:
         result = generate_text(lm, tokenizer, prompt, max_new_tokens, do_sample=sample, method=names, progress=bar,

@@ -22,18 +22,19 @@ def methods(
 
         attnflow methods --model smollm2
     """
-    from attnflow.api.checks import capture_path, model_kind_of, named_info, runnable
+    from attnflow.api.capture_plan import capture_path
+    from attnflow.api.checks import kind_name, named_info, runnable
     from attnflow.config import registry
 
     kind = subject = None
     if model is not None:
         subject = named_info(model)
-        kind = model_kind_of(subject)
+        kind = kind_name(subject)
         if kind is None:  # a hub id whose config is not here: its kind is known once loaded
             from attnflow.api.models import resolve
 
             subject = resolve(model)
-            kind = model_kind_of(subject)
+            kind = kind_name(subject)
         article = "an" if kind[0] in "aeiou" else "a"
         print(f"{model} is {article} {kind} model")
     rows = [("method", "cost", "layers", "reference", *(["runs on it"] if kind else []))]

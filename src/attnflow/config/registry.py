@@ -89,7 +89,7 @@ ATTENTION_READS = ("weighting", "causal_norm", "residual", "head_fusion")
 # Rows policies: which targets a report's maps compute when every target is asked for.
 EVERY_TARGET = "every target"
 WHILE_CHEAP = "every target while cheap, else the explained one"  # flow: up to core.methods.FLOW_ALL_MAX tokens
-# what a method that runs the model keeps for its backward pass (attnflow.api.long_inputs sizes it from this):
+# what a method that runs the model keeps for its backward pass (attnflow.api.costs sizes it from this):
 # every layer's attention in float64 and float32 plus a decomposition's arrays (the logit paths), autograd's
 # activations of every layer, or of one layer at a time from attribution_patching.CHECKPOINT_FROM positions
 KEEPS = ("decomposition", "autograd", "checkpointed")
@@ -117,14 +117,15 @@ class Method:
     # Facts the entry points and views act on (read here, never by comparing a method's name):
     gradients: bool = False         # needs the attention's gradients captured (a backward pass)
     classifiers_only: bool = False  # explains a classifier's predicted class (no decoder token to explain)
-    decoder_default: bool = False   # a decoder's explanation shows it unless paper-only (attnflow.api.honest)
+    decoder_default: bool = False   # a decoder's explanation shows it unless paper-only (attnflow.api.defaults)
     tracked: bool = False           # tracked while a decoder generates (attnflow.capture.generation)
     shown_first: bool = False       # what a result of several methods opens on, when computed
     rows: str = EVERY_TARGET        # which targets a report's maps compute (see EVERY_TARGET, WHILE_CHEAP)
     models: tuple[str, ...] = MODEL_KINDS  # the kinds of model it runs on (see MODEL_KINDS)
     reads: tuple[str, ...] = ATTENTION_READS  # which of OPTIONAL_SETTINGS change its scores ("spans": it ablates
     #                                           every token of a span at once when given spans=; api.spans)
-    long_default: str | None = None  # a decoder default's stand-in above honest.EXACT_DEFAULT_MAX tokens
+    long_default: str | None = None  # a decoder default's stand-in above exact_max tokens (or with a budget given)
+    exact_max: int | None = None     # the longest input (tokens) on which a decoder default runs itself
     needs_row: str | None = None    # a column of the architecture table a model's row must set (its rules are per family)
     keeps: str = "decomposition"    # what its backward pass keeps, for the memory budget (see KEEPS)
     backward_per_row: bool = False  # one backward pass per explained row (per generated token), each counted in progress
@@ -209,8 +210,10 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("ablated-flow", ("text",), PER_SOURCE, False, "Mohebbi et al. 2023 (value zeroing), every layer at once",
            "attnflow.api.methods.ablation:ablated_flow",
            "drop of the predicted token's logit when a token's values are zeroed in every layer (decoders)",
-           decoder_default=True, long_default="ablated-flow-budgeted", models=("decoder",), reads=("spans",),
-           captured="nothing"),
+           # exact up to 64 tokens (on SmolLM2 about 11 forward passes at 20 tokens, a second or two); above, the
+           # budgeted method (exact while it fits its budget, else the one-pass estimate, docs/one-pass.md)
+           decoder_default=True, long_default="ablated-flow-budgeted", exact_max=64, models=("decoder",),
+           reads=("spans",), captured="nothing"),
     Method("ablated-flow-layers", ("text",), PER_SOURCE, True,
            "Mohebbi et al. 2023 (value zeroing), one layer at a time",
            "attnflow.api.methods.ablation:ablated_flow_layers",
@@ -277,7 +280,7 @@ def _with(fact: str) -> tuple[str, ...]:
 def decoder_default() -> tuple[str, ...]:
     """What a decoder's explanation shows unless asked otherwise: the paper's rollout beside the method
     that agreed best with what SmolLM2 uses in the decoder study (docs/decoders.md, "Study";
-    :mod:`attnflow.api.honest`)."""
+    :mod:`attnflow.api.defaults`)."""
     return _with("decoder_default")
 
 

@@ -159,7 +159,7 @@ def check_target(target: Any) -> Any:
 
 def check_device_name(device: Any) -> str:
     """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether this machine has it is checked when a model
-    loads, :func:`attnflow.api.checks.check_device`)."""
+    loads, :func:`attnflow.api.devices.check_device`)."""
     import re
 
     if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):

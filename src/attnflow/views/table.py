@@ -165,7 +165,7 @@ def result_table(result: Any, k: int = 5, **options: Any) -> Table:
     meta = result.meta or {}
     lines = []
     added = meta.get("added")
-    if added and added.get("methods"):  # what the call computed beyond what was asked, and why (api.honest)
+    if added and added.get("methods"):  # what the call computed beyond what was asked, and why (api.defaults)
         lines.append(f"added: {', '.join(added['methods'])} ({added.get('why', '')})")
     for method in result.methods:  # a method that keeps a budget says what it spent, in which unit
         spent = meta.get(method)

@@ -26,10 +26,10 @@ def run_method(record: Method, context: Context, targets: Sequence[int] | None =
     (rows ``context.rows``, every layer or, without a layers axis, the top one of
     ``context.n_layers``), stored under ``targets`` (default: the rows themselves; a generation
     stores generated token ``i`` as target ``i``)."""
-    from attnflow.api.long_inputs import prepare
+    from attnflow.api.costs import fit_to_budget
 
     rows = context.rows if targets is None else targets
-    context = prepare(record, context)  # a model-based method: its estimate, memory budget and batch size
+    context = fit_to_budget(record, context)  # a model-based method: its estimate, memory budget and batch size
     # one pass and its backward, with no steps to count inside: progress says when it starts and ends (a
     # method with one backward pass per row counts its passes itself)
     staged = (record.cost == FORWARD_BACKWARD and not record.backward_per_row and context.progress is not None

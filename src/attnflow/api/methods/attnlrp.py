@@ -17,7 +17,7 @@ import numpy as np
 
 from attnflow.api.methods.ablation import _needs_decoder, _rows
 from attnflow.api.spans import spread
-from attnflow.capture.architectures import model_head
+from attnflow.hf.kind import kind_of
 from attnflow.capture.attnlrp import attnlrp as _attnlrp
 
 
@@ -26,7 +26,7 @@ def attnlrp(context: Any) -> np.ndarray:
     rows = _rows(context)
     n = len(np.asarray(context.input_ids).reshape(-1))
     order = np.argsort(rows, kind="stable")
-    classifier = model_head(context.model) == "classification"
+    classifier = kind_of(context.model).head == "classification"
 
     def pick(given: Any) -> Any:  # per row, in the sorted targets' order; a classifier explains one class
         if given is None:

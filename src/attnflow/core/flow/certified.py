@@ -800,41 +800,31 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     cancel = engine.never() if cancel is None else cancel
     n = a.shape[-1]
     graph = graph_of(a) if graph is None else graph
-    tops = np.repeat(np.asarray(layers, dtype=np.int64) + 1, len(positions))
-    qs = np.tile(np.asarray(positions, dtype=np.int64), len(layers))
-    out = np.zeros((len(tops), n))
-    threads = numba.get_num_threads()
-    # Numba cannot be interrupted inside a call: hand it a few rows per thread at a time, so the
-    # cancel flag and progress act between calls too, and progress ticks as rows finish.
-    chunk = 4 * threads
-    for start in range(0, len(tops), chunk):
-        stop = min(start + chunk, len(tops))
-        fixed = (graph, tops[start:stop], qs[start:stop])
-        if threads == 1 or int(tops[start:stop].sum()) * n * n < engine.SERIAL_WORK:
-            # small work: one warm chain per row on this thread (waking threads costs more than it saves)
-            lo, hi, row = split(stop - start, n, 1)
+
+    def rows(tops: np.ndarray, qs: np.ndarray, out: np.ndarray, serial: bool, threads: int) -> None:
+        fixed = (graph, tops, qs)
+        if serial:  # small work: one warm chain per row on this thread (waking threads costs more than it saves)
+            lo, hi, row = split(len(tops), n, 1)
             task_stats = np.zeros((len(lo), 6), np.int64)
-            _tasks(*fixed, lo, hi, row, out[start:stop], task_stats, rounds, cancel)
+            _tasks(*fixed, lo, hi, row, out, task_stats, rounds, cancel)
         else:  # one task at a time per thread: rows differ in cost, so no fixed split
-            lo, hi, row = split(stop - start, n, threads)
+            lo, hi, row = split(len(tops), n, threads)
             task_stats = np.zeros((len(lo), 6), np.int64)
 
             def task(t: int) -> None:
-                _tasks(*fixed, lo[t:t + 1], hi[t:t + 1], row[t:t + 1], out[start:stop], task_stats[t:t + 1], rounds,
-                       cancel)
+                _tasks(*fixed, lo[t:t + 1], hi[t:t + 1], row[t:t + 1], out, task_stats[t:t + 1], rounds, cancel)
 
             list(_pool(threads).map(task, range(len(lo))))
         if cancel[0]:
-            break
-        for r in range(start, stop):  # sinks no cut certified (rare): the dense engine
+            return
+        for r in range(len(tops)):  # sinks no cut certified (rare): the dense engine
             left = np.flatnonzero(out[r] < 0)
             if len(left):
                 engine._source_sinks(a, tops[r], qs[r], left, out[r], cancel)
         if stats is not None:
-            stats += task_stats.sum(axis=0)
-        if progress is not None:
-            progress(stop - start)
-    return out.reshape(len(layers), len(positions), n)
+            stats[:] += task_stats.sum(axis=0)
+
+    return engine.in_chunks(rows, n, layers, positions, progress, cancel)
 
 
 def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray, cancel: np.ndarray | None = None,

@@ -394,21 +394,33 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
     """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
     a = capacities(a)
     cancel = never() if cancel is None else cancel
-    n = a.shape[-1]
+
+    def rows(tops: np.ndarray, qs: np.ndarray, out: np.ndarray, serial: bool, threads: int) -> None:
+        if serial:
+            _rows_serial(a, tops, qs, out, cancel)
+        else:
+            parts = max(1, -(-threads // len(tops)))  # split sinks only when rows are fewer than cores
+            _rows(a, tops, qs, parts, out, cancel)
+
+    return in_chunks(rows, a.shape[-1], layers, positions, progress, cancel)
+
+
+def in_chunks(rows: Callable[[np.ndarray, np.ndarray, np.ndarray, bool, int], None], n: int, layers: np.ndarray,
+              positions: np.ndarray, progress: Callable[[int], None] | None, cancel: np.ndarray) -> np.ndarray:
+    """The row loop of every flow solver: the rows ``(layer + 1, position)`` in chunks of a few per
+    thread, each chunk solved by ``rows(tops, qs, out, serial, threads)`` into its slice of ``out``
+    (``serial``: work too small to pay for waking the thread pool). Numba cannot be interrupted inside a
+    call, so Ctrl-C (raised between calls) and ``cancel`` act between chunks and leave nothing half-done,
+    and ``progress`` ticks as rows finish. Returns ``(len(layers), len(positions), n)``."""
     tops = np.repeat(np.asarray(layers, dtype=np.int64) + 1, len(positions))
     qs = np.tile(np.asarray(positions, dtype=np.int64), len(layers))
     out = np.zeros((len(tops), n))
-    # Numba cannot be interrupted inside a call: hand it a few rows per core at a time, so Ctrl-C
-    # (raised between calls) leaves nothing half-done and progress ticks as rows finish.
     threads = numba.get_num_threads()
     chunk = 4 * threads
     for start in range(0, len(tops), chunk):
         stop = min(start + chunk, len(tops))
-        if threads == 1 or int(tops[start:stop].sum()) * n * n < SERIAL_WORK:
-            _rows_serial(a, tops[start:stop], qs[start:stop], out[start:stop], cancel)
-        else:
-            parts = max(1, -(-threads // (stop - start)))  # split sinks only when rows are fewer than cores
-            _rows(a, tops[start:stop], qs[start:stop], parts, out[start:stop], cancel)
+        serial = threads == 1 or int(tops[start:stop].sum()) * n * n < SERIAL_WORK
+        rows(tops[start:stop], qs[start:stop], out[start:stop], serial, threads)
         if cancel[0]:
             break
         if progress is not None:

@@ -1,0 +1,353 @@
+"""The cost of the methods that run the model again on long inputs (cost classes ``PER_SOURCE`` and
+``FORWARD_BACKWARD`` of :mod:`attnflow.config.registry`): before the work, an estimate of its time
+and memory; during it, progress; always, memory held under a budget.
+
+:func:`fit_to_budget` is called by :func:`attnflow.api.methods.run_method` for every such method on a model:
+
+- **Time**: timed forward passes (batch 1, no gradients) over the first 128 and 256 tokens give a
+  pass's per-token and per-key costs (:func:`pass_costs`), summed over the cost class's token steps: ``PER_SOURCE`` runs, for each source ``j`` (and each layer, for
+  ``ablated-flow-layers``), the positions from ``j`` to the last target from the clean key/value
+  cache of the prefix, so about ``n / 2`` passes per variant; ``FORWARD_BACKWARD`` is one forward
+  and one backward pass (about 3 passes) plus the decomposition. The estimate goes to
+  ``progress.estimate`` when the progress callback has that method (the CLI prints it and its bar
+  counts down from it, as for flow).
+- **Memory**: the budget is ``ATTNFLOW_MEMORY_BUDGET`` (bytes, or with a unit: ``512M``, ``4G``) or,
+  unset, half the machine's memory, at most ``DEFAULT_BUDGET``; it bounds the method's working
+  memory, not the model's weights. ``PER_SOURCE``: each edited sequence of a batch holds a copy of
+  the prefix's key/value cache (``2 x layers x kv heads x head dim`` numbers per token) and one
+  layer's attention scores at a time, so the batch size is the number of such sequences that fit
+  (``BATCH`` at most); even one sequence over the budget is refused. ``FORWARD_BACKWARD``
+  keeps what its record's ``keeps`` fact says (:func:`backward_memory`): the logit-path methods
+  (:mod:`attnflow.capture.logit_paths`) every layer's attention ``(layers, heads, n, n)`` in float64
+  for the decomposition and float32 kept by autograd; AttnLRP autograd's activations of every layer;
+  the one-pass estimate (and the budgeted chooser that runs it) one layer's at a time from
+  ``CHECKPOINT_FROM`` positions, and there no attention weights at all where it runs attention on SDPA
+  (:mod:`attnflow.capture.efficient_attention`); the budgeted chooser's exact runs, a per-source
+  run's memory, in batches that fit. None is chunked within a layer, so an input whose estimate exceeds
+  the budget is refused, saying the estimate, the budget and what to do.
+- **Ctrl-C**: the methods run in Python between layers and batches, so ``KeyboardInterrupt``
+  arrives within one layer's work; nothing is written before a result is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from attnflow.capture.ablation import BATCH  # the largest batch of edited sequences: the engine's own default
+from attnflow.config.registry import BUDGETED, FORWARD_BACKWARD, PER_SOURCE, Context, Method
+from attnflow.errors import AttnflowError
+
+DEFAULT_BUDGET = 8 * 2**30  # bytes: the most a method's working memory may take unless told otherwise
+TIMED_MIN_TOKENS = 16       # shorter inputs are quick whatever the method: no timed pass
+TIMED_TOKENS = 256          # the longest timed pass (see pass_costs)
+GRADIENT_PASSES = 12       # a forward + backward method's time in passes (see fit_to_budget)
+BYTES_PER_ATTENTION = 48    # a decomposition method's bytes per attention number (see gradient_memory)
+BYTES_AUTOGRAD = 16         # bytes per attention number autograd keeps for one backward pass (see backward_memory)
+BYTES_ONE_LAYER = 40        # the same for the one layer a checkpointed backward pass recomputes at a time
+CHECKPOINTED_SDPA_MARGIN = 1.75  # a checkpointed pass on SDPA: measured peak over the counted tensors (backward_memory)
+PER_SOURCE_SDPA_MARGIN = 1.25   # exact runs on SDPA: measured peak over per_source_memory's count (per_source_memory)
+BACKWARD_PASSES = 2         # a plain forward + backward method's time in passes (measured 1.8-1.9, see prepare)
+LONG_SECONDS = 60.0          # an estimate this long names a method that answers within a stated cost
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def memory_budget() -> int:
+    """The working-memory budget in bytes (see the module docstring)."""
+    text = os.environ.get("ATTNFLOW_MEMORY_BUDGET", "").strip()
+    if not text:
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return DEFAULT_BUDGET
+        return min(DEFAULT_BUDGET, total // 2)
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", text, re.IGNORECASE)
+    if found is None or float(found.group(1)) <= 0:
+        raise AttnflowError(f"ATTNFLOW_MEMORY_BUDGET must be a size such as 512M or 4G (bytes without a unit); "
+                            f"got {text!r}")
+    return int(float(found.group(1)) * _UNITS[found.group(2).upper()])
+
+
+def _size(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+@dataclass(frozen=True)
+class MethodEstimate:
+    """The expected work of one model-based method on one input: ``rows`` progress steps (edited
+    sequences, or the stages of one pass), ``seconds`` of wall time, ``memory`` bytes of working memory
+    under ``budget``, ``batch`` edited sequences per forward call (per-source methods)."""
+
+    method: str
+    tokens: int
+    rows: int
+    seconds: float
+    memory: int
+    budget: int
+    batch: int = 1
+    pass_seconds: float = 0.0
+    per_source: bool = False
+    variants: int = 1
+    instead: str | None = None  # a method that answers within a stated cost (the record's long_default)
+
+    def seconds_for(self, done: int) -> float:
+        """Expected time of the first ``done`` steps: a per-source method's run for source ``j``
+        covers the positions from ``j`` on, so early sources cost more than late ones."""
+        if not self.per_source or self.rows <= 0:
+            return self.seconds * done / max(self.rows, 1)
+        r = self.rows / self.variants
+        d = min(done / self.variants, r)
+        return self.seconds * (d * r - d * d / 2) / (r * r / 2)
+
+    def __str__(self) -> str:
+        how = (f"{self.rows} edited runs in batches of {self.batch}" if self.per_source
+               else "one forward and one backward pass" if self.rows <= 2
+               else f"one forward pass and {self.rows - 1} backward passes, one per explained token")
+        cheaper = (f"; --method {self.instead} answers within a stated budget of passes (exact where it fits, "
+                   "estimated elsewhere)") if self.instead and self.seconds >= LONG_SECONDS else ""
+        return (f"{self.method} on {self.tokens} tokens: about {_clock(self.seconds)} ({how}; one pass over the input: "
+                f"about {self.pass_seconds:.2f} s), working memory about {_size(self.memory)} of a "
+                f"{_size(self.budget)} budget (ATTNFLOW_MEMORY_BUDGET){cheaper}")
+
+
+def _shape(model: Any) -> dict[str, int]:
+    config = getattr(model.config, "text_config", None) or model.config
+    hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0) or 1)
+    layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0) or 1)
+    kv = int(getattr(config, "num_key_value_heads", 0) or heads)
+    head_dim = int(getattr(config, "head_dim", 0) or (hidden // heads if hidden else 64))
+    inner = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * hidden)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    return dict(hidden=hidden, heads=heads, layers=layers, kv=kv, head_dim=head_dim, inner=inner, vocab=vocab)
+
+
+def _element_size(model: Any) -> int:
+    try:
+        return next(model.parameters()).element_size()
+    except (StopIteration, AttributeError):
+        return 4
+
+
+def per_source_memory(model: Any, n: int, sdpa: bool = False) -> tuple[int, int]:
+    """(fixed bytes, bytes per edited sequence) of a per-source run over ``n`` tokens: the clean prefix
+    cache (kept and copied once per batch) and the clean pass (logits at every position), and per sequence its
+    own cache of up to ``n`` positions, one layer's attention scores over the run (eager attention: scores,
+    softmax and a temporary; none on SDPA, ``sdpa``), its hidden states and feed-forward activations, and the
+    logits it keeps."""
+    s, size = _shape(model), _element_size(model)
+    kv_token = 2 * s["layers"] * s["kv"] * s["head_dim"] * size
+    scores = 0 if sdpa else 3 * s["heads"] * n * n * size
+    # the prefix cache and its copy, and the clean pass over the input (its logits at every position)
+    fixed = 2 * kv_token * n + n * s["vocab"] * size + scores
+    per = kv_token * n + scores + n * (6 * s["hidden"] + 3 * s["inner"]) * size
+    per += 2 * s["vocab"] * size
+    if sdpa:  # the budgeted chooser's runs, 16 a batch, SmolLM2: measured 1.59 GB at 1,024 and 2.88 GB at 2,048
+        # tokens (benchmarks/long_one_pass.py), the count above gives 1.59 and 3.16 GB
+        fixed, per = int(PER_SOURCE_SDPA_MARGIN * fixed), int(PER_SOURCE_SDPA_MARGIN * per)
+    return fixed, per
+
+
+def gradient_memory(model: Any, n: int) -> int:
+    """Bytes a forward + backward method keeps on ``n`` tokens (:mod:`attnflow.capture.logit_paths`):
+    every layer's attention ``(layers, heads, n, n)`` as float64 for the decomposition, as the model's
+    dtype kept by autograd for the backward pass (weights and scores), and one float64 working copy of
+    a layer's share in the decomposition; plus the values, residual and gradients per token."""
+    s = _shape(model)
+    maps = s["layers"] * s["heads"] * n * n
+    tokens = s["layers"] * n * (s["hidden"] + 2 * s["heads"] * s["head_dim"]) * 8
+    # 8 (float64 copy) + 8 (the model's float32 weights and scores kept for backward) bytes per attention
+    # number, and the decomposition's float64 working arrays: measured 41 bytes per attention number in
+    # all (a 30-layer, 9-head float32 Llama at 512 tokens: 2.9 GB); 48 keeps a margin
+    return maps * BYTES_PER_ATTENTION + tokens
+
+
+def backward_memory(keeps: str, model: Any, n: int) -> int:
+    """Bytes a forward + backward method keeps on ``n`` tokens, by what its record says it keeps
+    (:data:`attnflow.config.registry.KEEPS`): ``"decomposition"`` :func:`gradient_memory`;
+    ``"autograd"`` every layer's attention as autograd keeps it for the backward pass, plus each
+    layer's per-token activations and their gradients; ``"checkpointed"`` the same below
+    :data:`attnflow.capture.attribution_patching.CHECKPOINT_FROM` positions, and from there one layer's
+    attention at a time plus every layer's input. Measured on SmolLM2-135M (30 layers, 9 heads, float32,
+    peak RSS above the loaded model): the one-pass estimate 1.0 GB at 512 tokens and 2.9 GB at 1,024
+    without checkpointing (14.9 and 10.7 bytes per attention number, activations included), 0.32 GB at
+    1,024 checkpointed (34 bytes per attention number of one layer); AttnLRP 2.0 GB and 3.3 GB. The
+    constants keep a margin above those. From ``CHECKPOINT_FROM`` on, where the pass runs attention on
+    SDPA (:mod:`attnflow.capture.efficient_attention`), nothing ``(n, n)`` is kept or formed: every
+    layer's input, every layer's values with their zero leaves and gradients, one layer's activations
+    and their gradients. Measured (``benchmarks/long_one_pass.py``, SmolLM2-135M, 8,192 tokens, one
+    thread): 0.25, 0.62 and 2.19 GB at 1,024, 2,048 and 8,192 tokens, 1.18 to 1.48 times the tensors
+    counted here (0.21, 0.42, 1.66 GB); :data:`CHECKPOINTED_SDPA_MARGIN` 1.75 gives 0.36, 0.73 and 2.91
+    GB. Before SDPA that pass was modelled at 25 GB at 8,192 tokens (one layer's eager attention)."""
+    if keeps == "decomposition":
+        return gradient_memory(model, n)
+    from attnflow.capture.attribution_patching import CHECKPOINT_FROM
+
+    s, size = _shape(model), _element_size(model)
+    per_token = n * (6 * s["hidden"] + 3 * s["inner"]) * size * 2  # one layer's activations and their gradients
+    if keeps == "checkpointed" and n >= CHECKPOINT_FROM:
+        kept = s["layers"] * n * s["hidden"] * size  # every layer's input, kept for the recomputation
+        if not _on_sdpa(model):  # eager attention: one layer's (heads, n, n) weights and softmax graph at a time
+            return s["heads"] * n * n * BYTES_ONE_LAYER + per_token + kept
+        # SDPA: nothing (n, n); every layer's values, their zero leaves and gradients (3 x layers x kv x head dim)
+        values = 3 * s["layers"] * n * s["kv"] * s["head_dim"] * size
+        return int(CHECKPOINTED_SDPA_MARGIN * (per_token + kept + values))
+    return s["layers"] * (s["heads"] * n * n * BYTES_AUTOGRAD + per_token)
+
+
+def _on_sdpa(model: Any) -> bool:
+    """Whether a long estimate pass runs ``model``'s attention on SDPA
+    (:func:`attnflow.capture.efficient_attention.why_not`)."""
+    from attnflow.capture.efficient_attention import why_not
+
+    try:
+        return not why_not(model)
+    except AttributeError:  # not a model (no config): assume eager, the larger
+        return False
+
+
+def _exact_run_memory(model: Any, n: int) -> tuple[int, int]:
+    """:func:`per_source_memory` of the budgeted chooser's exact runs over ``n`` tokens: on SDPA for a
+    long input where the model can be, as :mod:`attnflow.capture.budgeted` runs them."""
+    from attnflow.capture.attribution_patching import long_input
+
+    return per_source_memory(model, n, sdpa=long_input(n) and _on_sdpa(model))
+
+
+def _budgeted_batch(context: Context, n: int, budget: int) -> Context:
+    """The budgeted chooser's exact runs hold a per-source run's memory (:func:`_exact_run_memory`):
+    their batch is what fits the budget (16 at most), as for ablated flow (one run over the budget was
+    refused before, by :func:`refuse_over_budget`)."""
+    from dataclasses import replace
+
+    if context.batch_size:
+        return context
+    fixed, per = _exact_run_memory(context.model, n)
+    return replace(context, batch_size=int(max(1, min(BATCH, (budget - fixed) // per))))
+
+
+def _timed_pass(model: Any, ids: Any) -> float:
+    import torch
+
+    from attnflow.capture.streaming import architecture_fixes
+
+    device = next(model.parameters()).device
+    batch = torch.as_tensor(ids).reshape(1, -1).long().to(device)
+    with torch.no_grad(), architecture_fixes(model):
+        started = time.perf_counter()
+        model(input_ids=batch, use_cache=False)
+        return time.perf_counter() - started
+
+
+def pass_costs(model: Any, ids: Any) -> tuple[float, float]:
+    """``(a, b)`` of a pass's time ``a n + b n^2`` over ``n`` tokens (per-token work, attention over
+    the keys), from timed passes over the first ``TIMED_TOKENS`` and half as many tokens (the whole
+    input when shorter: then ``b`` is 0 and ``a n`` is the pass's time): a long input is not run
+    whole just to time it."""
+    n = len(ids)
+    if n <= TIMED_TOKENS:
+        return _timed_pass(model, ids) / n, 0.0
+    m = TIMED_TOKENS
+    short, long = _timed_pass(model, ids[:m // 2]), _timed_pass(model, ids[:m])
+    # short = a m/2 + b m^2/4, long = a m + b m^2  ->  b = (long - 2 short) / (m^2 / 2)
+    b = max(0.0, (long - 2 * short) / (m * m / 2))
+    a = max(0.0, (long - b * m * m) / m)
+    return a, b
+
+
+def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, budget: int | None = None) -> None:
+    """Refuse ``record`` on ``tokens`` input tokens (``explained``: the last explained position + 1)
+    when its working memory cannot fit the budget (see the module docstring), in one sentence saying
+    the estimate, the budget and what to do. Reads only ``model.config`` and the parameters' element
+    size, so :func:`attnflow.api.text.prepare` calls it before the input is captured (a long input's
+    capture is itself minutes and gigabytes) and :func:`fit_to_budget` again on the method's own rows."""
+    if record.cost not in (PER_SOURCE, FORWARD_BACKWARD, BUDGETED):
+        return
+    budget = memory_budget() if budget is None else budget
+    if record.cost in (FORWARD_BACKWARD, BUDGETED):
+        memory = backward_memory(record.keeps, model, tokens)
+        if memory > budget:
+            longest = int(tokens * (budget / memory) ** 0.5)
+            what = ("every layer's attention over the whole input" if record.keeps != "checkpointed"
+                    else "a layer's attention over the whole input at a time")
+            raise AttnflowError(
+                f"{record.name} keeps {what}: about {_size(memory)} for {tokens} tokens, over the "
+                f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text (about {longest} "
+                "tokens fit), raise the budget if the machine has the memory, or use ablated-flow, whose memory "
+                "the budget bounds")
+        if record.cost != BUDGETED:
+            return
+    # one edited sequence (the budgeted chooser: one of its exact runs) must fit
+    fixed, per = _exact_run_memory(model, explained) if record.cost == BUDGETED else per_source_memory(model, explained)
+    if fixed + per > budget:
+        run = "one exact run" if record.cost == BUDGETED else "one edited sequence"
+        raise AttnflowError(
+            f"{record.name} on {explained} tokens needs about {_size(fixed + per)} for {run}, over the "
+            f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text or raise the "
+            "budget")
+
+
+def fit_to_budget(record: Method, context: Context) -> Context:
+    """The estimate, the budget and the batch size of ``record`` on ``context`` (see the module
+    docstring): refuses what cannot fit, hands the estimate to ``context.progress.estimate`` when it
+    has one, and returns the context with the batch size a per-source method should use."""
+    if record.cost not in (PER_SOURCE, FORWARD_BACKWARD, BUDGETED) or context.model is None \
+            or context.input_ids is None:
+        return context
+    import numpy as np
+
+    ids = np.asarray(context.input_ids).reshape(-1)
+    rows = range(len(ids)) if context.rows is None else context.rows
+    n = int(max(rows)) + 1 if len(rows) else len(ids)
+    budget = memory_budget()
+    model = context.model
+    refuse_over_budget(record, model, len(ids), n, budget)
+    if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
+        return _budgeted_batch(context, n, budget)
+    if record.cost == FORWARD_BACKWARD:
+        memory = backward_memory(record.keeps, model, len(ids))
+        # one forward pass, then one backward pass per row (each about a pass) or one for every row
+        batch, variants, steps = 1, 1, 1 + len(rows) if record.backward_per_row else 2
+    else:
+        fixed, per = per_source_memory(model, n)
+        batch = int(context.batch_size or max(1, min(BATCH, (budget - fixed) // per)))
+        memory = fixed + batch * per
+        variants = _shape(model)["layers"] if record.layers else 1
+        steps = n * variants
+    estimate = getattr(context.progress, "estimate", None)
+    if estimate is not None and len(ids) >= TIMED_MIN_TOKENS:
+        length = n if record.cost == PER_SOURCE else len(ids)
+        a, b = pass_costs(model, ids[:length])
+        took = a * length + b * length * length  # one pass over the whole input
+        if record.cost == PER_SOURCE:
+            # the run for source j covers positions j..n-1, position p attending to p keys:
+            # sum_j (a (n - j) + b (n^2 - j^2)) = a n^2 / 2 + 2 b n^3 / 3, per variant
+            seconds = variants * (a * length * (length + batch) / 2 + 2 * b * length ** 3 / 3)
+        else:
+            # a forward pass, a backward pass and the float64 decomposition over (L, H, n, n): measured
+            # 12 passes' time on a 30-layer, 9-head float32 Llama at 512 tokens (10.7 s against 0.9 s); without
+            # the decomposition, 1.8-1.9 passes (the estimate, AttnLRP: benchmarks/attnlrp_faithfulness.py)
+            passes = GRADIENT_PASSES if record.keeps == "decomposition" else BACKWARD_PASSES
+            if record.backward_per_row:  # the forward pass once, a backward pass (passes - 1) per row
+                passes = 1 + (passes - 1) * len(rows)
+            seconds = passes * took
+        estimate(MethodEstimate(method=record.name, tokens=len(ids), rows=steps, seconds=seconds, memory=memory,
+                                budget=budget, batch=batch, pass_seconds=took,
+                                per_source=record.cost == PER_SOURCE, variants=variants, instead=record.long_default))
+    if record.cost == PER_SOURCE and not context.batch_size:
+        from dataclasses import replace
+
+        context = replace(context, batch_size=batch)
+    return context
