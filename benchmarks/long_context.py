@@ -204,7 +204,9 @@ def main() -> None:
         with open(args.out) as f:
             kept = json.load(f)
     key = f"{args.device} {args.dtype}" + ("" if args.model == "smollm2" else f" {args.model}")
-    kept.setdefault(key, {}).setdefault("lengths", {}).update(results.pop("lengths"))
+    lengths = kept.setdefault(key, {}).setdefault("lengths", {})
+    for n, got in results.pop("lengths").items():  # a later run's steps join the earlier ones of that length
+        lengths.setdefault(n, {}).update(got)
     kept[key].update(results)
     with open(args.out, "w") as f:
         json.dump(kept, f, indent=1)
