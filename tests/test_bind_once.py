@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from factory import saved, tiny_decoder
+from spies import calls_counted
 
 import attnflow
 from attnflow.capture import load
@@ -49,12 +50,6 @@ def counting(model_class):
                 counts["config"] += 1
         return real_open(file, *args, **kwargs)
 
-    resolve_code = load.resolve_model.__code__
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code is resolve_code:
-            counts["resolve"] += 1
-
     def pre_hook(module, args, kwargs):
         if isinstance(module, model_class):
             counts["forward"] += 1
@@ -63,12 +58,10 @@ def counting(model_class):
         lambda module, args: pre_hook(module, args, None))
     builtins.open = spy_open
     io.open = spy_open
-    old = sys.getprofile()
-    sys.setprofile(profile)
     try:
-        yield counts
+        with calls_counted({load.resolve_model.__code__: "resolve"}, counts):
+            yield counts
     finally:
-        sys.setprofile(old)
         builtins.open, io.open = real_open, io_open
         handle.remove()
 

@@ -10,13 +10,13 @@ asks the table for a family or a head."""
 from __future__ import annotations
 
 import ast
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 from factory import saved, tiny_decoder
+from spies import calls_counted
 
 import attnflow
 from attnflow.capture import architectures, load
@@ -32,18 +32,8 @@ def counting():
     """Calls of the one kind computation and of the table's family / head questions."""
     codes = {kind._computed.__code__: "kind", architectures.model_family.__code__: "family",
              architectures.model_head.__code__: "head"}
-    counts = dict.fromkeys(codes.values(), 0)
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            counts[codes[frame.f_code]] += 1
-
-    old = sys.getprofile()
-    sys.setprofile(profile)
-    try:
+    with calls_counted(codes, dict.fromkeys(codes.values(), 0)) as counts:
         yield counts
-    finally:
-        sys.setprofile(old)
 
 
 @pytest.fixture(scope="module")
