@@ -104,9 +104,11 @@ def check_model_dtype(model: Any, dtype: str) -> None:
     record a setting that was not applied)."""
     if dtype == "auto":
         return
-    current = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
-    if current is not None and str(current).removeprefix("torch.") != dtype:
-        raise AttnflowError(f"the loaded model is in {str(current).removeprefix('torch.')} and keeps its own dtype; "
+    from attnflow.hf.weights import dtype_name
+
+    current = dtype_name(model)
+    if current is not None and current != dtype:
+        raise AttnflowError(f"the loaded model is in {current} and keeps its own dtype; "
                             f"leave dtype (--dtype) at auto, or pass the model's name to load it in {dtype}")
 
 

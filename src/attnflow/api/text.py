@@ -165,12 +165,11 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
 def refuse_overflow(values: np.ndarray, method: str, model: Any) -> None:
     """A model in float16 or bfloat16 whose numbers overflowed gives infinite or NaN scores: refused in a
     sentence with the next step, not returned (float32 and wider models are left as they compute)."""
-    import torch
+    from attnflow.hf.weights import dtype_name
 
-    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    if dtype not in (torch.float16, torch.bfloat16) or np.isfinite(values).all():
+    name = dtype_name(model)
+    if name not in ("float16", "bfloat16") or np.isfinite(values).all():
         return
-    name = str(dtype).removeprefix("torch.")
     wider = "bfloat16 or float32" if name == "float16" else "float32"
     raise AttnflowError(f"{method} gave infinite or NaN scores: the model's numbers overflow in {name} on this "
                         f"input; load it in {wider} (dtype=..., --dtype)")

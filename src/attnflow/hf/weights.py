@@ -47,6 +47,12 @@ def parameter(module: Any, name: str = "weight") -> torch.Tensor | None:
         return value.detach().clone() if offloaded(module) else value.detach()
 
 
+def dtype_name(model: Any) -> str | None:
+    """What ``model``'s floating-point weights are in ("float32", "bfloat16", ...); None without any."""
+    found = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    return None if found is None else str(found).removeprefix("torch.")
+
+
 def input_device(model: Any) -> torch.device:
     """Where ``model`` takes its input ids: the input embedding's execution device for a model dispatched
     with ``device_map``, else the device of its parameters."""
