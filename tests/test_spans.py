@@ -85,7 +85,9 @@ def test_one_token_spans_are_ablated_flow_and_a_given_cache_saves_the_prefix_run
 
     est = attribution_patching(model, ids, keep_cache=True)
     reused = ablate_spans(model, ids, [n - 3, 4], cache=est.cache, clean_logits=est.logits)
-    np.testing.assert_allclose(reused.scores[0, 0], exact.scores[0, 0, [n - 3, 4]], atol=1e-10)
+    # the estimate's cache comes from its own pass on the model's eager attention, ablated flow grows its
+    # prefix on SDPA (capture.shared_prefix): the same function, float32 sums in other orders
+    np.testing.assert_allclose(reused.scores[0, 0], exact.scores[0, 0, [n - 3, 4]], atol=1e-5)
     assert reused.steps == 2 * (n - 4)  # one call of the two edited runs; no clean pass, no prefix run
 
 
@@ -97,7 +99,10 @@ def test_refining_the_top_span_scores_its_tokens_one_by_one(decoder):
     best = spans[int(np.argmax(found.scores[0, 0]))]
     assert [s[0] for s in inside.spans] == best and len(best) > 1
     expected = [naive_drop(model, "llama", ids, found.targets[0], found.tokens[0], [p]) for p in best]
-    np.testing.assert_allclose(inside.scores[0, 0], expected, atol=1e-8, rtol=0)
+    # the oracle's eager attention takes its softmax in float32 (oracles.py); the re-runs' shared prefix is
+    # attended in the model's float64
+    atol = float32_softmax_atol(found.clean[0], len(ids))
+    np.testing.assert_allclose(inside.scores[0, 0], expected, atol=atol, rtol=0)
 
 
 def test_batches_keep_far_apart_starts_in_separate_runs():

@@ -223,7 +223,18 @@ def _exact_run_memory(model: Any, n: int) -> tuple[int, int]:
     long input where the model can be, as :mod:`attnflow.capture.budgeted` runs them."""
     from attnflow.capture.attribution_patching import long_input
 
-    return per_source_memory(model, n, sdpa=long_input(n) and _on_sdpa(model))
+    return per_source_memory(model, n, sdpa=_shares_prefix(model) or (long_input(n) and _on_sdpa(model)))
+
+
+def _shares_prefix(model: Any) -> bool:
+    """Whether ``model``'s exact re-runs attend to one shared prefix on the fused kernel
+    (:mod:`attnflow.capture.shared_prefix`): no attention scores per sequence."""
+    from attnflow.capture.shared_prefix import usable
+
+    try:
+        return not usable(model)
+    except AttributeError:  # not a model (no config): assume the copying path, the larger
+        return False
 
 
 def _budgeted_batch(context: Context, n: int, budget: int) -> Context:
@@ -290,7 +301,8 @@ def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, 
         if record.cost != BUDGETED:
             return
     # one edited sequence (the budgeted chooser: one of its exact runs) must fit
-    fixed, per = _exact_run_memory(model, explained) if record.cost == BUDGETED else per_source_memory(model, explained)
+    fixed, per = (_exact_run_memory(model, explained) if record.cost == BUDGETED
+                  else per_source_memory(model, explained, sdpa=_shares_prefix(model)))
     if fixed + per > budget:
         run = "one exact run" if record.cost == BUDGETED else "one edited sequence"
         raise AttnflowError(
@@ -321,7 +333,7 @@ def fit_to_budget(record: Method, context: Context) -> Context:
         # one forward pass, then one backward pass per row (each about a pass) or one for every row
         batch, variants, steps = 1, 1, 1 + len(rows) if record.backward_per_row else 2
     else:
-        fixed, per = per_source_memory(model, n)
+        fixed, per = per_source_memory(model, n, sdpa=_shares_prefix(model))
         batch = int(context.batch_size or max(1, min(BATCH, (budget - fixed) // per)))
         memory = fixed + batch * per
         variants = _shape(model)["layers"] if record.layers else 1

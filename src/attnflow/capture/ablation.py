@@ -18,9 +18,10 @@ the explained token ``c`` (the model's argmax at ``t``, a given token, or the ge
 
 **Exact, batched, cached.** A causal decoder's positions before ``j`` never see ``j``, so an edit of
 ``j`` leaves the prefix ``[0, j)`` as it was. The sources are sorted and taken ``batch_size`` at a
-time; a chunk whose first source is ``j0`` starts from the clean key/value cache of ``[0, j0)``
-(built once, growing chunk by chunk, copied and repeated over the batch) and runs only positions
-``j0 .. t`` for every element of the chunk at once. One target costs about ``n^2 / 2`` token steps
+time (fewer on a long input: :func:`rows_per_call`); a chunk whose first source is ``j0`` starts from
+the clean key/value cache of ``[0, j0)`` (built once, growing chunk by chunk; every row of the chunk
+attends to that one prefix, :mod:`attnflow.capture.shared_prefix`, or where it cannot, a copy per row)
+and runs only positions ``j0 .. t`` for every element of the chunk at once. One target costs about ``n^2 / 2`` token steps
 over all sources instead of ``n^2`` (plus a clean pass); several targets (a generation) share each
 source's run, since one run over ``[j, N)`` gives the edited logits at every later position. The
 numbers equal one plain full forward pass per source and variant (no batch, no cache) to float
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,7 @@ import torch
 
 from attnflow.capture.architectures import architecture, layer_windows, model_type, refuse_unsupported
 from attnflow.capture.streaming import architecture_fixes, attention_modules, scoped
+from attnflow.capture.shared_prefix import sharing
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 from attnflow.hf.kind import kind_of
@@ -252,6 +254,24 @@ class Prefix:
             self.logits[t] = out.logits[0, t - to + keep].detach()
         self.built = to
 
+    def kv(self, j0: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The clean keys and values of ``ids[:j0]`` per layer, ``(1, kv_heads, j0, head_dim)`` views of
+        the given or grown cache (no copy), for re-runs that share them
+        (:mod:`attnflow.capture.shared_prefix`)."""
+        if self.given is None:
+            self.grow(j0)
+        layers = (self.given or self.cache).layers
+        return [(layer.keys[:, :, :j0], layer.values[:, :, :j0]) for layer in layers]
+
+    def start(self, batch: int, j0: int, shared: Any = None) -> Any:
+        """The cache a batch of ``batch`` rows starts from at ``j0``: the shared prefix's (``shared``, a
+        :class:`attnflow.capture.shared_prefix.SharedPrefix`), else a copy per row (None: no prefix)."""
+        if j0 == 0:
+            return None
+        if shared is not None:
+            return shared.cache(self.kv(j0))
+        return self.copy(batch, j0)
+
     def copy(self, batch: int, j0: int) -> Any:
         """The clean cache of ``ids[:j0]``, repeated ``batch`` times (None for an empty prefix)."""
         if j0 == 0:
@@ -272,6 +292,21 @@ class Prefix:
         return cache
 
 
+CALL_POSITIONS = 8192  # rows x positions of one edited call, at most (unless one row is longer)
+
+
+def rows_per_call(batch_size: int, length: int) -> int:
+    """Rows of one edited call over ``length`` positions: ``batch_size``, fewer on a long input so that a
+    call's activations stay those of about :data:`CALL_POSITIONS` positions (a 16-row batch of 8,192
+    positions would hold 16 times a forward pass's activations; the multiply-accumulates are the same)."""
+    return max(1, min(batch_size, CALL_POSITIONS // max(length, 1)))
+
+
+def running(shared: Any, cache: Any) -> Any:
+    """The context of an edited call from ``cache``: the shared prefix's, or none."""
+    return nullcontext() if shared is None else shared.running(cache)
+
+
 def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple[int, int]], *, delete: bool,
          replacement: torch.Tensor | None, readout: str, tokens: Any, foils: Any, batch_size: int,
          progress: Progress | None, variants: int, method: str, cache: Any = None,
@@ -284,7 +319,8 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
     scores = np.zeros((len(targets), variants, n))
     index = {t: i for i, t in enumerate(targets)}
     elements = sorted(elements)
-    with torch.no_grad(), architecture_fixes(model), editing(model, values=not delete and replacement is None):
+    with (torch.no_grad(), architecture_fixes(model), editing(model, values=not delete and replacement is None),
+          sharing(model) as shared):
         if clean_logits is None:  # the clean readouts: one pass (a generation gives its own logits)
             prefix = Prefix(model, ids, targets)
             prefix.grow(last + 1)
@@ -296,9 +332,11 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
         clean = readout_values(clean_logits.cpu(), explained, foil_ids, readout)
         prefix = Prefix(model, ids, targets, given=cache)  # clean prefixes, chunk by chunk
         done = 0
-        for start in range(0, len(elements), batch_size):
-            chunk = elements[start:start + batch_size]
-            j0 = chunk[0][0]
+        start = 0
+        while start < len(elements):
+            j0 = elements[start][0]
+            chunk = elements[start:start + rows_per_call(batch_size, last + 1 - j0)]
+            start += len(chunk)
             prefix.grow(j0)
             rows = torch.arange(len(chunk))
             sources = torch.tensor([j for j, _ in chunk])
@@ -320,8 +358,8 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
             # logits only at the trailing positions that hold targets (the unembedding is a large share of
             # a small model's step): the last `keep` positions of the run, target t at t - last - 1 + keep
             keep = min(last + 1 - max(j0, wanted[0]), batch_ids.shape[1])
-            cache_in = prefix.copy(len(chunk), j0)  # before the edit is active: it may run the clean prefix
-            with edited(Edit(zero=zero, embed=embed)):
+            cache_in = prefix.start(len(chunk), j0, shared)  # before the edit is active: it may run the prefix
+            with edited(Edit(zero=zero, embed=embed)), running(shared, cache_in):
                 out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
                             **{cache_keyword(model, required=True): cache_in})
             logits = out.logits.detach().cpu()

@@ -34,9 +34,10 @@ time agree, also in time). The plan:
 
 What is counted is what runs: each re-scoring's batches are priced before they are chosen as they
 will be run, and added as they run. What the counts leave out: element-wise work (norms, softmax, the
-position encoding: a few percent), and on a long input the copies of the clean key/value cache that
-every row of a batch starts from (memory traffic, not multiply-accumulates); ``benchmarks/budget.py``
-measures the whole call's time against a forward pass.
+position encoding: a few percent), and, on models whose rows cannot share the clean prefix
+(:func:`attnflow.capture.shared_prefix.usable`), the copies of the clean key/value cache that every row
+of a batch starts from (memory traffic, not multiply-accumulates); ``benchmarks/budget.py`` measures
+the whole call's time against a forward pass.
 
 The result says per span which was done (``exact``) and what was planned (``cost``, in passes).
 With spans, a span's estimate is the sum of its tokens' (the first order is additive).

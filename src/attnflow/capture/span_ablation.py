@@ -34,7 +34,9 @@ import numpy as np
 import torch
 
 from attnflow.capture.ablation import (BATCH, LAYER_MODES, Ablation, Edit, Prefix, Progress, cache_keyword,
-                                       checked_inputs, edited, editing, readout_values, value_projections)
+                                       checked_inputs, edited, editing, readout_values, rows_per_call, running,
+                                       value_projections)
+from attnflow.capture.shared_prefix import sharing
 from attnflow.capture.streaming import architecture_fixes
 from attnflow.errors import AttnflowError
 from attnflow.hf.weights import input_device
@@ -66,7 +68,8 @@ def checked_spans(spans: Any, n: int) -> list[list[int]]:
 
 
 def batches(starts: Sequence[int], last: int, batch_size: int) -> list[list[int]]:
-    """Indices into ``starts`` grouped into runs: sorted by start, at most ``batch_size`` per run, and a
+    """Indices into ``starts`` grouped into runs: sorted by start, at most ``batch_size`` per run and at
+    most :data:`attnflow.capture.ablation.CALL_POSITIONS` positions (rows x length) unless alone, and a
     span joins a run only if its start is at most ``max(size, length // 8)`` after the run's first
     start (``size``: spans in the run so far; ``length``: the positions the run covers), or if the run
     stays within :data:`SMALL_CALL` positions. Consecutive tokens share runs as in ablated flow,
@@ -76,7 +79,7 @@ def batches(starts: Sequence[int], last: int, batch_size: int) -> list[list[int]
     order = sorted(range(len(starts)), key=lambda k: starts[k])
     groups: list[list[int]] = []
     for k in order:
-        if groups and len(groups[-1]) < batch_size:
+        if groups and len(groups[-1]) < rows_per_call(batch_size, last + 1 - starts[groups[-1][0]]):
             j0 = starts[groups[-1][0]]
             length = last + 1 - j0
             if starts[k] - j0 <= max(len(groups[-1]), length // 8) or (len(groups[-1]) + 1) * length <= SMALL_CALL:
@@ -112,7 +115,7 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
     # elements: (span, variant), started at the span's first position; spans after the last target skipped
     elements = [(s, v) for s in range(len(spans)) if spans[s][0] <= last for v in variants]
     steps = 0
-    with torch.no_grad(), architecture_fixes(model), editing(model, values=True):
+    with torch.no_grad(), architecture_fixes(model), editing(model, values=True), sharing(model) as shared:
         prefix = Prefix(model, ids, targets, given=cache)
         if clean_logits is None:
             prefix.grow(last + 1)
@@ -130,7 +133,7 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
             chunk = [elements[k] for k in group]
             j0 = spans[chunk[0][0]][0]
             before = prefix.built
-            cache_in = prefix.copy(len(chunk), j0)  # before the edit is active: it may run the clean prefix
+            cache_in = prefix.start(len(chunk), j0, shared)  # before the edit is active: it may run the prefix
             steps += prefix.built - before
             zero: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
             for key in sorted({v for _, v in chunk}):
@@ -140,7 +143,7 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
             wanted = [t for t in targets if t >= j0]
             keep = last + 1 - wanted[0]
             batch_ids = ids[j0:last + 1][None].expand(len(chunk), -1)
-            with edited(Edit(zero=zero)):
+            with edited(Edit(zero=zero)), running(shared, cache_in):
                 out = model(input_ids=batch_ids.to(device), use_cache=True, logits_to_keep=keep,
                             **{cache_keyword(model, required=True): cache_in})
             steps += batch_ids.numel()
