@@ -14,6 +14,7 @@ from attnflow.capture.ablation import ablated_flow
 from attnflow.capture.attribution_patching import attribution_patching
 from attnflow.config.registry import Context, get
 from attnflow.config.settings import Settings
+from tests.oracles import float32_softmax_atol
 from tests.factory import tiny_decoder, tiny_model
 
 PROMPT = "the keys to the old cabinet"
@@ -43,9 +44,13 @@ def test_explain_with_the_estimate_and_the_budget(decoder, monkeypatch):
                       input_ids=ids, notes=report)
     budgeted = get("ablated-flow-budgeted")(context)[0, 0]
     flags = np.array(report["ablated-flow-budgeted"]["exact"])
-    exact = ablated_flow(model, ids).scores[0, 0]
+    plain = ablated_flow(model, ids)
+    exact = plain.scores[0, 0]
     assert report["ablated-flow-budgeted"]["plan"] == "estimate+refine" and 0 < flags.sum() < n
-    np.testing.assert_allclose(budgeted[flags], exact[flags], atol=1e-10)
+    # a re-run's positions before its batch's start come from the clean cache (the model's eager attention,
+    # softmax in float32), those after it from the shared-prefix kernel: batches that start elsewhere round
+    # differently (oracles.float32_softmax_atol)
+    np.testing.assert_allclose(budgeted[flags], exact[flags], atol=float32_softmax_atol(plain.clean[0], n))
     np.testing.assert_allclose(budgeted[~flags], est.sum(0)[~flags], atol=1e-10)
 
 
@@ -65,11 +70,13 @@ def test_through_a_generation_each_row_is_one_teacher_forced_computation(kind, m
     for i in range(k):
         prefix, token = ids[: m + i], ids[m + i]
         est = attribution_patching(model, prefix, tokens=[token]).scores[0, 0]
-        exact = ablated_flow(model, prefix, tokens=[token]).scores[0, 0]
+        plain = ablated_flow(model, prefix, tokens=[token])
+        exact = plain.scores[0, 0]
+        atol = float32_softmax_atol(plain.clean[0], m + i)  # batches that start elsewhere (see above)
         np.testing.assert_allclose(result.scores["ablated-flow-estimate"][i, L - 1, : m + i], est, atol=1e-8)
         got = result.scores["ablated-flow-budgeted"][i, L - 1, : m + i]
         # per source either the exact score or the estimate, as the chooser decided
-        assert np.all(np.minimum(np.abs(got - exact), np.abs(got - est)) < 1e-8)
+        assert np.all(np.minimum(np.abs(got - exact), np.abs(got - est)) < max(atol, 1e-8))
         mixed += int(np.any(np.abs(got - est) > 1e-6))
     assert mixed  # some sources were re-scored exactly
 

@@ -89,26 +89,49 @@ def long_input(positions: int) -> bool:
 
 
 class _Pass:
-    """The active pass: per layer, the value projection's output and the zero tensor added to it;
+    """The active pass: per layer, the value projection's output (detached) and whether its gradient hook
+    is on; ``first``: the zero leaf added to layer 0's values (each backward pass runs down to it);
+    ``scores[target, layer, position]``, filled by the hooks during the backward pass of ``target``;
     ``checkpoint``: run each decoder layer under activation checkpointing."""
 
-    def __init__(self, n_layers: int, checkpoint: bool) -> None:
-        self.outputs: list[torch.Tensor | None] = [None] * n_layers
-        self.deltas: list[torch.Tensor | None] = [None] * n_layers
+    def __init__(self, found: list[Any], heads: int, n: int, targets: int, checkpoint: bool) -> None:
+        self.found, self.heads = found, heads
+        self.outputs: list[torch.Tensor | None] = [None] * len(found)
+        self.hooked = [False] * len(found)
+        self.first: torch.Tensor | None = None
+        self.scores = np.zeros((targets, len(found), n))
+        self.target = 0
         self.checkpoint = checkpoint
 
 
 def _value_receiver(state: _Pass, layer: int) -> Any:
     def receiver(module: Any, args: Any, output: Any) -> Any:
-        # v + 0 with the zero a leaf of autograd: d z / d delta is the total derivative d z / d v, and the
-        # path from earlier layers through v stays open (a detached leaf in place of v would cut it).
-        # A checkpointed layer runs again in the backward pass: it must add the same leaf.
-        delta = state.deltas[layer]
-        if delta is None or delta.shape != output.shape:
-            delta = torch.zeros_like(output, requires_grad=True)
-        state.outputs[layer], state.deltas[layer] = output.detach(), delta
-        return output + delta
+        # The gradient reaching the value projection's output is the total derivative d z / d v (the path
+        # from earlier layers through v stays open): a hook on the output reads it as the backward pass
+        # goes by, one layer at a time (no zero leaves, no every-layer gradients returned at once). Layer 0
+        # adds a zero leaf of autograd, so the graph exists even when the model's weights need no gradient,
+        # and each backward pass runs down to it. A checkpointed layer runs again in the backward pass: it
+        # refreshes the values and must add the same leaf; the hook is the first run's (the graph's).
+        state.outputs[layer] = output.detach()
+        if layer == 0:
+            if state.first is None or state.first.shape != output.shape:
+                state.first = torch.zeros_like(output, requires_grad=True)
+            output = output + state.first
+        if output.requires_grad and not state.hooked[layer]:
+            state.hooked[layer] = True
+            output.register_hook(_gradient_hook(state, layer))
+        return output if layer == 0 else None
     return receiver
+
+
+def _gradient_hook(state: _Pass, layer: int) -> Any:
+    def hook(gradient: torch.Tensor) -> None:
+        found = state.found[layer]
+        # the value part of a fused projection's output, per key/value head: (1, n', kv, d)
+        gv = found.head_values(gradient.detach(), state.heads) * found.head_values(state.outputs[layer], state.heads)
+        m = gv.shape[1]
+        state.scores[state.target, layer, :m] = gv[0].sum((-1, -2)).to(torch.float64).cpu().numpy()
+    return hook
 
 
 def _checkpointed(forward: Any, args: tuple, kwargs: dict) -> Any:
@@ -125,7 +148,7 @@ def _checkpointed(forward: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _receivers(model: Any, state: _Pass) -> dict[str, Any]:
-    """The pass's receivers: the value projections' zero leaves and (checkpointing) around each layer."""
+    """The pass's receivers: the value projections' gradient hooks and (checkpointing) around each layer."""
     points = hook_points(model)
     wanted: dict[str, Any] = {name: _value_receiver(state, layer)
                               for layer, name in enumerate(points.names("attn.value"))}
@@ -178,7 +201,7 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     checkpoint = long_input(last + 1) if checkpoint is None else bool(checkpoint)
     keep_cache = keep_cache and not checkpoint
     sdpa = checkpoint if sdpa is None else bool(sdpa)
-    state = _Pass(len(found), checkpoint)
+    state = _Pass(found, heads, n, len(targets), checkpoint)
     keep = last + 1 - min(targets)
     # checkpointed (long inputs): attention on SDPA where it is the same function (no (heads, n, n) weights
     # kept or recomputed in the backward pass); the backward passes run inside the block, which recompute layers
@@ -191,23 +214,19 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
         foil_ids = None if foils is None else torch.as_tensor(np.atleast_1d(foils)).long()
         objective = readout_values(logits, explained.to(logits.device),
                              None if foil_ids is None else foil_ids.to(logits.device), readout)
-        if any(d is None for d in state.deltas):
+        if not all(state.hooked) or state.first is None:
             raise AttnflowError("a layer's value projection did not run; the architecture table names the wrong "
                                 "module for attribution patching")
-        scores = np.zeros((len(targets), len(found), n))
         if progress is not None:
             progress(1, 1 + len(targets))
         for i in range(len(targets)):
-            grads = torch.autograd.grad(objective[i], state.deltas, retain_graph=i < len(targets) - 1,
-                                        allow_unused=True)
-            for l, (g, v) in enumerate(zip(grads, state.outputs)):
-                if g is None:
-                    continue
-                # the value part of a fused projection's output, per key/value head: (1, n', kv, d)
-                gv = found[l].head_values(g.detach(), heads) * found[l].head_values(v, heads)
-                scores[i, l, :last + 1] = gv[0].sum((-1, -2)).to(torch.float64).cpu().numpy()
+            state.target = i
+            # down to layer 0's values: every layer's values lie on the way, and their hooks score them
+            torch.autograd.grad(objective[i], [state.first], retain_graph=i < len(targets) - 1, allow_unused=True)
             if progress is not None:
                 progress(2 + i, 1 + len(targets))
+        state.first = None
+    scores = state.scores
     for i, t in enumerate(targets):
         scores[i, :, t + 1:] = 0.0  # float round-off only: a causal target never sees later sources
     if layers == "all":

@@ -155,7 +155,10 @@ class SharedPrefix:
             return
         self.active = True
         try:
-            yield
+            # SDPA's mask for the edited call (a boolean one, where eager's is a float per query and key;
+            # the kernel receivers replace the attention itself)
+            with receiving(self.model, {}, attention="sdpa"):
+                yield
         finally:
             self.active, self.layers = False, None
 
@@ -174,10 +177,9 @@ class SharedPrefix:
     def __enter__(self) -> SharedPrefix:
         self.active, self.layers = False, None
         names = hook_points(self.model).names("attn.kernel")
-        # SDPA for the block's other calls and masks (the same function where the shared path applies):
-        # a boolean mask, not eager's float one per (query, key)
-        self._scope = receiving(self.model, {name: self._receiver(i) for i, name in enumerate(names)},
-                                attention="sdpa")
+        # the block's other calls (the clean prefix grown) keep the model's attention, so that a prefix
+        # grown here equals one grown elsewhere (an estimate pass's cache) bit for bit
+        self._scope = receiving(self.model, {name: self._receiver(i) for i, name in enumerate(names)})
         self._scope.__enter__()
         return self
 
