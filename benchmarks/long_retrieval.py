@@ -50,6 +50,9 @@ def prompt(rng: random.Random, tokenizer, tokens: int) -> tuple[str, str, str]:
     budget = tokens - len(tokenizer(question).input_ids) - sum(len(tokenizer(f).input_ids) for f in facts)
     while len(tokenizer(" ".join(body)).input_ids) < budget:
         body.append(rng.choice(sentences))
+    # the pieces tokenize a few tokens longer joined than apart: at most `tokens` (the model's positions)
+    while len(body) > 1 and len(tokenizer(" ".join(body + facts) + question).input_ids) > tokens:
+        body.pop()
     for fact in facts:
         body.insert(rng.randrange(len(body) + 1), fact)
     return " ".join(body) + question, facts[0], words[0]
