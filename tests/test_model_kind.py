@@ -19,7 +19,7 @@ from factory import saved, tiny_decoder
 from spies import calls_counted
 
 import attnflow
-from attnflow.capture import architectures, load
+from attnflow.hf import architectures, load
 from attnflow.hf import kind
 
 torch.set_num_threads(1)

@@ -28,7 +28,7 @@ round-off: ``tests/test_ablation.py`` checks 1e-5 on tiny Llama (grouped-query),
 sliding window, GPT-2, Gemma 2 and SmolLM2.
 
 Which module is the value projection (and how a fused query/key/value projection lays out its
-output) is the architecture table's row (:data:`attnflow.capture.architectures.PROJECTIONS`).
+output) is the architecture table's row (:data:`attnflow.hf.architectures.PROJECTIONS`).
 
 API (stable; the explain/generate integration and the decoder study use it)::
 
@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, layer_windows, model_type, refuse_unsupported
+from attnflow.hf.architectures import architecture, layer_windows, model_type, refuse_unsupported
 from attnflow.capture.streaming import architecture_fixes, attention_modules, scoped
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
