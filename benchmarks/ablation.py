@@ -9,7 +9,7 @@ average beside it; ratios are against a baseline measured in the same run:
    30-token prompt: attnflow's batched, cached engine vs the naive loop (one plain full forward pass
    per source with the values zeroed by a hook, no batch, no cache); the scores are compared too.
 2. one-pass methods for the same prompt: direct logit attribution and ALTI-Logit
-   (:mod:`attnflow.capture.logit_paths` + :mod:`attnflow.core.logit_attribution`) vs one plain
+   (:mod:`attnflow.interventions.logit_paths` + :mod:`attnflow.core.logit_attribution`) vs one plain
    forward pass (``model(ids)``, no gradients).
 3. through a generation: ``attnflow.generate(..., method="ablated-flow")`` for 20 new tokens after
    the 30-token prompt (rollout included, every generated token explained over every earlier
@@ -121,10 +121,10 @@ def main() -> None:
     parser.add_argument("--long", action="store_true", help="also the generation after a ~213-token prompt")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from attnflow.capture.ablation import ablated_flow
-    from attnflow.capture.load import load_model, quiet_transformers
-    from attnflow.capture.logit_paths import logit_paths
-    from attnflow.capture.pypi_models import smollm2_path
+    from attnflow.interventions.ablation import ablated_flow
+    from attnflow.hf.load import load_model, quiet_transformers
+    from attnflow.interventions.logit_paths import logit_paths
+    from attnflow.hf.pypi_models import smollm2_path
     from attnflow.core.logit_attribution import (
         alti_contributions,
         alti_logit,

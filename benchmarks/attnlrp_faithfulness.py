@@ -4,9 +4,9 @@
 
 The 70 prompts of ``benchmarks/decoder_prompts.py`` (5-28 tokens), explaining the last position's
 argmax token (its logit). Per prompt, in one run, one torch thread: deletion leave-one-out
-(``attnflow.capture.ablation.occlusion``: the logit's drop when a token is deleted; the ground truth),
+(``attnflow.interventions.ablation.occlusion``: the logit's drop when a token is deleted; the ground truth),
 exact ablated flow (value zeroing in every layer at once), its one-pass estimate (attribution
-patching) and AttnLRP (``attnflow.capture.attnlrp``), each method's CPU time against one plain forward
+patching) and AttnLRP (``attnflow.interventions.attnlrp``), each method's CPU time against one plain forward
 pass of the same prompt (median of three). Ranked positions: 1 .. n-2 (the first token, the
 attention sink, and the explained last token left out, as ``benchmarks/decoder_study.py`` does).
 Reported: mean Spearman rho against deletion and against exact ablated flow, over all prompts and over
@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decoder_prompts import prompts  # noqa: E402
 
-from attnflow.capture.ablation import ablated_flow, occlusion  # noqa: E402
-from attnflow.capture.attnlrp import attnlrp  # noqa: E402
-from attnflow.capture.attribution_patching import attribution_patching  # noqa: E402
-from attnflow.capture.load import load_model  # noqa: E402
-from attnflow.capture.pypi_models import smollm2_path  # noqa: E402
+from attnflow.interventions.ablation import ablated_flow, occlusion  # noqa: E402
+from attnflow.interventions.attnlrp import attnlrp  # noqa: E402
+from attnflow.interventions.attribution_patching import attribution_patching  # noqa: E402
+from attnflow.hf.load import load_model  # noqa: E402
+from attnflow.hf.pypi_models import smollm2_path  # noqa: E402
 from attnflow.evaluation.correlation import spearman  # noqa: E402
 
 METHODS = {

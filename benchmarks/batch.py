@@ -80,7 +80,7 @@ def main() -> None:
 
     import attnflow
     from attnflow.batch.engine import default_workers
-    from attnflow.capture.load import quiet_transformers
+    from attnflow.hf.load import quiet_transformers
     from attnflow.data.agreement import splits
 
     quiet_transformers()

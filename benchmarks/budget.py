@@ -3,7 +3,7 @@
     PYTHONPATH=src nice -n 10 python benchmarks/budget.py [--tokens 200 2000] [--budgets 3 5 10 20] [--repeat 3]
 
 One torch thread, one process. Per prompt length: one plain forward pass of the prompt (no gradients, the
-last position's logits as a language model computes the next token's, on SDPA: the unit the budget counts, :mod:`attnflow.capture.compute`; median of ``--repeat``) is the
+last position's logits as a language model computes the next token's, on SDPA: the unit the budget counts, :mod:`attnflow.interventions.compute`; median of ``--repeat``) is the
 baseline measured in the same run (the same pass on the model's own attention, eager as attnflow loads it, is
 printed beside: about 2.2 times as long at 2,000 tokens); then, per budget ``B``, the CPU time of the whole call ``attnflow.explain(prompt, method="ablated-flow-budgeted",
 settings=Settings(budget=B))`` (capture pass, estimate, exact re-runs; median of ``--repeat``) as a
@@ -37,7 +37,7 @@ from texts import text  # noqa: E402
 import attnflow  # noqa: E402
 from attnflow.api.methods.one_pass import UNIT  # noqa: E402
 from attnflow.api.models import resolve  # noqa: E402
-from attnflow.capture.efficient_attention import efficient_attention  # noqa: E402
+from attnflow.interventions.efficient_attention import efficient_attention  # noqa: E402
 from attnflow.errors import AttnflowError  # noqa: E402
 from attnflow.hf.points import own_implementation  # noqa: E402
 

@@ -13,7 +13,7 @@ SmolLM2-135M on the CPU, one torch thread in every process, greedy decoding of `
   rollout tracked and ablated flow (value zeroing of each source token in every layer at once, logit
   readout) for every generated token, reusing the generation's key/value cache and logits;
 - **generate + ablated_flow**: for reference, plain generate then
-  ``attnflow.capture.ablation.ablated_flow`` on the generated sequence from scratch (no reuse);
+  ``attnflow.interventions.ablation.ablated_flow`` on the generated sequence from scratch (no reuse);
 - **inseq value_zeroing**: ``inseq.load_model(model, "value_zeroing").attribute(prompt,
   generation_args=...)`` in a separate interpreter (``/work/venvs/inseq``, see
   benchmarks/peers/inseq_value_zeroing.py), which also decodes the tokens itself.
@@ -38,8 +38,8 @@ from pathlib import Path
 import torch
 
 import attnflow
-from attnflow.capture.ablation import ablated_flow
-from attnflow.capture.pypi_models import smollm2_path
+from attnflow.interventions.ablation import ablated_flow
+from attnflow.hf.pypi_models import smollm2_path
 
 SHORT = "My name is Putin, I am from the"
 LONG = ("The old lighthouse stood at the northern end of the island, where the cliffs fell straight into the "

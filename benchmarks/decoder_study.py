@@ -73,7 +73,7 @@ from gpu import model_path  # noqa: E402  (where each model of the study is foun
 
 import attnflow  # noqa: E402
 from attnflow.api.faithfulness import model_predict  # noqa: E402
-from attnflow.capture.load import quiet_transformers  # noqa: E402
+from attnflow.hf.load import quiet_transformers  # noqa: E402
 from attnflow.core.methods import method_rows  # noqa: E402
 from attnflow.evaluation.correlation import spearman  # noqa: E402
 from attnflow.evaluation.faithfulness import leave_one_out  # noqa: E402
@@ -94,7 +94,7 @@ def library_methods() -> dict[str, Callable]:
     ``fn(model, ids (n,), target) -> (n,)`` scores of the target's prediction. Empty when absent."""
     found: dict[str, Callable] = {}
     try:
-        from attnflow.capture.ablation import ablated_flow
+        from attnflow.interventions.ablation import ablated_flow
     except ImportError:
         return found
 
@@ -103,8 +103,8 @@ def library_methods() -> dict[str, Callable]:
 
     found["ablated flow"] = ablated
     try:
-        from attnflow.capture.attribution_patching import attribution_patching
-        from attnflow.capture.budgeted import budgeted_ablated_flow
+        from attnflow.interventions.attribution_patching import attribution_patching
+        from attnflow.interventions.budgeted import budgeted_ablated_flow
     except ImportError:
         pass
     else:
@@ -116,13 +116,13 @@ def library_methods() -> dict[str, Callable]:
 
         found["ablated flow estimate"], found["ablated flow budgeted (5)"] = estimate, budgeted
     try:
-        from attnflow.capture.attnlrp import attnlrp
+        from attnflow.interventions.attnlrp import attnlrp
     except ImportError:
         pass
     else:
         found["attnlrp"] = lambda model, ids, target: attnlrp(model, torch.tensor(ids), [target]).relevance[0]
     try:
-        from attnflow.capture.logit_paths import logit_paths
+        from attnflow.interventions.logit_paths import logit_paths
         from attnflow.core.logit_attribution import alti_contributions, alti_logit, direct_logit_attribution
     except ImportError:
         return found

@@ -24,7 +24,7 @@ Candidates (see ``docs/one-pass.md`` for what each is and what it measured):
   through the positions between): about ``w`` passes of positions for every source, 1 clean.
 - ``suffix-w+indirect``: ``suffix-w`` plus the first order of the indirect paths (the first order
   minus its part through the direct paths into the last ``w`` positions; 2 more passes).
-- ``budgeted-5-tailT``: ``attnflow.capture.budgeted`` within 5 passes, the share ``T`` of the
+- ``budgeted-5-tailT``: ``attnflow.interventions.budgeted`` within 5 passes, the share ``T`` of the
   refinement budget spent on the latest sources first (0: the estimate's top only).
 """
 
@@ -48,9 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decoder_prompts import prompts  # noqa: E402
 from one_pass import CODE, chat, document, recall  # noqa: E402
 
-from attnflow.capture.ablation import ablated_flow, occlusion  # noqa: E402
-from attnflow.capture.attribution_patching import attribution_patching  # noqa: E402
-from attnflow.capture.budgeted import budgeted_ablated_flow  # noqa: E402
+from attnflow.interventions.ablation import ablated_flow, occlusion  # noqa: E402
+from attnflow.interventions.attribution_patching import attribution_patching  # noqa: E402
+from attnflow.interventions.budgeted import budgeted_ablated_flow  # noqa: E402
 from attnflow.evaluation.correlation import spearman  # noqa: E402
 
 STORY = ("Anna and her brother Leo spent the summer at their grandmother's farm. Every morning Leo fed the chickens "
@@ -211,8 +211,8 @@ def main() -> None:
     args = parser.parse_args()
     args.tails = [float(t) for t in args.tails.split(",")]
     torch.set_num_threads(1)
-    from attnflow.capture.load import load_model, quiet_transformers
-    from attnflow.capture.pypi_models import smollm2_path
+    from attnflow.hf.load import load_model, quiet_transformers
+    from attnflow.hf.pypi_models import smollm2_path
 
     quiet_transformers()
     model, tok = load_model(smollm2_path())

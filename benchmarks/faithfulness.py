@@ -45,8 +45,8 @@ def child(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     from attnflow.api import explain
     from attnflow.api.faithfulness import _input_ids, estimate, model_predict
-    from attnflow.capture.load import load_model, quiet_transformers
-    from attnflow.capture.pypi_models import smollm2_path
+    from attnflow.hf.load import load_model, quiet_transformers
+    from attnflow.hf.pypi_models import smollm2_path
     from attnflow.evaluation.faithfulness import FRACTIONS, default_positions, evaluate
 
     quiet_transformers()

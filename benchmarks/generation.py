@@ -103,8 +103,8 @@ def child(method: str, n_new: int, threads: int, out_file: str) -> None:
     import torch
 
     import attnflow
-    from attnflow.capture.load import quiet_transformers
-    from attnflow.capture.pypi_models import smollm2_path
+    from attnflow.hf.load import quiet_transformers
+    from attnflow.hf.pypi_models import smollm2_path
 
     torch.set_num_threads(threads)
     quiet_transformers()

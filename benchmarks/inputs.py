@@ -58,7 +58,7 @@ _loaded: dict = {}
 
 def _model(name: str):
     if name not in _loaded:
-        from attnflow.capture.load import default_model_path, load_model, quiet_transformers
+        from attnflow.hf.load import default_model_path, load_model, quiet_transformers
 
         quiet_transformers()
         _loaded[name] = load_model(default_model_path() if name == "bundled" else name)

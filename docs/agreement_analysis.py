@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from attnflow.capture import capture  # noqa: E402
-from attnflow.capture.load import quiet_transformers  # noqa: E402
+from attnflow.hf.load import quiet_transformers  # noqa: E402
 from attnflow.evaluation.correlation import cls_scores, spearman  # noqa: E402
 from attnflow.evaluation.importance import blank_out, embedding_gradients  # noqa: E402
 from attnflow.reproduction.run import held_out_examples, load  # noqa: E402

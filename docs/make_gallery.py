@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from attnflow import capture, explain_attentions, explain_maps, load_model  # noqa: E402
-from attnflow.capture.load import quiet_transformers  # noqa: E402
+from attnflow.hf.load import quiet_transformers  # noqa: E402
 from attnflow.core.paths import attention_graph  # noqa: E402
 from attnflow.views.curves import save_correlation_plot  # noqa: E402
 from attnflow.views.graph import save_graph  # noqa: E402

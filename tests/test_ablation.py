@@ -1,4 +1,4 @@
-"""Ablated flow and occlusion (attnflow.capture.ablation) against naive loops written from the definitions:
+"""Ablated flow and occlusion (attnflow.interventions.ablation) against naive loops written from the definitions:
 one plain full forward pass per source (and layer), no batching, no key/value cache, hooks written here."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow.capture.ablation import ablated_flow, mean_embedding, occlusion
+from attnflow.interventions.ablation import ablated_flow, mean_embedding, occlusion
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_model
 
@@ -164,7 +164,7 @@ def test_the_receptive_field_equals_a_naive_boolean_propagation():
     at layer v can change the target iff a chain of such reads leads from j (read at layer v) to it."""
     import itertools
 
-    from attnflow.capture.ablation import reach
+    from attnflow.interventions.ablation import reach
 
     n = 12
     for windows in itertools.product([None, 2, 3, 5], repeat=3):

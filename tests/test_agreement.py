@@ -86,7 +86,7 @@ def test_bundled_model_loads_offline_and_reaches_its_reported_accuracy(name, arc
 
 def test_training_script_writes_a_folder_that_loads_back(tmp_path):
     """Both architectures of the table train end to end (a few steps on a tiny split) and reload offline."""
-    from attnflow.capture import load_model
+    from attnflow.hf import load_model
     from attnflow.reproduction.training.agreement import train
 
     tiny = {"train": 128, "validation": 16, "test": 16, "unseen": 16}

@@ -1,6 +1,9 @@
 """The shape of the house, checked from the source: layers, one-way imports, no cycles.
 
-    config <- core <- capture <- results <- views / evaluation <- api <- cli / app
+    config <- core <- hf <- units <- capture <- interventions <- results <- views / evaluation <- api <- cli / app
+
+(hf loads a model and knows its kind and hook points; units are a text's words, sentences and spans as
+groups of tokens; capture observes a run; interventions edit a run and price it.)
 
 Every ``import`` statement counts, including those made inside functions (they run too). The
 package root (``attnflow/__init__.py``, the public facade) may import anything; nothing imports it.
@@ -22,13 +25,15 @@ LAYERS = {
     "attnflow.errors": 0, "attnflow.data": 0, "attnflow.models": 0,  # the exception, data, bundled model folders
     "attnflow.config": 0,  # Settings and the method registry: tables every layer reads
     "attnflow.core": 1,
-    "attnflow.hf": 2,  # the model room: named hook points (loading and kinds move here)
-    "attnflow.capture": 2,
-    "attnflow.results": 3,
-    "attnflow.views": 4, "attnflow.evaluation": 4,
-    "attnflow.api": 5, "attnflow.reproduction": 5, "attnflow.batch": 5,  # entry points; reproduction.training trains the bundled models
-    "attnflow.cli": 6,
-    "attnflow.app": 6,  # the live explorer: as thin as the CLI, over the api
+    "attnflow.hf": 2,  # the model room: loading, the architecture table, kinds, named hook points
+    "attnflow.units": 3,  # words, sentences, spans as groups of tokens: tokenizers, not models
+    "attnflow.capture": 4,  # observe a run
+    "attnflow.interventions": 5,  # edit a run and run it again; their cost model
+    "attnflow.results": 6,
+    "attnflow.views": 7, "attnflow.evaluation": 7,
+    "attnflow.api": 8, "attnflow.reproduction": 8, "attnflow.batch": 8,  # entry points; reproduction.training trains the bundled models
+    "attnflow.cli": 9,
+    "attnflow.app": 9,  # the live explorer: as thin as the CLI, over the api
 }
 CORE_ALLOWED = {"numpy", "torch", "scipy", "numba", "networkx"}
 
@@ -111,7 +116,8 @@ def test_models_is_a_leaf():
 def test_views_and_evaluation_never_touch_models():
     for name, targets in GRAPH.items():
         if name.startswith(("attnflow.views", "attnflow.evaluation", "attnflow.results")):
-            bad = sorted(t for t in targets if t.startswith(("attnflow.capture", "attnflow.models")))
+            bad = sorted(t for t in targets
+                         if t.startswith(("attnflow.capture", "attnflow.interventions", "attnflow.models")))
             assert not bad, f"{name} imports {bad}: views, evaluation and results take results, not models"
 
 
@@ -166,6 +172,9 @@ def test_the_checker_can_fail():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert "attnflow.views.heatmap" in GRAPH["attnflow.views"]  # imported inside the presenter's plot()
     assert layer("attnflow.api.text") > layer("attnflow.views.table") > layer("attnflow.capture.text")
+    # the rooms that know transformers, in the order data flows through them (issue 43)
+    assert (layer("attnflow.hf.load") < layer("attnflow.units.spans") < layer("attnflow.capture.text")
+            < layer("attnflow.interventions.ablation") < layer("attnflow.api.text"))
 
 
 def test_help_and_import_do_not_load_torch():
@@ -243,7 +252,7 @@ def test_no_model_kind_is_guessed_from_a_class_name():
     for name, path in MODULES.items():
         lines = _class_name_checks(ast.parse(path.read_text(encoding="utf-8")))
         assert not lines, (f"{name} guesses a model's kind from its class name at lines {lines}: read the "
-                           "architecture table (attnflow.api.models.resolve / capture.architectures.model_head)")
+                           "architecture table (attnflow.api.models.resolve / hf.architectures.model_head)")
 
 
 def test_the_source_checkers_can_fail():
@@ -257,7 +266,8 @@ def test_the_source_checkers_can_fail():
 def test_cli_and_app_reach_models_through_the_api():
     for name, targets in GRAPH.items():
         if name.startswith(("attnflow.cli", "attnflow.app")):
-            bad = sorted(t for t in targets if t.startswith(("attnflow.capture", "attnflow.core")))
+            bad = sorted(t for t in targets
+                         if t.startswith(("attnflow.hf", "attnflow.capture", "attnflow.interventions", "attnflow.core")))
             assert not bad, f"{name} imports {bad}: the CLI and the app go through attnflow.api, results and views"
 
 

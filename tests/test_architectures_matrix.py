@@ -16,7 +16,7 @@ about a second each), checked against independent oracles.
 - every vision model: capture_images gives the naive rollout of its output_attentions.
 
 The supported-architectures table in docs/architectures.md is generated from CASES (and the refused
-families from attnflow.capture.architectures): `ATTNFLOW_WRITE_DOCS=1 pytest tests/test_architectures_matrix.py`
+families from attnflow.hf.architectures): `ATTNFLOW_WRITE_DOCS=1 pytest tests/test_architectures_matrix.py`
 rewrites it; otherwise a test fails when it is stale.
 """
 
@@ -36,7 +36,7 @@ from oracles import naive_joint_rollout, naive_rollout
 
 import attnflow
 from attnflow import AttnflowError
-from attnflow.capture.architectures import (
+from attnflow.hf.architectures import (
     ARCHITECTURES,
     architecture,
     layer_windows,
@@ -329,7 +329,7 @@ def test_every_case_has_a_row_of_its_family(built):
         kind = model_type(built(case))
         assert kind == case.model_type
         seen.add(kind)
-        assert kind in ARCHITECTURES, f"{case.name}: add a row for {kind!r} to capture/architectures.py"
+        assert kind in ARCHITECTURES, f"{case.name}: add a row for {kind!r} to hf/architectures.py"
         assert ARCHITECTURES[kind].family == case.kind, case.name
     # a supported row without a case would claim support nobody checks
     unchecked = sorted(t for t, row in ARCHITECTURES.items() if row.family != "unsupported" and t not in seen)

@@ -1,4 +1,4 @@
-"""AttnLRP (attnflow.capture.attnlrp) against oracles that do not share its code path:
+"""AttnLRP (attnflow.interventions.attnlrp) against oracles that do not share its code path:
 
 - conservation, per family of the architecture table's ``lrp_gate`` column, in float64: the relevances
   sum to the explained logit minus the bias terms, each term computed here from its own definition by
@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnflow
-from attnflow.capture.architectures import LRP_GATES
-from attnflow.capture.attnlrp import _attention, _Pass, attnlrp
+from attnflow.hf.architectures import LRP_GATES
+from attnflow.interventions.attnlrp import _attention, _Pass, attnlrp
 from attnflow.errors import AttnflowError
 from tests.cli_runner import run_cli
 from tests.factory import saved, tiny_decoder, tiny_model

@@ -1,4 +1,4 @@
-"""The one-pass estimate of ablated flow (attnflow.capture.attribution_patching) against plain edited
+"""The one-pass estimate of ablated flow (attnflow.interventions.attribution_patching) against plain edited
 forward passes: in the linear regime, zeroing ``eps * v`` instead of ``v`` drops the logit by
 ``eps * estimate + O(eps^2)``. The slope at 0 is read as ``2 D(eps) - D(2 eps)`` with ``D(eps) = drop / eps``
 (Richardson: the ``O(eps)`` remainder cancels, ``O(eps^2)`` is left) at ``eps = 1e-3``; smaller steps drown
@@ -20,9 +20,9 @@ import pytest
 import torch
 import transformers as T
 
-from attnflow.capture.ablation import ablated_flow
-from attnflow.capture.architectures import ARCHITECTURES, PROJECTIONS
-from attnflow.capture.attribution_patching import attribution_patching
+from attnflow.interventions.ablation import ablated_flow
+from attnflow.hf.architectures import ARCHITECTURES, PROJECTIONS
+from attnflow.interventions.attribution_patching import attribution_patching
 from attnflow.errors import AttnflowError
 from tests.oracles import edited_logit_drop, float32_softmax_atol
 
@@ -219,14 +219,14 @@ def test_checkpointed_layers_give_the_same_estimate(kind):
 
 # ---------------------------------------------------------------- long inputs: attention on SDPA
 # From CHECKPOINT_FROM positions the pass runs attention on torch's scaled_dot_product_attention
-# (attnflow.capture.efficient_attention), whose backward pass keeps no (heads, n, n) weights. The oracle
+# (attnflow.interventions.efficient_attention), whose backward pass keeps no (heads, n, n) weights. The oracle
 # above still runs the model's own eager attention, so agreeing with it also checks that SDPA computes
 # the same function (grouped-query heads, a sliding window shorter than the input, fused projections).
 
 
 @pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2", "qwen2", "phi3", "gpt_neox", "gemma2"])
 def test_the_long_input_pass_on_sdpa_is_the_first_order_of_value_zeroing(kind, monkeypatch):
-    from attnflow.capture import attribution_patching as module
+    from attnflow.interventions import attribution_patching as module
 
     monkeypatch.setattr(module, "CHECKPOINT_FROM", 4)  # tiny inputs take the long-input path
     model = _build(kind)
@@ -243,7 +243,7 @@ def test_the_long_input_pass_on_sdpa_is_the_first_order_of_value_zeroing(kind, m
 
 
 def test_a_soft_capped_config_stays_on_eager_attention():
-    from attnflow.capture.efficient_attention import why_not
+    from attnflow.interventions.efficient_attention import why_not
 
     model = _build("gemma3_text")
     assert why_not(model) == ""
@@ -307,9 +307,9 @@ def test_a_layer_recomputed_on_another_thread_still_sees_the_pass(attention):
     on the calling thread."""
     import threading
 
-    from attnflow.capture.ablation import value_projections
-    from attnflow.capture.attribution_patching import _Pass, _receivers
     from attnflow.hf.points import receiving
+    from attnflow.interventions.ablation import value_projections
+    from attnflow.interventions.attribution_patching import _Pass, _receivers
 
     model = _build("llama")
     ids = torch.tensor(_ids(10))[None]

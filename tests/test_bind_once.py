@@ -19,7 +19,7 @@ from factory import saved, tiny_decoder
 from spies import calls_counted
 
 import attnflow
-from attnflow.capture import load
+from attnflow.hf import load
 
 torch.set_num_threads(1)
 SRC = str(Path(attnflow.__file__).parent)
@@ -105,7 +105,7 @@ def test_explain_by_path_reads_the_config_once_and_runs_no_extra_clean_pass(deco
         model.set_attn_implementation("eager")
     assert on_sdpa["forward"] == 1 + 1
     # the reused logits change nothing: the engine with a clean pass of its own gives the same scores
-    from attnflow.capture.ablation import ablated_flow
+    from attnflow.interventions.ablation import ablated_flow
 
     loaded = resolve(decoder_dir)
     ids = loaded.tokenizer(TEXT)["input_ids"]

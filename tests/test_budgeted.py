@@ -1,4 +1,4 @@
-"""The budgeted chooser (attnflow.capture.budgeted): every score it marks exact equals one plain
+"""The budgeted chooser (attnflow.interventions.budgeted): every score it marks exact equals one plain
 forward pass with that source's (or span's) values zeroed (tests/test_spans.naive_drop, no cache), every
 other score is the one-pass estimate, and what it spends stays within the budget."""
 
@@ -9,12 +9,12 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from attnflow.capture import budgeted
-from attnflow.capture.attribution_patching import attribution_patching
-from attnflow.capture.architectures import layer_windows
-from attnflow.capture.budgeted import TAIL, budgeted_ablated_flow, runs_compute
-from attnflow.capture.compute import Shapes
-from attnflow.capture.segments import segments
+from attnflow.interventions import budgeted
+from attnflow.interventions.attribution_patching import attribution_patching
+from attnflow.hf.architectures import layer_windows
+from attnflow.interventions.budgeted import TAIL, budgeted_ablated_flow, runs_compute
+from attnflow.interventions.compute import Shapes
+from attnflow.units.segments import segments
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder, tiny_model
 from tests.oracles import float32_softmax_atol
@@ -144,7 +144,7 @@ def test_a_budget_below_the_estimate_is_refused(decoder):
 
 
 def test_a_checkpointed_estimate_pass_keeps_no_cache_and_the_rebuilt_prefixes_are_counted(decoder, monkeypatch):
-    from attnflow.capture import attribution_patching as patching
+    from attnflow.interventions import attribution_patching as patching
 
     model, tokenizer = decoder
     ids = tokenizer(TEXT)["input_ids"]
@@ -169,7 +169,7 @@ def test_a_checkpointed_estimate_pass_keeps_no_cache_and_the_rebuilt_prefixes_ar
 
 
 def test_the_unit_is_a_forward_pass_counted_in_multiply_accumulates(decoder):
-    from attnflow.capture.compute import _causal_keys
+    from attnflow.interventions.compute import _causal_keys
 
     model, _ = decoder
     c = model.config

@@ -1,5 +1,5 @@
 """``attnflow explain --by word|sentence|spans FILE`` and ``--budget`` end to end on a tiny decoder saved
-to a folder, against the capture functions called directly (themselves tested against plain passes)."""
+to a folder, against the interventions called directly (themselves tested against plain passes)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import attnflow
-from attnflow.capture.segments import segments
-from attnflow.capture.span_ablation import ablate_spans
+from attnflow.units.segments import segments
+from attnflow.interventions.span_ablation import ablate_spans
 from tests.cli_runner import run_cli
 from tests.factory import saved, tiny_decoder
 
@@ -38,7 +38,7 @@ def test_explain_by_sentence_ablates_each_sentence_at_once(monkeypatch, capsys, 
 
 
 def test_explain_by_a_file_of_passages_with_a_budget(monkeypatch, capsys, tmp_path, folder):
-    from attnflow.capture.compute import Shapes
+    from attnflow.interventions.compute import Shapes
     from tests.test_budgeted import in_positions
 
     # priced in positions (the capture pass 1, the estimate 2): the tiny decoder's logits would make runs free

@@ -1,4 +1,4 @@
-"""The decoder methods through explain and the CLI: the same numbers as the capture functions (whose own
+"""The decoder methods through explain and the CLI: the same numbers as the interventions (whose own
 oracle tests are tests/test_ablation.py and tests/test_logit_attribution.py), placed on the result's
 axes as documented, and `attnflow explain --method NAME` end to end on a saved tiny decoder."""
 
@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 import attnflow
-from attnflow.capture.ablation import ablated_flow
+from attnflow.interventions.ablation import ablated_flow
 from tests.cli_runner import run_cli
 from tests.factory import saved, tiny_model
 
@@ -50,7 +50,7 @@ def test_cli_explain_with_ablated_flow(decoder, monkeypatch, capsys, tmp_path):
 
 @pytest.mark.parametrize("method", ["alti-logit", "logit-attribution"])
 def test_logit_methods_through_explain_are_cumulative_over_layers(decoder, minilm_path, method):
-    from attnflow.capture.logit_paths import logit_paths
+    from attnflow.interventions.logit_paths import logit_paths
 
     model, tokenizer, _ = decoder
     classifier = tiny_model("bert", vocab=tokenizer.vocab_size)

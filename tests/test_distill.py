@@ -62,7 +62,7 @@ def _digest(path) -> str:
 
 def test_distilled_training_gives_bit_identical_weights_from_a_seed(tmp_path):
     """Trained twice on a tiny slice: the same bytes for student and teacher; another seed differs."""
-    from attnflow.capture import load_model
+    from attnflow.hf import load_model
     from attnflow.reproduction.training.agreement import train
 
     reports = [train(tmp_path / name, seed=seed, epochs=1, sizes=TINY, distill=True, curve_every=1, curve_examples=8)

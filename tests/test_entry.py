@@ -91,7 +91,8 @@ def test_renamed_modules_keep_their_old_names_for_one_release():
     import importlib
     import sys
 
-    from attnflow.api import costs, defaults
+    from attnflow.api import defaults
+    from attnflow.interventions import costs
 
     for old, new, name, same in (("attnflow.api.honest", defaults, "text_methods", "text_methods"),
                                  ("attnflow.api.long_inputs", costs, "prepare", "fit_to_budget")):
@@ -99,3 +100,58 @@ def test_renamed_modules_keep_their_old_names_for_one_release():
         with pytest.warns(DeprecationWarning, match=old):
             module = importlib.import_module(old)
         assert getattr(module, name) is getattr(new, same)
+
+
+MOVED = [("attnflow.capture.ablation", "attnflow.interventions.ablation"),
+         ("attnflow.capture.load", "attnflow.hf.load"),
+         ("attnflow.api.costs", "attnflow.interventions.costs"),
+         ("attnflow.capture.segments", "attnflow.units.segments")]
+
+
+@pytest.mark.parametrize("old, new", MOVED)
+def test_moved_modules_keep_their_old_paths_for_one_release(old, new):
+    """Issue 43's split of capture into hf, capture, interventions and units: an old path is the moved
+    module itself (a monkeypatch through it is seen by the code), with a warning naming the new path."""
+    import importlib
+    import sys
+
+    from attnflow.config.moved import MODULES
+
+    assert MODULES[old] == new
+    moved = importlib.import_module(new)
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated: use {new}$"):
+        module = importlib.import_module(old)
+    assert module is moved and module.__name__ == new and module.__spec__.name == new
+    assert sys.modules[old] is moved and importlib.import_module(old) is moved  # no second warning needed
+
+
+def test_every_moved_path_names_a_module_that_is_there_and_the_old_file_is_gone():
+    import importlib.util
+    from pathlib import Path
+
+    from attnflow.config.moved import MODULES
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    for old, new in MODULES.items():
+        assert importlib.util.find_spec(new) is not None and importlib.util.find_spec(new).origin.startswith(str(src))
+        assert not (src / (old.replace(".", "/") + ".py")).exists(), f"{old} is both a file and an alias"
+
+
+def test_names_the_capture_package_exported_follow_their_module(monkeypatch):
+    import importlib
+    import sys
+
+    from attnflow.hf import load
+
+    package = importlib.import_module("attnflow.capture")  # attnflow.capture is also the function
+    with pytest.warns(DeprecationWarning, match="attnflow.capture.load_model is deprecated: use attnflow.hf.load"):
+        assert package.load_model is load.load_model
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        package.nothing  # noqa: B018
+    monkeypatch.delitem(sys.modules, "attnflow.capture.ablation", raising=False)  # as if not imported yet
+    monkeypatch.delattr(package, "ablation", raising=False)
+    with pytest.warns(DeprecationWarning, match="attnflow.capture.ablation is deprecated"):
+        from attnflow.capture import ablation  # a moved module through the package, as `from` imports it
+    import attnflow.interventions.ablation as moved
+    assert ablation is moved

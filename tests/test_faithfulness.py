@@ -114,7 +114,7 @@ def test_decoder_numbers_equal_an_independent_loop(tiny_llama):
 def test_classifier_numbers_equal_an_independent_loop():
     import copy
 
-    from attnflow.capture.load import cached_model
+    from attnflow.hf.load import cached_model
 
     model, tokenizer = cached_model(None)  # the bundled agreement classifier
     # float64 so that one pass per sequence (the oracle) and batched passes agree to the last digits

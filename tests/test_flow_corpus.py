@@ -48,7 +48,7 @@ def check_every_solver(a: np.ndarray, target: int) -> None:
 
 @pytest.fixture(scope="module")
 def bundled():
-    from attnflow.capture.load import default_model_path, load_model
+    from attnflow.hf.load import default_model_path, load_model
 
     return load_model(default_model_path())
 

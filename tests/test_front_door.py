@@ -18,8 +18,8 @@ import torch
 from cli_runner import refused, run_cli
 
 import attnflow
-from attnflow.capture import load as load_module
-from attnflow.capture import pypi_models
+from attnflow.hf import load as load_module
+from attnflow.hf import pypi_models
 from attnflow.errors import AttnflowError, AttnflowWarning
 from attnflow.models import bundled_model_path
 
@@ -68,7 +68,7 @@ def test_a_masked_lm_checkpoint_loads_as_an_encoder_without_its_pooler(tmp_path)
                                      intermediate_size=64)
     torch.manual_seed(0)
     transformers.BertForMaskedLM(config).save_pretrained(tmp_path)
-    from attnflow.capture.load import _load_weights
+    from attnflow.hf.load import _load_weights
 
     assert type(_load_weights(str(tmp_path), "encoder")).__name__ == "BertModel"
     with pytest.raises(AttnflowError, match="pooler"):  # a classifier reads its prediction through it

@@ -71,7 +71,7 @@ def test_budget_beside_a_method_without_one_is_refused(monkeypatch, capsys, tmp_
 def in_positions(monkeypatch):
     """Budgets priced in token positions (the capture pass 1, the estimate's forward and backward pass 1 each):
     the tiny decoders' one row of 30,522 logits outweighs their layers, so their real counts would plan nothing."""
-    from attnflow.capture.compute import Shapes
+    from attnflow.interventions.compute import Shapes
     from tests.test_budgeted import in_positions as positions
 
     monkeypatch.setattr(Shapes, "of", classmethod(lambda cls, model: positions(model)))
@@ -188,8 +188,8 @@ LONG = ("Sara asked John to return her book. He said he would give it back to he
 @pytest.mark.usefixtures("in_positions")
 def test_the_budget_counts_the_capture_pass_and_states_its_unit(monkeypatch, capsys, tmp_path, decoder_dir, budget):
     from attnflow.api.models import resolve
-    from attnflow.capture.budgeted import budgeted_ablated_flow
-    from attnflow.capture.compute import Shapes
+    from attnflow.interventions.budgeted import budgeted_ablated_flow
+    from attnflow.interventions.compute import Shapes
 
     js = tmp_path / "b.json"
     code, out, err = run_cli(monkeypatch, capsys, "explain", LONG, "--model", decoder_dir, "--method",
@@ -216,8 +216,8 @@ def test_a_budget_below_what_the_call_spends_at_least_is_refused_in_one_line(mon
                                                                              decoder_dir):
     """Attention priced too (one MAC per attended key per layer): the estimate's backward pass costs more than a
     forward pass (attention's gradients twice), so the capture pass and the estimate exceed 3."""
-    from attnflow.capture.architectures import layer_windows
-    from attnflow.capture.compute import Shapes
+    from attnflow.hf.architectures import layer_windows
+    from attnflow.interventions.compute import Shapes
 
     def shapes(cls, model):
         layers = len(layer_windows(model))
@@ -266,7 +266,7 @@ def test_a_plain_dict_of_transformerlens_patterns_is_read_and_another_dict_is_to
 
 def test_the_estimate_comes_before_the_capture_pass_and_names_the_budgeted_method(decoder_dir, monkeypatch):
     from attnflow.api import text as text_api
-    from attnflow.api.costs import MethodEstimate
+    from attnflow.interventions.costs import MethodEstimate
 
     from attnflow.capture import rows as rows_capture
 
@@ -314,7 +314,7 @@ def test_a_methods_estimate_prints_once_and_its_bar_counts_its_own_time_only():
 
     from rich.console import Console
 
-    from attnflow.api.costs import MethodEstimate
+    from attnflow.interventions.costs import MethodEstimate
     from attnflow.cli.progress import ProgressBar
 
     stream = io.StringIO()

@@ -9,8 +9,8 @@ import torch
 from transformers import AutoTokenizer
 
 import attnflow
-from attnflow.capture.ablation import ablated_flow, occlusion
-from attnflow.capture.logit_paths import logit_paths
+from attnflow.interventions.ablation import ablated_flow, occlusion
+from attnflow.interventions.logit_paths import logit_paths
 from attnflow.core.logit_attribution import (
     alti_contributions,
     alti_logit,
@@ -74,7 +74,7 @@ def test_the_generation_cache_is_cropped_not_recomputed(tokenizer, monkeypatch):
     """Ablated flow in a generation runs no clean pass of its own: the clean logits are the generation's
     and each chunk's prefix is cropped from the generation's key/value cache."""
     from attnflow.api.methods import ablation as methods
-    from attnflow.capture import ablation
+    from attnflow.interventions import ablation
 
     monkeypatch.setattr(methods, "BATCH", 2)
     ran = []

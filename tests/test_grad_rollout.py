@@ -133,7 +133,7 @@ def test_explain_offers_grad_rollout_for_text_classifiers(smollm2):
     causal LM (no class logits) is refused with a sentence. (On that model grad-rollout's top word is
     the subject; on the pre-LN default model it is a determiner, see docs/reproduction.md.)"""
     import attnflow
-    from attnflow.capture import load_model
+    from attnflow.hf import load_model
     from attnflow.models import bundled_model_path
 
     model, tokenizer = load_model(str(bundled_model_path("agreement_bert")))

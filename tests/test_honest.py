@@ -96,7 +96,7 @@ def test_explain_on_a_decoder_shows_ablated_flow_beside_rollout_and_the_report_i
     assert list(saved.methods) == ["rollout", "ablated-flow"]
     assert "ablated-flow" in out and "rollout" in out
     # the oracle: ablated flow computed directly, one source at a time, by the capture module's engine
-    from attnflow.capture.ablation import ablated_flow
+    from attnflow.interventions.ablation import ablated_flow
 
     model, tokenizer = attnflow.load_model(smollm2_dir)
     ids = tokenizer("The keys to the cabinet")["input_ids"]
@@ -141,7 +141,7 @@ def test_python_the_cli_and_the_app_give_a_decoder_the_same_methods_and_scores(m
     from attnflow.app.jobs import Job
     from attnflow.app.options import text_request
     from attnflow.app.tasks import explain_text
-    from attnflow.capture.ablation import ablated_flow
+    from attnflow.interventions.ablation import ablated_flow
 
     model, tokenizer = tiny_llama
     folder = saved(model, tokenizer, tmp_path / "llama")

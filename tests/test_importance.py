@@ -105,7 +105,7 @@ def test_sum_over_d_is_rounding_residue_on_the_bundled_pre_ln_model():
     """Every block of the bundled agreement model reads LN(x) and the read-out reads LN_final(x), so moving
     the embedding sum e_i along the all-ones vector changes nothing: sum_d dF/de_{i,d} = 0. On the
     post-LN BERT model the first layer's input is not invariant, and the same sum is order 1."""
-    from attnflow.capture import load_model
+    from attnflow.hf import load_model
     from attnflow.models import bundled_model_path
 
     texts = ["the key to the cabinets", "the authors that the critic praises", "she says that some old dogs"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow.capture.logit_paths import logit_paths
+from attnflow.interventions.logit_paths import logit_paths
 from attnflow.core.logit_attribution import (
     alti_contributions,
     alti_logit,

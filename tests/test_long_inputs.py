@@ -187,11 +187,11 @@ def _smollm2_shape(sdpa=False):
 
 def test_backward_memory_follows_what_the_record_keeps_and_covers_what_was_measured():
     """Peaks measured on SmolLM2-135M above the loaded model (RSS; see
-    :func:`attnflow.api.costs.backward_memory`): the estimate 1.06 GB at 512 tokens, 0.33 GB at
+    :func:`attnflow.interventions.costs.backward_memory`): the estimate 1.06 GB at 512 tokens, 0.33 GB at
     1,024 checkpointed; AttnLRP 2.06 GB at 512 and 3.47 GB at 1,024. Each record's model covers its
     method's measured peak, and the estimate's is not the logit-path decomposition's (which refused it
     from about 800 tokens under the default 8 GiB budget)."""
-    from attnflow.api.costs import backward_memory
+    from attnflow.interventions.costs import backward_memory
     from attnflow.config import registry
 
     model = _smollm2_shape()
@@ -219,7 +219,7 @@ def test_backward_memory_follows_what_the_record_keeps_and_covers_what_was_measu
 def test_each_method_is_refused_by_its_own_memory_model(monkeypatch):
     import numpy as np
 
-    from attnflow.api.costs import fit_to_budget as prepare
+    from attnflow.interventions.costs import fit_to_budget as prepare
     from attnflow.config import registry
     from attnflow.config.registry import Context
     from attnflow.errors import AttnflowError
@@ -248,7 +248,7 @@ def test_each_method_is_refused_by_its_own_memory_model(monkeypatch):
     assert 1 <= prepare(registry.get("ablated-flow-budgeted"), long(sdpa)).batch_size \
         < prepare(registry.get("ablated-flow-budgeted"), long(sdpa, 2048)).batch_size == 16
     # the budgeted chooser's runs, 16 a batch: measured 1.59 GB at 1,024 tokens and 2.88 GB at 2,048
-    from attnflow.api.costs import per_source_memory
+    from attnflow.interventions.costs import per_source_memory
 
     for n, measured in ((1024, 1.59e9), (2048, 2.88e9)):
         fixed, per = per_source_memory(sdpa, n, sdpa=True)

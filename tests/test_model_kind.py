@@ -19,7 +19,7 @@ from factory import saved, tiny_decoder
 from spies import calls_counted
 
 import attnflow
-from attnflow.capture import architectures, load
+from attnflow.hf import architectures, load
 from attnflow.hf import kind
 
 torch.set_num_threads(1)
@@ -98,9 +98,9 @@ def _calls(path: Path, names: set[str]) -> list[int]:
 
 
 def test_only_the_table_and_the_kind_module_ask_for_a_family_or_a_head():
-    allowed = {SRC / "capture" / "architectures.py", SRC / "hf" / "kind.py"}
+    allowed = {SRC / "hf" / "architectures.py", SRC / "hf" / "kind.py"}
     # ModelInfo.loads_as: the config's family under another head, without asking for the head again
-    allowed_family = {SRC / "capture" / "load.py"}
+    allowed_family = {SRC / "hf" / "load.py"}
     found = {str(p.relative_to(SRC)): lines for p in SRC.rglob("*.py") if p not in allowed
              for lines in [_calls(p, {"model_head"} if p in allowed_family else {"model_family", "model_head"})]
              if lines}

@@ -131,7 +131,7 @@ def test_threads_sharing_a_model_each_get_their_own_pass(tokenizer, monkeypatch)
     same numbers as alone, and the model must be as it was after both."""
     import threading
 
-    from attnflow.capture import attribution_patching as patching
+    from attnflow.interventions import attribution_patching as patching
 
     monkeypatch.setattr(patching, "CHECKPOINT_FROM", 4)  # the long-input path: SDPA and checkpointing
     model = build("llama-sdpa", tokenizer.vocab_size)

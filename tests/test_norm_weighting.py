@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnflow.capture import capture
-from attnflow.capture.architectures import ARCHITECTURES, PROJECTIONS
+from attnflow.hf.architectures import ARCHITECTURES, PROJECTIONS
 from attnflow.core.weighting import norm_weighted
 from attnflow.errors import AttnflowError
 

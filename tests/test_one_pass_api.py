@@ -1,5 +1,5 @@
 """The estimate and the budgeted chooser as registry methods: ``attnflow.explain(method=...)`` gives
-what the capture functions give, and through a generation each generated token's row equals one
+what the interventions give, and through a generation each generated token's row equals one
 teacher-forced computation on prompt + generated[:i] explaining the generated token."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from transformers import AutoTokenizer
 
 import attnflow
-from attnflow.capture.ablation import ablated_flow
-from attnflow.capture.attribution_patching import attribution_patching
+from attnflow.interventions.ablation import ablated_flow
+from attnflow.interventions.attribution_patching import attribution_patching
 from attnflow.config.registry import Context, get
 from attnflow.config.settings import Settings
 from tests.oracles import float32_softmax_atol
@@ -26,7 +26,7 @@ def decoder(minilm_path):
 
 
 def test_explain_with_the_estimate_and_the_budget(decoder, monkeypatch):
-    from attnflow.capture.compute import Shapes
+    from attnflow.interventions.compute import Shapes
     from tests.test_budgeted import in_positions
 
     monkeypatch.setattr(Shapes, "of", classmethod(lambda cls, model: in_positions(model)))  # a plan that mixes
@@ -56,7 +56,7 @@ def test_explain_with_the_estimate_and_the_budget(decoder, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_through_a_generation_each_row_is_one_teacher_forced_computation(kind, minilm_path, monkeypatch):
-    from attnflow.capture.compute import Shapes
+    from attnflow.interventions.compute import Shapes
     from tests.test_budgeted import in_positions
 
     monkeypatch.setattr(Shapes, "of", classmethod(lambda cls, model: in_positions(model)))  # a plan that mixes
@@ -82,8 +82,8 @@ def test_through_a_generation_each_row_is_one_teacher_forced_computation(kind, m
 
 
 def test_spans_reach_the_methods_and_every_token_carries_its_span_score(decoder, tmp_path):
-    from attnflow.api.spans import token_groups
-    from attnflow.capture.span_ablation import ablate_spans
+    from attnflow.units.spans import token_groups
+    from attnflow.interventions.span_ablation import ablate_spans
 
     model, tokenizer = decoder
     text = "Sara asked John to return her book. He said he would give it back to"
@@ -125,7 +125,7 @@ def test_through_a_generation_progress_counts_the_forward_then_a_backward_per_to
     """One forward pass and one backward pass per generated token: the up-front estimate counts
     ``1 + k`` steps and ``1 + k`` passes' time (not a single backward pass), and the bar moves after
     each backward pass instead of jumping from 0 to the end."""
-    from attnflow.api.costs import BACKWARD_PASSES
+    from attnflow.interventions.costs import BACKWARD_PASSES
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     model = tiny_model("llama", vocab=tokenizer.vocab_size, dtype=torch.float32)

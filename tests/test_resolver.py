@@ -18,7 +18,7 @@ from transformers import (
 
 import attnflow
 from attnflow.api.models import describe, resolve
-from attnflow.capture.architectures import ARCHITECTURES, PROJECTIONS
+from attnflow.hf.architectures import ARCHITECTURES, PROJECTIONS
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder
 

@@ -75,7 +75,7 @@ def test_the_solver_choices_are_the_cores_solvers():
 def test_explain_with_settings_equals_keywords_and_the_naive_rollout():
     """Both spellings give the same scores and params == settings.as_dict(); the scores equal the naive
     rollout (tests/oracles.py) of the captured per-head maps under the same residual and fusion."""
-    from attnflow.capture.load import cached_model
+    from attnflow.hf.load import cached_model
 
     settings = Settings(residual=0.3, head_fusion="max")
     by_settings = attnflow.explain(TEXT, method="all", settings=settings)

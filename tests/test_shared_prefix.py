@@ -1,4 +1,4 @@
-"""Re-runs that share one clean prefix (attnflow.capture.shared_prefix) against plain softmax attention
+"""Re-runs that share one clean prefix (attnflow.interventions.shared_prefix) against plain softmax attention
 written out, and against the path that copies the prefix into every row."""
 
 import numpy as np
@@ -7,11 +7,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnflow.capture import ablation as ablation_module
-from attnflow.capture import shared_prefix
-from attnflow.capture.ablation import ablated_flow, occlusion
-from attnflow.capture.shared_prefix import shared_attention, usable
-from attnflow.capture.span_ablation import ablate_spans
+from attnflow.interventions import ablation as ablation_module
+from attnflow.interventions import shared_prefix
+from attnflow.interventions.ablation import ablated_flow, occlusion
+from attnflow.interventions.shared_prefix import shared_attention, usable
+from attnflow.interventions.span_ablation import ablate_spans
 from factory import tiny_model
 from oracles import float32_softmax_atol
 

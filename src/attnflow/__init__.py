@@ -17,17 +17,21 @@ from attnflow import batch as _batch_package  # light: its names load on first u
 from attnflow import capture as _capture_package  # light: its names load on first use
 from attnflow import views as _views  # noqa: F401  (registers how results draw themselves)
 from attnflow.config.lazy import lazy
+from attnflow.config.moved import install as _install_moved_paths
 from attnflow.errors import AttnflowError, AttnflowWarning, LongFlowWarning
 
 __version__ = "0.2.0"
+
+_install_moved_paths()  # the modules issue 43 moved keep their old paths for one release (config/moved.py)
 
 # public name -> the module that defines it (in the layer order of the package)
 _LAZY = {
     "AttentionMaps": "attnflow.core", "flow": "attnflow.api", "grad_rollout": "attnflow.core",
     "raw": "attnflow.core", "rollout": "attnflow.core", "as_stack": "attnflow.core",
     "joint_flow": "attnflow.core.joint", "joint_rollout": "attnflow.core.joint",
+    "load_model": "attnflow.hf",
     "capture_gradients": "attnflow.capture", "capture_images": "attnflow.capture",
-    "load_model": "attnflow.capture", "load_vision_model": "attnflow.capture",
+    "load_vision_model": "attnflow.capture",
     "Attribution": "attnflow.results", "load": "attnflow.results",
     "explain": "attnflow.api", "explain_attentions": "attnflow.api", "explain_image": "attnflow.api",
     "explain_maps": "attnflow.api", "generate": "attnflow.api", "faithfulness": "attnflow.api", "faithfulness_report": "attnflow.api",

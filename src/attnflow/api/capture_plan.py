@@ -13,8 +13,8 @@ def row_capture(methods: Any, model: Any, settings: Any) -> list[str] | None:
     model's fast attention without the maps (:mod:`attnflow.capture.rows`; possibly none, when every
     method runs the model itself), or None when the explanation needs the maps: a method reads them
     (the registry's ``captured``), the norm weighting is asked for, or the model's family cannot
-    (:func:`attnflow.capture.architectures.why_not_rows`). ``model``: loaded, or a config."""
-    from attnflow.capture.architectures import why_not_rows
+    (:func:`attnflow.hf.architectures.why_not_rows`). ``model``: loaded, or a config."""
+    from attnflow.hf.architectures import why_not_rows
     from attnflow.config import registry
 
     records = [registry.get(m) for m in methods]
@@ -26,10 +26,10 @@ def row_capture(methods: Any, model: Any, settings: Any) -> list[str] | None:
 
 
 def capture_path(model: Any) -> str:
-    """How :func:`attnflow.explain` captures a decoder (a :class:`~attnflow.capture.load.ModelInfo`, a
+    """How :func:`attnflow.explain` captures a decoder (a :class:`~attnflow.hf.load.ModelInfo`, a
     :class:`~attnflow.api.models.Loaded` or a loaded model): a sentence for ``attnflow methods --model``."""
-    from attnflow.capture.architectures import why_not_rows
-    from attnflow.capture.load import ModelInfo
+    from attnflow.hf.architectures import why_not_rows
+    from attnflow.hf.load import ModelInfo
     from attnflow.config import registry
 
     subject = model.config if isinstance(model, ModelInfo) else getattr(model, "model", model)

@@ -25,7 +25,7 @@ def _config(name: str) -> dict | None:
     path = Path(name) / "config.json"
     if not path.is_file():
         return None  # a hub id: checked once loaded
-    from attnflow.capture.load import read_config
+    from attnflow.hf.load import read_config
 
     return read_config(path)
 
@@ -33,10 +33,10 @@ def _config(name: str) -> dict | None:
 def check_text_model(name: Any, *, weighting: str = "attention", causal_norm: str | None = None,
                      what: str = "explain") -> None:
     """Refuse a model folder (or a hub id, as far as its name tells; or the
-    :class:`~attnflow.capture.load.ModelInfo` an entry point inspected) that cannot give text results
+    :class:`~attnflow.hf.load.ModelInfo` an entry point inspected) that cannot give text results
     with these settings."""
-    from attnflow.capture.architectures import PROJECTIONS, refuse_unsupported
-    from attnflow.capture.load import ModelInfo, check_model_path
+    from attnflow.hf.architectures import PROJECTIONS, refuse_unsupported
+    from attnflow.hf.load import ModelInfo, check_model_path
     from attnflow.hf.kind import kind_of
 
     if isinstance(name, ModelInfo):
@@ -76,7 +76,7 @@ def refuse_causal_norm(causal_norm: str | None, kind: Any, name: str) -> None:
 def refuse_unsupported_folder(name: str) -> None:
     """A model folder of a refused family (Mamba, Swin, ...), from its ``config.json``: the app lists no
     model it would refuse when a job runs."""
-    from attnflow.capture.architectures import refuse_unsupported_path
+    from attnflow.hf.architectures import refuse_unsupported_path
 
     refuse_unsupported_path(name)
 
@@ -105,7 +105,7 @@ def why_not(method: Any, kind: str | None, family: str | None = None) -> str | N
         wanted = " and ".join(_PLURAL[k] for k in method.models)
         return f"{method.name} runs on {wanted} only, and this model is {_NOUN[kind]}"
     if method.needs_row and family:
-        from attnflow.capture.architectures import ARCHITECTURES
+        from attnflow.hf.architectures import ARCHITECTURES
 
         row = ARCHITECTURES.get(family)
         if row is None or getattr(row, method.needs_row) is None:
@@ -250,8 +250,8 @@ def model_type_of(model: Any) -> str | None:
 
 def named_info(model: Any, task: str = "auto") -> Any:
     """The record the checks read a named model's kind from before it loads
-    (:func:`attnflow.capture.load.named_info`), for the CLI, which reaches models through the api."""
-    from attnflow.capture.load import named_info as record
+    (:func:`attnflow.hf.load.named_info`), for the CLI, which reaches models through the api."""
+    from attnflow.hf.load import named_info as record
 
     return record(model, task)
 

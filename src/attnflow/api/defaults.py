@@ -15,7 +15,7 @@ shows unless asked otherwise, and the faithfulness numbers a short input's repor
 - :func:`faithfulness_record`: for an input of at most ``REPORT_FAITHFULNESS_MAX`` tokens on a model
   with a prediction head (a causal LM or a sequence classifier), every computed method measured
   against leave-one-out on the fly (:func:`attnflow.evaluation.faithfulness.evaluate`; a decoder's
-  deletions from the cached occlusion of :mod:`attnflow.capture.ablation`; no AOPC): a report's
+  deletions from the cached occlusion of :mod:`attnflow.interventions.ablation`; no AOPC): a report's
   maps (:func:`attnflow.explain_maps`) carry it in ``meta["faithfulness"]``, so the report shows the
   faithfulness table and the summary against position. Measured on SmolLM2 at 30 tokens: see
   docs/faithfulness.md.
@@ -124,7 +124,7 @@ def faithfulness_record(result: Any, model: Any, tokenizer: Any, max_tokens: int
     if decoder:
         # leave-one-out from the cached occlusion (positions before a deleted token are never
         # recomputed): about half the token steps of one full pass per deletion
-        from attnflow.capture.ablation import occlusion
+        from attnflow.interventions.ablation import occlusion
 
         found = occlusion(model, ids, [target])
         loo, output = found.scores[0, 0], int(found.tokens[0])

@@ -2,7 +2,7 @@
 name, a folder, a ``pathlib.Path``, a ``.gguf`` file, an alias such as ``"smollm2"``, a hub id, or a
 loaded model with its tokenizer) into a :class:`Loaded` model, tokenizer, name, family and head.
 
-The family and head come from the architecture table (:mod:`attnflow.capture.architectures`: the
+The family and head come from the architecture table (:mod:`attnflow.hf.architectures`: the
 row's ``family``; the class looked up exactly in the row's ``heads`` and transformers' auto-model
 mappings), never from substrings of class names. A family attnflow does not know is added with
 :func:`attnflow.register_architecture`.
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnflow.capture.architectures import register_architecture
-from attnflow.capture.load import (
+from attnflow.hf.architectures import register_architecture
+from attnflow.hf.load import (
     ModelInfo,
     cached_model,
     check_model_path,
@@ -26,8 +26,8 @@ from attnflow.capture.load import (
     read_config,
     resolve_model,
 )
-from attnflow.capture.pypi_models import find as find_pypi_model
-from attnflow.capture.pypi_models import smollm2_path
+from attnflow.hf.pypi_models import find as find_pypi_model
+from attnflow.hf.pypi_models import smollm2_path
 from attnflow.capture.text import max_length, token_strings
 from attnflow.capture.vision import load_vision_model, open_image
 from attnflow.errors import AttnflowError
@@ -115,7 +115,7 @@ def check_model_dtype(model: Any, dtype: str) -> None:
 def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", device: str = "auto",
             dtype: str = "auto") -> Loaded:
     """Whatever the user passed -> :class:`Loaded`. Names are loaded once and reused (see
-    :func:`attnflow.capture.load.cached_model`; ``task`` as in :func:`attnflow.load_model`, "vision"
+    :func:`attnflow.hf.load.cached_model`; ``task`` as in :func:`attnflow.load_model`, "vision"
     for image classifiers) on ``device`` ("auto": a GPU when torch sees one) in ``dtype`` ("auto": the
     checkpoint's); a loaded text model needs its ``tokenizer`` and stays where and as it is (a ``device``
     it is not on, or a ``dtype`` it is not in, is refused)."""

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from attnflow.api.models import Loaded
-from attnflow.capture.load import ModelInfo, config_task, output_cache
+from attnflow.hf.load import ModelInfo, config_task, output_cache
 from attnflow.capture.text import encode, is_causal, max_length
 from attnflow.errors import AttnflowError
 
@@ -107,12 +107,12 @@ def _takes(model: Any, keyword: str) -> bool:
 
 
 def _reused_cache_keyword(model: Any) -> str | None:
-    """The keyword a model's forward takes its KV cache by (:func:`attnflow.capture.ablation.cache_keyword`)
+    """The keyword a model's forward takes its KV cache by (:func:`attnflow.interventions.ablation.cache_keyword`)
     when a common prefix's cache may be reused, or None: no such keyword, or a decoder whose every layer
     does not attend over the whole prefix (a sliding window: a continued window cache need not equal the
     full pass)."""
-    from attnflow.capture.ablation import cache_keyword
-    from attnflow.capture.architectures import layer_windows
+    from attnflow.interventions.ablation import cache_keyword
+    from attnflow.hf.architectures import layer_windows
 
     if any(w is not None for w in layer_windows(model)):
         return None

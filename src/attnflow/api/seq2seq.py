@@ -43,7 +43,7 @@ def _loaded(model: Any, tokenizer: Any, device: str = "auto", dtype: str = "auto
 def _refuse_not_seq2seq(name: str) -> None:
     """From the config alone: a target text needs an encoder-decoder model (an encoder or a decoder would
     otherwise fail inside transformers with "Unrecognized configuration class")."""
-    from attnflow.capture.load import is_encoder_decoder_path, model_task, resolve_model
+    from attnflow.hf.load import is_encoder_decoder_path, model_task, resolve_model
 
     folder = resolve_model(name)
     task = model_task(folder)

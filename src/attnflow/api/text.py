@@ -24,9 +24,9 @@ from attnflow.api.checks import check_computed, check_methods, check_options, ch
 from attnflow.api.defaults import PAPER_ONLY
 from attnflow.api.models import ModelInfo, inspect, is_name, loaded_name, resolve, unwrap
 from attnflow.capture import capture
-from attnflow.capture.load import cached_tokenizer
+from attnflow.hf.load import cached_tokenizer
 from attnflow.capture.text import max_length
-from attnflow.capture.vocabulary import warn_unknown_words
+from attnflow.units.vocabulary import warn_unknown_words
 from attnflow.config import registry
 from attnflow.config.registry import Context
 from attnflow.config.settings import UNSET, Settings
@@ -293,7 +293,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
     cannot fit the memory budget, capture (the target's rows alone where every method can take them),
     then :func:`attribute`; when ``measured`` (a report's maps), with the on-the-fly faithfulness
     numbers of a short input. ``preview``: see :func:`attribute`."""
-    from attnflow.api.spans import checked_spans
+    from attnflow.units.spans import checked_spans
 
     spans = checked_spans(spans)
     _check_text(text)
@@ -343,7 +343,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
 def _check_memory_budget(plan: _Plan, model: Any, settings: Settings, progress: Progress | None = None) -> list[str]:
     """Before the capture pass (on a long input the capture alone takes minutes and gigabytes), each
     planned method's working memory on the plan's ``ids`` against the memory budget
-    (:func:`attnflow.api.costs.refuse_over_budget`): a method asked for that cannot fit is
+    (:func:`attnflow.interventions.costs.refuse_over_budget`): a method asked for that cannot fit is
     refused now, not after the others have run; a decoder default the honest policy added is left
     out, with a warning saying why. Returns the defaults left out. A per-source method is checked up
     to the explained target (the check after capture, on the method's own rows, stays). A progress
@@ -351,7 +351,7 @@ def _check_memory_budget(plan: _Plan, model: Any, settings: Settings, progress: 
     time and memory now, before the capture pass, which on a long input alone takes minutes."""
     import warnings
 
-    from attnflow.api.costs import refuse_over_budget
+    from attnflow.interventions.costs import refuse_over_budget
 
     if plan.target is None:
         return []  # the target is refused after capture, as before, with the captured tokens to name
@@ -367,7 +367,7 @@ def _check_memory_budget(plan: _Plan, model: Any, settings: Settings, progress: 
             warnings.warn(f"the decoder default {name} is left out: {refused}", stacklevel=4)
             left_out.append(name)
     if hasattr(progress, "estimate"):
-        from attnflow.api.costs import fit_to_budget as estimate
+        from attnflow.interventions.costs import fit_to_budget as estimate
 
         for name in plan.methods:
             if name not in left_out:  # the same estimate the method's run makes (its own bar counts down from it)
@@ -384,7 +384,7 @@ def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], sho
     capture; ``attnflow batch`` calls it on each text of a batched forward pass); ``explained_only``
     methods for the explained target alone; ``measured``: with the on-the-fly faithfulness numbers
     (:func:`attnflow.api.defaults.faithfulness_record`) when they apply. ``spans``: see
-    :mod:`attnflow.api.spans` (``result.meta["spans"]`` then lists the token groups, ``"span_labels"``
+    :mod:`attnflow.units.spans` (``result.meta["spans"]`` then lists the token groups, ``"span_labels"``
     their text, ``"span_methods"`` the methods that scored them).
 
     ``preview``: called once with a first result before the methods whose cost grows with every
@@ -393,7 +393,7 @@ def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], sho
     ``FLOW_ALL_MAX`` tokens) and every other method in full, without the faithfulness numbers. An
     app shows it while the rest runs (on MiniLM at 117 tokens, flow for every target is ~25 s of
     CPU; for the explained one, well under a second). Not called when nothing is left to do later."""
-    from attnflow.api.spans import groups_for
+    from attnflow.units.spans import groups_for
 
     rows_for = _rows_for(targets, flow_targets, run.target, len(run.maps.tokens), explained_only)
     found = groups_for(spans, run.text, run.tokenizer, len(run.maps.tokens))
@@ -465,12 +465,12 @@ def explain(text: str, model: Any = None, *, method: Any = None, settings: Setti
         ``result.meta["added"]`` says what was added and why. CLI ``--paper-only``.
     spans: decoders: "word", "sentence", a list of passages of the text (or character ranges), or a
         file of passages: ablated flow, its estimate and the budgeted method remove each span at once
-        and every token carries its span's score (:mod:`attnflow.api.spans`); default each token.
+        and every token carries its span's score (:mod:`attnflow.units.spans`); default each token.
 
     Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only;
     ``result.params`` is ``settings.as_dict()``.
     """
-    from attnflow.api.spans import checked_spans
+    from attnflow.units.spans import checked_spans
 
     named = method is not None
     method = method if named else registry.tracked()  # not named: rollout (and a decoder's defaults beside it)

@@ -27,7 +27,7 @@ from attnflow.batch.store import SHARD_KEY, Store
 from attnflow.api.checks import check_methods, check_text_model
 from attnflow.api.devices import check_device
 from attnflow.api.scheduler import check_scheduler
-from attnflow.capture.load import named_info
+from attnflow.hf.load import named_info
 from attnflow.config.settings import UNSET
 from attnflow.config.settings import Settings as Explanation
 from attnflow.errors import AttnflowError
@@ -119,12 +119,12 @@ def check(options: dict, images: bool) -> None:
     check_scheduler(options["scheduler"])
     model = options["model"]
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__") or model is None:
-        from attnflow.capture.load import check_model_path, resolve_model
+        from attnflow.hf.load import check_model_path, resolve_model
 
         if images:
             if model is not None:
                 check_model_path(str(model))
-                from attnflow.capture.architectures import refuse_unsupported_path
+                from attnflow.hf.architectures import refuse_unsupported_path
 
                 refuse_unsupported_path(str(model))
         else:
@@ -202,7 +202,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     inputs = read_inputs(data, column=text_column, id_column=id_column, label_column=label_column, images=images)
     model_name = None if model is None or loaded_model else str(model)
     if images and model_name is not None:  # text models are checked by loading their tokenizer below
-        from attnflow.capture.load import check_model_path
+        from attnflow.hf.load import check_model_path
 
         check_model_path(model_name)
     lengths = [0] * len(inputs) if images else token_lengths(inputs.values, tokenizer if loaded_model
@@ -234,7 +234,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
 
 def _model_label(name: str | None, images: bool) -> str:
     """The model as the rows' header names it: a folder or hub id (aliases resolved)."""
-    from attnflow.capture.load import resolve_model
+    from attnflow.hf.load import resolve_model
     from attnflow.models import bundled_model_path
 
     if images:
@@ -243,7 +243,7 @@ def _model_label(name: str | None, images: bool) -> str:
 
 
 def _tokenizer(name: str | None) -> Any:
-    from attnflow.capture.load import load_tokenizer
+    from attnflow.hf.load import load_tokenizer
 
     return load_tokenizer(name)  # None: the default model
 

@@ -92,7 +92,7 @@ def loaded(job: BatchJob) -> tuple[Any, Any]:
     key = (job.model, job.images, job.device)
     if key not in _MODELS:
         from attnflow.api.devices import pick_device
-        from attnflow.capture.load import load_model, quiet_transformers
+        from attnflow.hf.load import load_model, quiet_transformers
 
         quiet_transformers()
         _threads_for_worker()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.batch.shard import ShardOutput
-from attnflow.capture.load import read_config
+from attnflow.hf.load import read_config
 from attnflow.errors import AttnflowError
 from attnflow.results.files import write_text, write_with
 from attnflow.results.rows import ERRORS, MANIFEST, MAPS, ROWS, SCHEMA, VERSION

@@ -1,4 +1,7 @@
-"""Capture: run a model and collect its attention per layer. Knows about transformers, never about results.
+"""Capture: run a model and observe it, collecting its attention per layer (or a target's rows) in
+receivers on the named hook points. Knows about transformers, never about results; editing a run
+(ablation, attribution patching, AttnLRP, logit paths) is :mod:`attnflow.interventions`, loading a
+model is :mod:`attnflow.hf`.
 
 Names load on first use (torch and transformers are slow to import), so that importing attnflow, and
 ``attnflow --help``, stay fast.
@@ -6,13 +9,22 @@ Names load on first use (torch and transformers are slow to import), so that imp
 
 from __future__ import annotations
 
+from typing import Any
+
 from attnflow.config.lazy import lazy
+from attnflow.config.moved import moved_name
 
 _LAZY = {name: f"attnflow.capture.{module}" for name, module in {
     "GenerationTrace": "generation", "track_generation": "generation", "capture_gradients": "gradients",
-    "default_model_path": "load", "load_model": "load", "capture": "text", "capture_images": "vision",
-    "load_vision_model": "vision",
+    "capture": "text", "capture_images": "vision", "load_vision_model": "vision",
 }.items()}
 
 __all__ = list(_LAZY)
-__getattr__, _ = lazy(__name__, _LAZY)
+_lazy_getattr, _ = lazy(__name__, _LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        return _lazy_getattr(name)
+    except AttributeError:
+        return moved_name(__name__, name)  # load_model and default_model_path: attnflow.hf, for one release

@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import layer_windows, refuse_unsupported, why_not_rows
+from attnflow.hf.architectures import layer_windows, refuse_unsupported, why_not_rows
 from attnflow.capture.streaming import (architecture_fixes, checked_weights, pending_norms, replay_attentions,
                                    streamable_modules, streaming)
-from attnflow.capture.load import output_cache
+from attnflow.hf.load import output_cache
 from attnflow.capture.text import encode, is_causal, max_length, token_strings
 from attnflow.capture.values import projections
 from attnflow.core.fusion import check_head_fusion, fuse_heads
@@ -86,7 +86,7 @@ class GenerationTrace:
 
 
 @contextmanager
-def _quiet_generate_warning() -> Iterator[None]:
+def quiet_generate_warning() -> Iterator[None]:
     """transformers warns that ``output_attentions`` "may be ignored" without
     ``return_dict_in_generate``; it is not ignored (the hook receives it), and asking for the dict
     would make transformers keep every step's attention, which is what we avoid. (Only models whose
@@ -101,7 +101,9 @@ def _quiet_generate_warning() -> Iterator[None]:
         transformers.logging.set_verbosity(before)
 
 
-def _check(prompt: Any, max_new_tokens: Any, kwargs: dict) -> None:
+def check_generation(prompt: Any, max_new_tokens: Any, kwargs: dict) -> None:
+    """Refuse, in one sentence, a blank prompt (or source), a ``max_new_tokens`` that is not a positive
+    integer, or a ``generate`` keyword that would not track one sequence one token per step."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise AttnflowError("the prompt must be a non-empty string")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -228,7 +230,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling.
     """
-    _check(prompt, max_new_tokens, generate_kwargs)
+    check_generation(prompt, max_new_tokens, generate_kwargs)
     if tokenizer is None:
         raise AttnflowError("pass the tokenizer together with a loaded model")
     refuse_unsupported(model)
@@ -266,7 +268,7 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
     if kwargs.get("pad_token_id") is None and tokenizer.pad_token_id is None:
         kwargs["pad_token_id"] = tokenizer.eos_token_id  # transformers' own fallback, without its warning
     replay = strategy == "replay"
-    with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model), \
+    with torch.no_grad(), quiet_generate_warning(), architecture_fixes(model), \
             nullcontext() if replay else streaming(model, modules, steps):
         sequences = model.generate(input_ids=enc["input_ids"].to(device),
                                    attention_mask=enc["attention_mask"].to(device), **kwargs)

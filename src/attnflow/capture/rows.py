@@ -14,7 +14,7 @@ Soft-capped logits (Gemma 2), which SDPA cannot apply, are computed by the recei
 chunk of queries (:func:`chunked_attention`), so those layers hold no ``(heads, n, n)`` either.
 
 The mask: the rows apply the causal mask, the layer's sliding window (from the architecture table,
-:func:`attnflow.capture.architectures.layer_windows`, checked against the kernel's ``sliding_window``
+:func:`attnflow.hf.architectures.layer_windows`, checked against the kernel's ``sliding_window``
 argument) and nothing else; a mask the kernel is given that says otherwise (a family whose masks differ)
 is refused with a sentence rather than explained wrongly. Families the row capture cannot serve keep the
 eager capture; :func:`why_not_rows` says why (``attnflow methods --model``).
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import layer_windows, why_not_rows
+from attnflow.hf.architectures import layer_windows, why_not_rows
 from attnflow.capture.text import forward_takes
 from attnflow.core.maps import AttentionMaps, TargetRows
 from attnflow.core.qk_rows import CHUNK_MEMORY, QK, chunk_size, head_weights, target_rows

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import refuse_unsupported, stack_attentions
-from attnflow.capture.generation import _check, _quiet_generate_warning
+from attnflow.hf.architectures import refuse_unsupported, stack_attentions
+from attnflow.capture.generation import check_generation, quiet_generate_warning
 from attnflow.capture.streaming import architecture_fixes, attention_for_weights, eager
 from attnflow.hf.points import receiving
 from attnflow.capture.text import encode, max_length, token_strings
@@ -148,7 +148,7 @@ def track_seq2seq_generation(model: Any, tokenizer: Any, source: str, max_new_to
     """Generate an output for ``source`` with the model's own ``generate`` (greedy by default; one
     beam, whatever the model's generation config says) and track the joint rollout of every decoder
     position with the KV cache (see :class:`Seq2SeqTrace`). ``generate_kwargs`` go to ``model.generate``."""
-    _check(source, max_new_tokens, generate_kwargs)
+    check_generation(source, max_new_tokens, generate_kwargs)
     check_seq2seq(model, tokenizer)
     inputs = _source(model, tokenizer, source, truncate)
     with torch.no_grad(), architecture_fixes(model), eager(model):
@@ -176,7 +176,7 @@ def track_seq2seq_generation(model: Any, tokenizer: Any, source: str, max_new_to
 
     kwargs = {"do_sample": False, "num_beams": 1, **generate_kwargs, "max_new_tokens": max_new_tokens,
               "output_attentions": True, "return_dict_in_generate": False, "use_cache": True}
-    with torch.no_grad(), _quiet_generate_warning(), architecture_fixes(model), \
+    with torch.no_grad(), quiet_generate_warning(), architecture_fixes(model), \
             receiving(model, {"output": hook}, attention=attention_for_weights(model)):
         sequences = model.generate(**inputs, encoder_outputs=encoder_outputs, **kwargs)
     decoded = sequences[0].tolist()

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import FIXES, architecture
+from attnflow.hf.architectures import FIXES, architecture
 from attnflow.core.fusion import fuse_heads
 from attnflow.core.weighting import norm_weighted
 from attnflow.errors import AttnflowError
@@ -208,7 +208,7 @@ def scoped(variable: ContextVar[Any], value: Any) -> Iterator[None]:
 
 @contextmanager
 def architecture_fixes(model: Any) -> Iterator[None]:
-    """Apply the architecture table's ``fixes`` for ``model`` (:data:`attnflow.capture.architectures.FIXES`:
+    """Apply the architecture table's ``fixes`` for ``model`` (:data:`attnflow.hf.architectures.FIXES`:
     receivers on its ``fixes`` hook point, before each module they correct runs) for the duration of the
     block; nothing for models whose row has none."""
     row = architecture(model)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import check_text_model
+from attnflow.hf.architectures import check_text_model
 from attnflow.capture.streaming import (Reducer, architecture_fixes, eager, replay_attentions, streamable_modules,
                                         streaming)
 from attnflow.capture.values import projections

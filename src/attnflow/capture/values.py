@@ -6,7 +6,7 @@ projection outputs (a forward hook takes it, bias included, with no second compu
 second is the head's slice of the output projection's weight, read once from the parameters. Which
 modules those are (the ``layers.i.attn.value`` and ``layers.i.attn.out`` hook points of
 :mod:`attnflow.hf.points`), and how a fused query/key/value projection lays out its output, is a row of the
-architecture table (:data:`attnflow.capture.architectures.PROJECTIONS`). Grouped-query and
+architecture table (:data:`attnflow.hf.architectures.PROJECTIONS`). Grouped-query and
 multi-query models share a key/value head among ``heads / kv_heads`` consecutive query heads, as
 transformers' ``repeat_kv`` does; the number of heads is read from the attention weights themselves.
 The output projection's bias is added once per query, not per key, so it is no key's contribution.
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import architecture, model_type
+from attnflow.hf.architectures import architecture, model_type
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import hook_points
 from attnflow.hf.weights import parameter

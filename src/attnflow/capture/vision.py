@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import refuse_unsupported, refuse_unsupported_path, stack_attentions
+from attnflow.hf.architectures import refuse_unsupported, refuse_unsupported_path, stack_attentions
 from attnflow.capture.gradients import capture_gradients, resolve_classes
-from attnflow.capture.load import cached, check_model_path, load_pretrained, read_config, resolve_model, torch_dtype
+from attnflow.hf.load import cached, check_model_path, load_pretrained, read_config, resolve_model, torch_dtype
 from attnflow.capture.text import run_streaming
 from attnflow.core.weighting import check_weighting
 from attnflow.errors import AttnflowError
@@ -279,7 +279,7 @@ def load_vision_model(path: Any = None, dtype: str = "auto") -> Any:
 
 
 def cached_vision_model(path: Any = None, device: str = "cpu", dtype: str = "auto") -> Any:
-    """:func:`load_vision_model`, kept for reuse between calls (see :func:`attnflow.capture.load.cached`),
+    """:func:`load_vision_model`, kept for reuse between calls (see :func:`attnflow.hf.load.cached`),
     one copy per torch ``device``."""
     name = _vision_name(path)
     key = ("" if device == "cpu" else device) + ("" if dtype == "auto" else f":{dtype}")

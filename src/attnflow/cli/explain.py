@@ -32,13 +32,13 @@ Method = method_enum("text")
 
 def _spans_option(by: str, spans_file: Optional[Path]) -> object:
     """``--by`` / ``--spans`` as the ``spans=`` of attnflow.explain (a file read once and checked:
-    :func:`attnflow.api.spans.checked_spans`), refused in one line when they disagree."""
+    :func:`attnflow.units.spans.checked_spans`), refused in one line when they disagree."""
     if by not in ("token", "word", "sentence", "spans"):
         raise typer.BadParameter(f"--by must be token, word, sentence or spans; got {by!r}", param_hint="--by")
     if (by == "spans") != (spans_file is not None):
         raise typer.BadParameter("--by spans takes the passages from --spans FILE (and --spans needs --by spans)",
                                  param_hint="--spans")
-    from attnflow.api.spans import checked_spans
+    from attnflow.units.spans import checked_spans
 
     return checked_spans(spans_file if spans_file is not None else (None if by == "token" else by))
 

@@ -77,7 +77,7 @@ MODEL_COSTS = (FORWARD_BACKWARD, BUDGETED, PER_SOURCE)  # methods that run the m
 
 RESULT_KINDS = ("text", "image", "seq2seq")
 
-# The kinds of model a method can run on (attnflow.capture.architectures.model_kind's names).
+# The kinds of model a method can run on (attnflow.hf.architectures.model_kind's names).
 MODEL_KINDS = ("encoder", "classifier", "decoder", "encoder-decoder", "vision")
 # The settings whose value some method ignores; a method lists those that change its scores (``reads``),
 # and a non-default value with a chosen method that does not read it is refused (attnflow.api.checks).
@@ -89,7 +89,7 @@ ATTENTION_READS = ("weighting", "causal_norm", "residual", "head_fusion")
 # Rows policies: which targets a report's maps compute when every target is asked for.
 EVERY_TARGET = "every target"
 WHILE_CHEAP = "every target while cheap, else the explained one"  # flow: up to core.methods.FLOW_ALL_MAX tokens
-# what a method that runs the model keeps for its backward pass (attnflow.api.costs sizes it from this):
+# what a method that runs the model keeps for its backward pass (attnflow.interventions.costs sizes it from this):
 # every layer's attention in float64 and float32 plus a decomposition's arrays (the logit paths), autograd's
 # activations of every layer, or of one layer at a time from attribution_patching.CHECKPOINT_FROM positions
 KEEPS = ("decomposition", "autograd", "checkpointed")
@@ -123,7 +123,7 @@ class Method:
     rows: str = EVERY_TARGET        # which targets a report's maps compute (see EVERY_TARGET, WHILE_CHEAP)
     models: tuple[str, ...] = MODEL_KINDS  # the kinds of model it runs on (see MODEL_KINDS)
     reads: tuple[str, ...] = ATTENTION_READS  # which of OPTIONAL_SETTINGS change its scores ("spans": it ablates
-    #                                           every token of a span at once when given spans=; api.spans)
+    #                                           every token of a span at once when given spans=; units.spans)
     long_default: str | None = None  # a decoder default's stand-in above exact_max tokens (or with a budget given)
     exact_max: int | None = None     # the longest input (tokens) on which a decoder default runs itself
     needs_row: str | None = None    # a column of the architecture table a model's row must set (its rules are per family)
@@ -150,7 +150,7 @@ class Method:
 
     @property
     def spans(self) -> bool:
-        """Whether it ablates by span when given ``spans=`` (:mod:`attnflow.api.spans`)."""
+        """Whether it ablates by span when given ``spans=`` (:mod:`attnflow.units.spans`)."""
         return "spans" in self.reads
 
     @property
@@ -189,7 +189,7 @@ class Context:
     cache: Any = None                    # a key/value cache of input_ids already computed (a generation's)
     clean_logits: Any = None             # (len(rows), vocab): the rows' logits from a pass already run
     target_tokens: int | None = None     # seq2seq: how many target tokens follow the source
-    spans: Sequence[Sequence[int]] | None = None  # groups of positions ablated at once (spans methods; api.spans)
+    spans: Sequence[Sequence[int]] | None = None  # groups of positions ablated at once (spans methods; units.spans)
     notes: dict[str, Any] | None = None  # where a method reports what it did (kept in the result's meta)
 
 

@@ -182,7 +182,8 @@ class Settings:
         sees one; "cpu", "cuda", "cuda:N", "mps"); a loaded model is used where it is.
     dtype: what a model given by name is loaded in ("auto": its checkpoint's; "float32", "bfloat16",
         "float16"); a loaded model keeps its own (another is refused).
-    budget: what ``ablated-flow-budgeted`` may spend, in forward passes of the input (:mod:`attnflow.capture.compute`).
+    budget: what ``ablated-flow-budgeted`` may spend, in forward passes of the input
+        (:mod:`attnflow.interventions.compute`).
     """
 
     residual: float = OPTIONS["residual"].default

@@ -338,7 +338,7 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
     positions: the ranked (and deletable) positions; None: all but ``special`` and ``target``
     (an Attribution supplies both from its meta and default target).
     loo: the leave-one-out drops ``(n,)`` already computed for ``output`` (e.g. by a decoder's cached
-    occlusion, :func:`attnflow.capture.ablation.occlusion`); None: computed here with ``predict``.
+    occlusion, :func:`attnflow.interventions.ablation.occlusion`); None: computed here with ``predict``.
     aopc_levels: False skips AOPC (comprehensiveness and sufficiency are NaN), for a quick check.
     """
     ids = [int(i) for i in np.asarray(ids).reshape(-1)]

@@ -1,9 +1,9 @@
 """What kind of model this is, computed once: :class:`ModelKind` (family, head, ``model_type`` and
 what follows from them) from a config or a loaded model and the architecture table
-(:mod:`attnflow.capture.architectures`).
+(:mod:`attnflow.hf.architectures`).
 
 :func:`kind_of` is the one function that answers the question. An entry point resolves a model into a
-record that carries its kind (:class:`attnflow.capture.load.ModelInfo`, :class:`attnflow.api.Loaded`);
+record that carries its kind (:class:`attnflow.hf.load.ModelInfo`, :class:`attnflow.api.Loaded`);
 checks and methods read that record. A room below the entry that holds only the model asks
 :func:`kind_of` again and gets the kind remembered for that model object (a weak reference kept here,
 never an attribute on the user's model), not a second computation.
@@ -73,7 +73,7 @@ _remembered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _computed(model_or_config: Any) -> ModelKind:
     """The computation itself: every family/head/type question the table answers, asked once."""
-    from attnflow.capture.architectures import architecture, model_family, model_head, model_type
+    from attnflow.hf.architectures import architecture, model_family, model_head, model_type
 
     row, head = architecture(model_or_config), model_head(model_or_config)
     config = getattr(model_or_config, "config", model_or_config)
@@ -104,7 +104,7 @@ def kind_of(model_or_config: Any) -> ModelKind:
 
 
 def _edits() -> int:
-    from attnflow.capture.architectures import EDITS
+    from attnflow.hf.architectures import EDITS
 
     return EDITS[0]
 
@@ -120,7 +120,7 @@ def remember(model: Any, kind: ModelKind) -> None:
 
 
 def carried_kind(model: Any) -> ModelKind:
-    """The :class:`ModelKind` a record carries (a :class:`~attnflow.capture.load.ModelInfo` or a
+    """The :class:`ModelKind` a record carries (a :class:`~attnflow.hf.load.ModelInfo` or a
     :class:`~attnflow.api.models.Loaded`: its ``model_kind``, computed once when the model was
     resolved), a ``ModelKind`` itself, or a loaded model's (:func:`kind_of`); unknown for a name not
     inspected (a hub id whose config is not here) or no model."""

@@ -74,7 +74,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnflow.capture.architectures import FIXES, architecture
+from attnflow.hf.architectures import FIXES, architecture
 from attnflow.errors import AttnflowError
 
 KINDS = ("forward", "pre", "around", "kernel")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.capture import load_model
+from attnflow.hf import load_model
 from attnflow.data import agreement, ptb_agreement
 from attnflow.errors import AttnflowError
 from attnflow.evaluation.correlation import summarize

@@ -26,7 +26,7 @@ def run_method(record: Method, context: Context, targets: Sequence[int] | None =
     (rows ``context.rows``, every layer or, without a layers axis, the top one of
     ``context.n_layers``), stored under ``targets`` (default: the rows themselves; a generation
     stores generated token ``i`` as target ``i``)."""
-    from attnflow.api.costs import fit_to_budget
+    from attnflow.interventions.costs import fit_to_budget
 
     rows = context.rows if targets is None else targets
     context = fit_to_budget(record, context)  # a model-based method: its estimate, memory budget and batch size

@@ -1,4 +1,4 @@
-"""Ablated flow and occlusion as registry functions (see :mod:`attnflow.capture.ablation` for the
+"""Ablated flow and occlusion as registry functions (see :mod:`attnflow.interventions.ablation` for the
 methods and their exact, batched, cached computation).
 
 Each takes a context (the registry's ``Context``: ``model``, ``input_ids``, ``rows``, ``layers``,
@@ -14,7 +14,7 @@ the token each row predicts (positive: the source supports the prediction):
 The context may give ``tokens`` (the explained token per row, e.g. the generated ones;
 default the model's argmax), ``readout`` ("logit", "logprob", "contrastive" with ``foils``),
 ``cache`` and ``clean_logits`` (a generation's own key/value cache and logits, reused),
-``batch_size`` and ``spans`` (groups of positions ablated at once; :mod:`attnflow.api.spans`).
+``batch_size`` and ``spans`` (groups of positions ablated at once; :mod:`attnflow.units.spans`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.ablation import BATCH, Ablation
-from attnflow.capture.ablation import ablated_flow as _ablated_flow
-from attnflow.capture.ablation import occlusion as _occlusion
+from attnflow.interventions.ablation import BATCH, Ablation
+from attnflow.interventions.ablation import ablated_flow as _ablated_flow
+from attnflow.interventions.ablation import occlusion as _occlusion
 from attnflow.errors import AttnflowError
 
 
@@ -60,8 +60,8 @@ def _ablate(context: Any, layers: str) -> np.ndarray:
     rows = _rows(context)
     groups = context.spans
     if groups is not None:  # every token of a span zeroed at once; each token carries its span's score
-        from attnflow.api.spans import spread
-        from attnflow.capture.span_ablation import ablate_spans
+        from attnflow.units.spans import spread
+        from attnflow.interventions.span_ablation import ablate_spans
 
         found = ablate_spans(context.model, context.input_ids, groups, sorted(rows), layers=layers,
                              **_sorted_tokens(rows, _options(context)))

@@ -1,4 +1,4 @@
-"""AttnLRP as a registry function (the rules and the one pass: :mod:`attnflow.capture.attnlrp`).
+"""AttnLRP as a registry function (the rules and the one pass: :mod:`attnflow.interventions.attnlrp`).
 
 Takes the registry's ``Context`` (``model``, ``input_ids``, ``rows``, ``tokens``, ``foils``,
 ``readout``, ``spans``) and returns ``(1, rows, n)``: the relevance of each source token for the
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from attnflow.api.methods.ablation import _needs_decoder, _rows
-from attnflow.api.spans import spread
+from attnflow.units.spans import spread
 from attnflow.hf.kind import kind_of
-from attnflow.capture.attnlrp import attnlrp as _attnlrp
+from attnflow.interventions.attnlrp import attnlrp as _attnlrp
 
 
 def attnlrp(context: Any) -> np.ndarray:

@@ -1,5 +1,5 @@
 """ALTI-Logit and direct logit attribution as registry functions (the one pass:
-:mod:`attnflow.capture.logit_paths`; the decompositions: :mod:`attnflow.core.logit_attribution`).
+:mod:`attnflow.interventions.logit_paths`; the decompositions: :mod:`attnflow.core.logit_attribution`).
 
 Each takes a context (``model``, ``input_ids``, ``rows``, ``layers``, ``tokens``, ``foils``) and returns
 ``(layers, rows, n)``: the source's share of the explained logit brought by the attention of layers
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.logit_paths import LogitPaths, logit_paths
+from attnflow.interventions.logit_paths import LogitPaths, logit_paths
 from attnflow.core.logit_attribution import alti_contributions, direct_logit_attribution
 from attnflow.core.logit_attribution import alti_logit as _alti_logit
 from attnflow.errors import AttnflowError

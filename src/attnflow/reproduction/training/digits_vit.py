@@ -32,7 +32,7 @@ def build_model(seed: int):
 
 def train(out: Path, seed: int = 0, epochs: int = 40, threads: int = 1) -> float:
     """Train, save (safetensors, config, preprocessor config) to ``out``; return test accuracy."""
-    from attnflow.capture.load import quiet_transformers
+    from attnflow.hf.load import quiet_transformers
 
     quiet_transformers()
     torch.set_num_threads(threads)

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from attnflow.capture.pypi_models import cache_dir
+from attnflow.hf.pypi_models import cache_dir
 from attnflow.data import ptb_agreement
 
 

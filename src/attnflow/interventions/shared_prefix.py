@@ -19,7 +19,7 @@ log-sum-exps (the split-softmax identity FlashAttention's blocks use):
 
 Both parts run on torch's fused CPU attention kernel, which returns the log-sum-exp
 (``aten._scaled_dot_product_flash_attention_for_cpu``; torch's public SDPA does not return it). It
-applies where SDPA computes the model's attention (:func:`attnflow.capture.efficient_attention.why_not`:
+applies where SDPA computes the model's attention (:func:`attnflow.interventions.efficient_attention.why_not`:
 no soft-capping, sinks or mask fixes), the cache can be cropped (no sliding-window layers) and the
 model runs on the CPU; elsewhere :func:`usable` says why and callers copy the prefix as before. The
 scores equal the copying path's to float round-off (``tests/test_shared_prefix.py``) and one plain
@@ -42,8 +42,8 @@ from typing import Any
 
 import torch
 
-from attnflow.capture.architectures import layer_windows
-from attnflow.capture.efficient_attention import why_not
+from attnflow.hf.architectures import layer_windows
+from attnflow.interventions.efficient_attention import why_not
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import hook_points, receiving
 from attnflow.hf.weights import input_device

@@ -2,16 +2,16 @@
 stated cost budget.
 
 Costs are counted in *forward passes of the input*: the multiply-accumulates of what is run, counted
-from the model's shapes (:mod:`attnflow.capture.compute`), over those of one forward pass of the whole
+from the model's shapes (:mod:`attnflow.interventions.compute`), over those of one forward pass of the whole
 input computing the last position's logits (as the capture pass does), so one clean forward pass is 1 (on SDPA, where these counts and the
 time agree, also in time). The plan:
 
-- **exact** ablated flow (:mod:`attnflow.capture.span_ablation`, by token or by span) costs one clean
-  pass plus the runs as :func:`attnflow.capture.span_ablation.batches` groups them (a batch's rows all
+- **exact** ablated flow (:mod:`attnflow.interventions.span_ablation`, by token or by span) costs one clean
+  pass plus the runs as :func:`attnflow.interventions.span_ablation.batches` groups them (a batch's rows all
   run from its first span's start to the last target: the padding is counted), plus, on models whose
   key/value cache cannot be cropped (sliding-window layers), the clean prefix rebuilt up to the last
   batch's start. When that fits the budget, every span is scored exactly.
-- otherwise the **one-pass estimate** (:mod:`attnflow.capture.attribution_patching`; one forward pass
+- otherwise the **one-pass estimate** (:mod:`attnflow.interventions.attribution_patching`; one forward pass
   and one backward pass per target, and on a long, checkpointed input each layer's forward again per
   backward pass) scores every span, and the rest of the budget re-scores spans exactly, in two phases:
 
@@ -35,7 +35,7 @@ time agree, also in time). The plan:
 What is counted is what runs: each re-scoring's batches are priced before they are chosen as they
 will be run, and added as they run. What the counts leave out: element-wise work (norms, softmax, the
 position encoding: a few percent), and, on models whose rows cannot share the clean prefix
-(:func:`attnflow.capture.shared_prefix.usable`), the copies of the clean key/value cache that every row
+(:func:`attnflow.interventions.shared_prefix.usable`), the copies of the clean key/value cache that every row
 of a batch starts from (memory traffic, not multiply-accumulates); ``benchmarks/budget.py`` measures
 the whole call's time against a forward pass.
 
@@ -56,12 +56,12 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.capture.ablation import BATCH, Progress, checked_inputs
-from attnflow.capture.architectures import layer_windows
-from attnflow.capture.attribution_patching import attribution_patching, long_input
-from attnflow.capture.efficient_attention import efficient_attention
-from attnflow.capture.compute import Shapes
-from attnflow.capture.span_ablation import SpanAblation, ablate_spans, batches, checked_spans
+from attnflow.interventions.ablation import BATCH, Progress, checked_inputs
+from attnflow.hf.architectures import layer_windows
+from attnflow.interventions.attribution_patching import attribution_patching, long_input
+from attnflow.interventions.efficient_attention import efficient_attention
+from attnflow.interventions.compute import Shapes
+from attnflow.interventions.span_ablation import SpanAblation, ablate_spans, batches, checked_spans
 from attnflow.errors import AttnflowError
 
 BUDGET = 5.0
@@ -83,7 +83,7 @@ class Budgeted(SpanAblation):
 
 def runs_compute(shapes: Shapes, starts: list[int], targets: list[int], batch_size: int, rebuild: bool) -> float:
     """MACs of the exact runs of spans starting at ``starts`` as :func:`ablate_spans` runs them: in the
-    batches of :func:`attnflow.capture.span_ablation.batches` (a batch's rows all run from its first
+    batches of :func:`attnflow.interventions.span_ablation.batches` (a batch's rows all run from its first
     start: padding counted), each with its logits; ``rebuild``: the clean prefix is run up to each
     batch's start (no clean cache to crop)."""
     last, total = max(targets), 0.0
@@ -124,7 +124,7 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
         short input for one target, more for more targets and on a long, checkpointed input).
     tail: the share of the budget left after the estimate that goes to the latest spans first, in
         ``[0, 1]`` (0: the estimate's top spans only, as before the tail phase existed).
-    Other arguments as :func:`attnflow.capture.span_ablation.ablate_spans`.
+    Other arguments as :func:`attnflow.interventions.span_ablation.ablate_spans`.
     """
     ids, sorted_targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     last = max(sorted_targets)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from attnflow.capture.pypi_models import general_model_hint
+from attnflow.hf.pypi_models import general_model_hint
 from attnflow.errors import AttnflowWarning
 
 # Warn when more than this share of the words is unknown to the model.

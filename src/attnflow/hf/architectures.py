@@ -24,7 +24,7 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   type without them is refused for the norm weighting.
 - ``fixes``: corrections applied while attnflow runs the model (see
   :func:`attnflow.capture.streaming.architecture_fixes`).
-- ``lrp_gate``: for AttnLRP (:mod:`attnflow.capture.attnlrp`), the two factors of a gated feed-forward
+- ``lrp_gate``: for AttnLRP (:mod:`attnflow.interventions.attnlrp`), the two factors of a gated feed-forward
   block's elementwise product (``act(gate(x)) * up(x)``), as paths from the attention module like
   ``mlp``, whose gradients the uniform rule halves; ``()`` for a family whose feed-forward block has no
   product; None (the default) for a family whose rules are not checked, which AttnLRP refuses. Every
@@ -165,7 +165,7 @@ ARCHITECTURES: dict[str, Architecture] = {
 }
 
 # The feed-forward block of each layer, as a path from the attention module like ``value``/``output``:
-# logit attribution (attnflow.capture.logit_paths) cuts it out of the direct path to the logit. Every
+# logit attribution (attnflow.interventions.logit_paths) cuts it out of the direct path to the logit. Every
 # entry's family is checked by the exact-sum tests of tests/test_logit_attribution.py where it has one.
 MLPS: dict[str, str] = {
     **{t: "../mlp" for t in (

@@ -20,7 +20,7 @@ the explained token ``c`` (the model's argmax at ``t``, a given token, or the ge
 ``j`` leaves the prefix ``[0, j)`` as it was. The sources are sorted and taken ``batch_size`` at a
 time (fewer on a long input: :func:`rows_per_call`); a chunk whose first source is ``j0`` starts from
 the clean key/value cache of ``[0, j0)`` (built once, growing chunk by chunk; every row of the chunk
-attends to that one prefix, :mod:`attnflow.capture.shared_prefix`, or where it cannot, a copy per row)
+attends to that one prefix, :mod:`attnflow.interventions.shared_prefix`, or where it cannot, a copy per row)
 and runs only positions ``j0 .. t`` for every element of the chunk at once. One target costs about ``n^2 / 2`` token steps
 over all sources instead of ``n^2`` (plus a clean pass); several targets (a generation) share each
 source's run, since one run over ``[j, N)`` gives the edited logits at every later position. The
@@ -29,7 +29,7 @@ round-off: ``tests/test_ablation.py`` checks 1e-5 on tiny Llama (grouped-query),
 sliding window, GPT-2, Gemma 2 and SmolLM2.
 
 Which module is the value projection (and how a fused query/key/value projection lays out its
-output) is the architecture table's row (:data:`attnflow.capture.architectures.PROJECTIONS`).
+output) is the architecture table's row (:data:`attnflow.hf.architectures.PROJECTIONS`).
 
 API (stable; the explain/generate integration and the decoder study use it)::
 
@@ -54,9 +54,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, layer_windows, model_type, refuse_unsupported
+from attnflow.hf.architectures import architecture, layer_windows, model_type, refuse_unsupported
 from attnflow.capture.streaming import architecture_fixes, attention_modules, scoped
-from attnflow.capture.shared_prefix import sharing
+from attnflow.interventions.shared_prefix import sharing
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 from attnflow.hf.kind import kind_of
@@ -257,7 +257,7 @@ class Prefix:
     def kv(self, j0: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The clean keys and values of ``ids[:j0]`` per layer, ``(1, kv_heads, j0, head_dim)`` views of
         the given or grown cache (no copy), for re-runs that share them
-        (:mod:`attnflow.capture.shared_prefix`)."""
+        (:mod:`attnflow.interventions.shared_prefix`)."""
         if self.given is None:
             self.grow(j0)
         layers = (self.given or self.cache).layers
@@ -265,7 +265,7 @@ class Prefix:
 
     def start(self, batch: int, j0: int, shared: Any = None) -> Any:
         """The cache a batch of ``batch`` rows starts from at ``j0``: the shared prefix's (``shared``, a
-        :class:`attnflow.capture.shared_prefix.SharedPrefix`), else a copy per row (None: no prefix)."""
+        :class:`attnflow.interventions.shared_prefix.SharedPrefix`), else a copy per row (None: no prefix)."""
         if j0 == 0:
             return None
         if shared is not None:

@@ -5,7 +5,7 @@ removes at once, as groups of token positions, and their scores spread back over
 
 - ``None`` or ``"token"``: every token alone (ablated flow as it always was);
 - ``"word"`` / ``"sentence"``: from the tokenizer's character offsets
-  (:mod:`attnflow.capture.segments`; no sentence splitter, no downloaded data);
+  (:mod:`attnflow.units.segments`; no sentence splitter, no downloaded data);
 - a list of passages of the text (strings, found in order) or of character ranges ``(start, end)``:
   each is one unit, and the tokens between them form units of their own runs;
 - a path to a text file (the CLI's ``--by spans --spans FILE``): one passage per line, as above.
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.capture.segments import UNITS, char_spans, segments
+from attnflow.units.segments import UNITS, char_spans, segments
 from attnflow.errors import AttnflowError
 
 BY = ("token", *UNITS, "spans")

@@ -1,5 +1,5 @@
 """What a pass through a decoder computes, counted from the model's shapes: the unit of the budgeted
-chooser (:mod:`attnflow.capture.budgeted`), so that a stated budget is the compute the call runs.
+chooser (:mod:`attnflow.interventions.budgeted`), so that a stated budget is the compute the call runs.
 
 Counted in multiply-accumulates (MACs) of the matrix products, which are nearly all of a pass:
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from attnflow.capture.architectures import layer_windows
+from attnflow.hf.architectures import layer_windows
 from attnflow.hf.points import hook_points
 
 

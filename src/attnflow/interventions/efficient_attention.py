@@ -3,7 +3,7 @@
 Eager attention materialises each layer's ``(heads, n, n)`` scores and softmax weights, and autograd
 keeps the weights (and the softmax's output) for the backward pass: at 8,192 tokens on SmolLM2-135M
 (9 heads) one layer's weights alone are 2.4 GB in float32, and a checkpointed backward pass
-recomputes them layer by layer. Value zeroing (:mod:`attnflow.capture.attribution_patching`) reads
+recomputes them layer by layer. Value zeroing (:mod:`attnflow.interventions.attribution_patching`) reads
 no attention weights, only gradients through attention, so it can run on torch's
 ``scaled_dot_product_attention`` instead, whose fused kernels (the CPU flash kernel, CUDA's flash and
 memory-efficient kernels) keep per query only its output and the softmax's log-sum-exp and recompute
@@ -18,7 +18,7 @@ block, also when it raises. It only switches where SDPA computes the same functi
   logits are soft-capped, ``cap * tanh(s / cap)``, which SDPA cannot apply);
 - the config sets no attention soft-capping (``attn_logit_softcapping``: a Gemma 3 config may);
 - the architecture table applies no mask fixes to the family
-  (:func:`attnflow.capture.architectures.architecture_fixes`).
+  (:func:`attnflow.hf.architectures.architecture_fixes`).
 
 Sliding windows are honoured: transformers builds the windowed mask for SDPA as it does for eager
 attention (a boolean ``(n, n)`` mask per windowed layer, one byte per entry: 64 MB at 8,192 tokens),
@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from attnflow.capture.architectures import architecture
+from attnflow.hf.architectures import architecture
 from attnflow.hf.points import can_switch, hook_points, receiving
 
 

@@ -23,7 +23,7 @@ source tokens ``j`` is exact too (:mod:`attnflow.core.logit_attribution`). Decod
 not interact along the direct path, so several targets share one backward pass.
 
 Which modules are the value and output projections and the feed-forward block is the
-architecture table's row (:data:`attnflow.capture.architectures.PROJECTIONS` and ``MLPS``);
+architecture table's row (:data:`attnflow.hf.architectures.PROJECTIONS` and ``MLPS``);
 normalisations are found by their class. Attention must be eager (its weights are read).
 
 API (stable)::
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, model_type, refuse_unsupported
+from attnflow.hf.architectures import architecture, model_type, refuse_unsupported
 from attnflow.capture.streaming import architecture_fixes, checked_weights, streamable_modules, streaming
 from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError

