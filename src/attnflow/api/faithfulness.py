@@ -34,6 +34,7 @@ from attnflow.errors import AttnflowError
 from attnflow.evaluation.faithfulness import FRACTIONS, Faithfulness, evaluate
 from attnflow.results import Attribution
 
+@Settings.keywords
 def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "all",
                  fractions: Sequence[float] = FRACTIONS, positions: Sequence[int] | None = None,
                  fill_id: int | None = None, progress: Callable[[int, int], None] | None = None,

@@ -22,6 +22,7 @@ from attnflow.hf.kind import kind_name
 from attnflow.results import Attribution, Block
 
 
+@Settings.keywords
 def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
              residual: float = UNSET, head_fusion: str = UNSET, causal_norm: str | None = UNSET,
              weighting: str = UNSET, settings: Settings | None = None, method: Any = "rollout",

@@ -33,6 +33,7 @@ def check_method(method: Any) -> list[str]:
     return registry.resolve(method, "image")[0]
 
 
+@Settings.keywords
 def image_rows(maps: ImageMaps, method: str, *, layers: Any = None, residual: float = UNSET, head_fusion: str = UNSET,
                solver: str = UNSET, progress: Callable[[int, int], None] | None = None,
                settings: Settings | None = None) -> np.ndarray:
@@ -60,6 +61,7 @@ def _name(image: Any, i: int) -> str:
     return str(image) if isinstance(image, (str, Path)) else f"image {i}"
 
 
+@Settings.keywords
 def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", target_class: Any = None,
                   residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                   progress: Callable[[int, int], None] | None = None,

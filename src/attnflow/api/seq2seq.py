@@ -61,6 +61,7 @@ def _padded(block: Block) -> Block:
     return Block(values, block.targets, block.layers)
 
 
+@Settings.keywords
 def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokenizer: Any = None,
                     method: Any = "rollout", target: Any = None, flow_targets: str = "auto", residual: float = UNSET,
                     head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
@@ -105,6 +106,7 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
               "predicted_tokens": maps.predicted_tokens, "source_ids": maps.source_ids, "target_ids": maps.target_ids})
 
 
+@Settings.keywords
 def generate_seq2seq(model: Any, tokenizer: Any, source: str, max_new_tokens: int = 20, *, residual: float = UNSET,
                      head_fusion: str = UNSET, truncate: bool = UNSET, settings: Settings | None = None,
                      **generate_kwargs: Any) -> Attribution:

@@ -536,6 +536,7 @@ def _encoder_decoder(model: Any) -> bool:
         return False
 
 
+@Settings.keywords
 def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  methods: Any = None, method: str | None = None, target: Any = UNSET,
                  flow_targets: str = "auto", residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
@@ -576,6 +577,7 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                     measured=True, spans=spans, preview=preview, named=named)
 
 
+@Settings.keywords
 def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int | None = None,
                        methods: Any = registry.ALL, targets: Any = "all", flow_targets: str = "auto",
                        residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,

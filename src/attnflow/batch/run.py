@@ -146,6 +146,7 @@ def _methods(methods: Any, images: bool) -> list[str]:
     return names
 
 
+@Explanation.keywords
 def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, methods: Any = "rollout",
           target: Any = UNSET, text_column: str | None = None, id_column: str | None = None,
           label_column: str | None = None, images: bool = False, maps: bool = False, truncate: bool = UNSET,

@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from attnflow.errors import AttnflowError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -232,3 +234,26 @@ class Settings:
             raise AttnflowError(f"{unknown[0]!r} is not a setting; the settings are {', '.join(OPTIONS)}")
         base = settings if settings is not None else cls()
         return dataclasses.replace(base, **keywords) if keywords else base
+
+    @staticmethod
+    def keywords(function: F) -> F:
+        """Mark ``function``'s keywords that default to ``UNSET`` as settings: its signature (what
+        ``inspect.signature``, ``help()`` and the docs show) gives each one the default of its
+        setting, which is what a call that leaves it out and passes no ``settings`` gets.
+
+        The keywords keep ``UNSET`` as their real default, so that one left out defers to ``settings=``
+        (``Settings.build``); the function is returned itself, not wrapped.
+        """
+        import inspect
+
+        signature = inspect.signature(function)
+        shown = []
+        for parameter in signature.parameters.values():
+            if parameter.default is UNSET:
+                if parameter.name not in OPTIONS:
+                    raise AttnflowError(f"{function.__qualname__}'s keyword {parameter.name!r} defaults to UNSET but "
+                                        f"is no setting; the settings are {', '.join(OPTIONS)}")
+                parameter = parameter.replace(default=OPTIONS[parameter.name].default)
+            shown.append(parameter)
+        function.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]
+        return function
