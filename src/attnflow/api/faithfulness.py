@@ -4,7 +4,7 @@
     result.meta["faithfulness"]          # per method and layer: LOO Spearman, AOPC compr./suff.
     result.print(); result.to_html("report.html")   # the report shows the numbers too
 
-The model glue for :mod:`attnflow.evaluation.faithfulness` (which sees only a ``predict`` callable):
+The model glue for ``attnflow.evaluation.faithfulness`` (which sees only a ``predict`` callable):
 explain the input with the requested methods, build ``predict`` from the model (the classifier's
 logits, or a decoder's next-token logits at the last position), and measure the explained output:
 the predicted class, or the token the decoder predicts next.
@@ -45,18 +45,18 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
     model: a sequence classifier or a causal LM (a folder, a ``.gguf`` file, ``"smollm2"``, a hub id,
         or a loaded model with its ``tokenizer``); None: the default model (the bundled agreement
         classifier). A bare encoder (no head) or an encoder-decoder model is refused.
-    method: anything :func:`attnflow.explain` takes ("all", a name, a list).
-    settings, device, options: as in :func:`attnflow.explain` (``settings=`` with the settings by name on
+    method: anything ``attnflow.explain`` takes ("all", a name, a list).
+    settings, device, options: as in ``attnflow.explain`` (``settings=`` with the settings by name on
         top: ``target``, ``residual``, ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``,
         ``weighting``; ``device`` and ``dtype``: where and in what a model given by name loads).
-    fractions, positions, fill_id: see :func:`attnflow.evaluation.faithfulness.evaluate` (AOPC
+    fractions, positions, fill_id: see ``attnflow.evaluation.faithfulness.evaluate`` (AOPC
         levels; which tokens are ranked and deleted, default all but special tokens and the target;
         replace instead of delete).
 
-    Returns the :class:`~attnflow.results.Attribution` of :func:`attnflow.explain` with
-    ``meta["faithfulness"]`` = :meth:`Faithfulness.to_dict` (per method and layer: ``spearman`` with
+    Returns the ``Attribution`` of ``attnflow.explain`` with
+    ``meta["faithfulness"]`` = ``Faithfulness.to_dict`` (per method and layer: ``spearman`` with
     the leave-one-out logit drop, AOPC ``comprehensiveness`` and ``sufficiency``; see
-    ``docs/faithfulness.md``); :func:`faithfulness_report` turns it back into a :class:`Faithfulness`.
+    ``docs/faithfulness.md``); ``faithfulness_report`` turns it back into a ``Faithfulness``.
     """
     _check_text(text)
     if is_name(model):
@@ -97,7 +97,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
 
 
 def faithfulness_report(result: Attribution) -> Faithfulness:
-    """The :class:`Faithfulness` a result carries (``meta["faithfulness"]``), e.g. after ``attnflow.load``."""
+    """The ``Faithfulness`` a result carries (``meta["faithfulness"]``), e.g. after ``attnflow.load``."""
     data = result.meta.get("faithfulness") if isinstance(result.meta, dict) else None
     if data is None:
         raise AttnflowError("this result carries no faithfulness numbers; make it with attnflow.faithfulness")

@@ -1,5 +1,5 @@
 """generate(): complete a prompt and track attention rollout for every generated token (the paper's
-"refined method" for generative LMs), as an :class:`~attnflow.results.Attribution` of kind "generation".
+"refined method" for generative LMs), as an ``Attribution`` of kind "generation".
 
     result = attnflow.generate(model, tokenizer, "The keys to the cabinet", max_new_tokens=5)
     result.M                  # (n_generated, m_prompt, layers)
@@ -29,27 +29,27 @@ def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens
              progress: Any = None, device: str = UNSET, dtype: str = UNSET, **generate_kwargs: Any) -> Attribution:
     """Generate a completion of ``prompt`` and roll out attention for every generated token.
 
-    model: a loaded causal LM with its ``tokenizer``, or what :func:`attnflow.load_model` takes (a
+    model: a loaded causal LM with its ``tokenizer``, or what ``attnflow.load_model`` takes (a
         folder, a ``pathlib.Path``, a ``.gguf`` file, ``"smollm2"``, a hub id; then tokenizer=None;
         loaded once and reused), or None for the installed decoder (SmolLM2). An encoder-decoder
         model (T5, BART, Marian, ...) generates from ``prompt`` as its source and gives a result of
-        kind "seq2seq" (the joint rollout, see :mod:`attnflow.api.seq2seq`).
+        kind "seq2seq" (the joint rollout, see ``attnflow.api.seq2seq``).
     max_new_tokens: how many tokens to generate at most (generation may stop earlier at EOS).
-    residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
+    residual, head_fusion, causal_norm: as in ``attnflow.rollout``.
     weighting: "attention" (the paper's) or "norm" (attention times the length of each transformed
-        value vector, Kobayashi et al. 2020; see :func:`attnflow.explain`).
-    device, dtype: where and in what a model given by name is loaded (as in :func:`attnflow.explain`).
-    settings: an :class:`attnflow.Settings` (the keywords above override it; its target is unused:
+        value vector, Kobayashi et al. 2020; see ``attnflow.explain``).
+    device, dtype: where and in what a model given by name is loaded (as in ``attnflow.explain``).
+    settings: an ``attnflow.Settings`` (the keywords above override it; its target is unused:
         every generated token is explained).
     method: "rollout" (tracked while the model generates), or one or a list of the registered methods
-        that run the model ("ablated-flow", "alti-logit", ...; :mod:`attnflow.api.generation_methods`),
+        that run the model ("ablated-flow", "alti-logit", ...; ``attnflow.api.generation_methods``),
         computed beside rollout; the result opens on the first. None: the decoder defaults, rollout
         beside ablated flow (what ``attnflow generate`` runs without ``--method``;
-        :func:`attnflow.api.defaults.generation_methods`; ``meta["added"]`` says so). progress(done, total):
+        ``attnflow.api.defaults.generation_methods``; ``meta["added"]`` says so). progress(done, total):
         called as the per-source methods run.
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"|"replay"`` picks how
-        the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).
+        the rows are computed (default: the cheaper; see ``attnflow.capture.generation``).
 
     Sources are the prompt tokens followed by the generated tokens (``input_length`` = the prompt's
     length ``m``); target ``i`` is generated token ``i``, explained by the rollout row of the position

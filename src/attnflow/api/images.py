@@ -1,4 +1,4 @@
-"""explain_image(): images in, one :class:`~attnflow.results.Attribution` (kind "image") per image out.
+"""explain_image(): images in, one ``Attribution`` (kind "image") per image out.
 
     result = attnflow.explain_image("digit.png", method="all")
     result.grid_scores("rollout")          # (grid rows, grid cols) at the top layer
@@ -74,11 +74,11 @@ def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", ta
     method: "raw", "rollout", "flow", "grad-rollout", "all" (the first three) or a list of these.
     target_class: the class grad-rollout explains (index or label; None = each image's predicted class).
     weighting: "attention" or "norm" (attention times the length of each patch's transformed value
-        vector, Kobayashi et al. 2020; see :func:`attnflow.explain`); not with grad-rollout.
+        vector, Kobayashi et al. 2020; see ``attnflow.explain``); not with grad-rollout.
 
-    Returns one :class:`Attribution` for one image, a list for a list. An image far from what the
+    Returns one ``Attribution`` for one image, a list for a list. An image far from what the
     model was trained on (shrunk or enlarged a lot, squashed, a colour photo for a grey model) gets an
-    :class:`~attnflow.errors.AttnflowWarning`.
+    ``AttnflowWarning``.
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver, weighting=weighting,
                               device=device, dtype=dtype)

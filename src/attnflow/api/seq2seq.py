@@ -1,4 +1,4 @@
-"""Encoder-decoder models in, an :class:`~attnflow.results.Attribution` of kind "seq2seq" out.
+"""Encoder-decoder models in, an ``Attribution`` of kind "seq2seq" out.
 
     result = attnflow.explain("the keys to the cabinet", model, tokenizer=tok,
                               target_text="die Schlüssel zum Schrank")       # teacher forcing
@@ -8,7 +8,7 @@
 Sources are the source tokens, then the decoder's start token, then the target tokens
 (``input_length`` = the number of source tokens); target ``i`` is explained by the decoder position
 that predicted it (``target_positions[i] = S + i``, reading the start token and targets ``< i``), at
-every decoder layer, with the joint rollout / flow of :mod:`attnflow.core.joint`.
+every decoder layer, with the joint rollout / flow of ``attnflow.core.joint``.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
         while the source and target together have at most ``FLOW_ALL_MAX`` tokens (``flow_targets``
         "auto"), else for ``target`` only ("all" / "target" force either).
     target: the target token shown by default (index or text; default the first).
-    settings: as in :func:`attnflow.explain` (its target is not used: ``target`` picks a token).
+    settings: as in ``attnflow.explain`` (its target is not used: ``target`` picks a token).
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate)
     methods, shown = registry.resolve(method, "seq2seq")

@@ -28,7 +28,7 @@ round-off: ``tests/test_ablation.py`` checks 1e-5 on tiny Llama (grouped-query),
 sliding window, GPT-2, Gemma 2 and SmolLM2.
 
 Which module is the value projection (and how a fused query/key/value projection lays out its
-output) is the architecture table's row (:data:`attnflow.capture.architectures.PROJECTIONS`).
+output) is the architecture table's row (``attnflow.capture.architectures.PROJECTIONS``).
 
 API (stable; the explain/generate integration and the decoder study use it)::
 
@@ -134,7 +134,7 @@ def _embed_hook(module: Any, args: Any, output: Any) -> Any:
 @contextmanager
 def editing(model: Any, values: bool) -> Iterator[None]:
     """For the block, receivers on the model's ``embed`` and (``values``) ``layers.i.attn.value`` hook
-    points (:mod:`attnflow.hf.points`) that apply the :class:`Edit` made active by :func:`edited`; idle
+    points (``attnflow.hf.points``) that apply the ``Edit`` made active by ``edited``; idle
     while none is, and per thread, so threads sharing a model never see each other's edits."""
     receivers: dict[str, Any] = {"embed": _embed_hook}
     if values:
@@ -147,12 +147,12 @@ def editing(model: Any, values: bool) -> Iterator[None]:
 
 
 def edited(edit: Edit) -> Any:
-    """The context in which ``edit`` is the one applied (inside :func:`editing`), one batch at a time."""
+    """The context in which ``edit`` is the one applied (inside ``editing``), one batch at a time."""
     return scoped(_EDIT, edit)
 
 
 def value_projections(model: Any) -> list[Any]:
-    """Each layer's value projection (:class:`attnflow.capture.values.Projection`), or a sentence saying
+    """Each layer's value projection (``attnflow.capture.values.Projection``), or a sentence saying
     why ablated flow cannot zero values in this model."""
     row = architecture(model)
     if row is None or row.value is None:
@@ -360,7 +360,7 @@ def ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, layers: str
         when its layers can be cropped) and the clean logits at the targets ``(len(targets), vocab)``
         in sorted target order, so that neither is computed again.
 
-    Returns an :class:`Ablation` with ``scores (len(targets), 1 or layers, n)``.
+    Returns an ``Ablation`` with ``scores (len(targets), 1 or layers, n)``.
     """
     ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     if layers not in LAYER_MODES:
@@ -415,8 +415,8 @@ def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: A
               progress: Progress | None = None, cache: Any = None, clean_logits: Any = None) -> Ablation:
     """Leave-one-out occlusion of a causal decoder: the readout's drop when source ``j`` is deleted
     (``replacement=None``) or its input embedding replaced by ``replacement`` (a ``(hidden,)``
-    vector, or ``"mean"`` for :func:`mean_embedding`, ``"zero"`` for zeros). Batched and cached as
-    :func:`ablated_flow`; ``scores (len(targets), 1, n)``."""
+    vector, or ``"mean"`` for ``mean_embedding``, ``"zero"`` for zeros). Batched and cached as
+    ``ablated_flow``; ``scores (len(targets), 1, n)``."""
     ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     vector = None
     if replacement is not None:

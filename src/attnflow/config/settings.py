@@ -6,7 +6,7 @@ and one check.
     attnflow.explain(text, residual=0.3, head_fusion="max")   # the same Settings, built for you
     result.params                                             # settings.as_dict() + what the entry point adds
 
-A new setting is one :class:`Option` row in ``OPTIONS`` and one field of :class:`Settings`: the CLI's
+A new setting is one ``Option`` row in ``OPTIONS`` and one field of ``Settings``: the CLI's
 options (``attnflow.cli.options``) and the app's menus (``attnflow.app.options``) are generated from
 these rows, so no other module spells a setting's default or allowed values.
 """
@@ -98,7 +98,7 @@ ENTRY_OPTIONS: dict[str, Option] = {o.name: o for o in (
 
 
 def rule(name: str) -> Option | None:
-    """The :class:`Option` of a setting or an entry point's checked keyword (None: neither)."""
+    """The ``Option`` of a setting or an entry point's checked keyword (None: neither)."""
     return OPTIONS.get(name) or ENTRY_OPTIONS.get(name)
 
 
@@ -161,7 +161,7 @@ def check_target(target: Any) -> Any:
 
 def check_device_name(device: Any) -> str:
     """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether this machine has it is checked when a model
-    loads, :func:`attnflow.api.devices.check_device`)."""
+    loads, ``attnflow.api.devices.check_device``)."""
     import re
 
     if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
@@ -176,7 +176,7 @@ class Settings:
     residual: ``A = (1 - residual) W + residual I`` (0.5: the paper's ``(W + I) / 2``).
     head_fusion: "mean" (the paper's), "max" or "min" over heads.
     weighting: "attention" (the paper's) or "norm" (Kobayashi et al. 2020).
-    causal_norm: None, "keys" or "sink" (decoders; see :mod:`attnflow.core.causal`).
+    causal_norm: None, "keys" or "sink" (decoders; see ``attnflow.core.causal``).
     solver: the max-flow solver for flow.
     target: "cls", "last", a position, or None (decoders: "last"; others: "cls").
     truncate: cut inputs longer than the model's maximum instead of refusing them.
@@ -184,7 +184,7 @@ class Settings:
         sees one; "cpu", "cuda", "cuda:N", "mps"); a loaded model is used where it is.
     dtype: what a model given by name is loaded in ("auto": its checkpoint's; "float32", "bfloat16",
         "float16"); a loaded model keeps its own (another is refused).
-    budget: what ``ablated-flow-budgeted`` may spend, in forward passes of the input (:mod:`attnflow.capture.compute`).
+    budget: what ``ablated-flow-budgeted`` may spend, in forward passes of the input (``attnflow.capture.compute``).
     """
 
     residual: float = OPTIONS["residual"].default

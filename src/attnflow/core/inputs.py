@@ -6,7 +6,7 @@ Accepted forms (row = query, column = key everywhere in attnflow):
 - a batch ``(batch, layers, heads, n, n)`` (outputs then get a leading batch axis);
 - the tuple Hugging Face returns with ``output_attentions=True``: one ``(batch, heads, n, n)``
   per layer (or ``(heads, n, n)`` per layer);
-- an :class:`~attnflow.core.maps.AttentionMaps`, whose padding mask is used;
+- an ``AttentionMaps``, whose padding mask is used;
 - a TransformerLens ``ActivationCache`` (its ``blocks.{l}.attn.hook_pattern`` entries, one
   ``(batch, heads, n, n)`` per layer: the same as the Hugging Face tuple).
 
@@ -134,7 +134,7 @@ def _cache_patterns(cache: Any) -> list | None:
 
 
 def as_stack(attentions: Any, mask: Any = None, layout: str | None = None) -> Stack:
-    """Validate ``attentions`` (and an optional padding ``mask``) and return a :class:`Stack`.
+    """Validate ``attentions`` (and an optional padding ``mask``) and return a ``Stack``.
     ``layout``: how a 5-D stack is ordered (``"batch-first"`` or ``"layers-first"``; module docstring)."""
     from attnflow.core.maps import AttentionMaps  # local: maps imports this module
 

@@ -23,11 +23,11 @@ def raw(attentions: Any, *, head_fusion: str | None = "mean", mask: Any = None,
     Parameters
     ----------
     attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face per-layer
-        tuple, or :class:`AttentionMaps`. Row = query, column = key.
+        tuple, or ``AttentionMaps``. Row = query, column = key.
     head_fusion: ``"mean"`` | ``"max"`` | ``"min"`` | None (keep heads).
     mask: optional padding mask ``(n,)`` / ``(batch, n)``, True for real tokens; padded positions get
         zero rows and columns. Rows are not re-normalised (this is the raw weight).
-    causal_norm: None, ``"keys"`` or ``"sink"`` (see :mod:`attnflow.core.causal`), applied to the
+    causal_norm: None, ``"keys"`` or ``"sink"`` (see ``attnflow.core.causal``), applied to the
         fused weights; there is no residual here, so "keys" only rescales whole rows.
 
     Returns

@@ -24,9 +24,9 @@ computed for some targets and layers only: those cells are NaN in ``scores[metho
 ``computed[method]`` says which targets and layers exist. Internally only the computed block is
 stored, so one target of a 4,096-token input costs ``layers x 4,096`` numbers, not ``4,096^2``.
 
-Presentation (``plot``, ``to_html``, ``table``, ``print``) is provided by :mod:`attnflow.views`,
+Presentation (``plot``, ``to_html``, ``table``, ``print``) is provided by ``attnflow.views``,
 which registers itself here when attnflow is imported (results never import views; see
-:mod:`attnflow.results.presenter`). Reading and writing files is :mod:`attnflow.results.schema`.
+``attnflow.results.presenter``). Reading and writing files is ``attnflow.results.schema``.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class Attribution:
     kind: "text", "generation", "image" or "seq2seq".
     sources, targets: labels of the source and target axes; ``target_positions[i]`` is the position
         in the model's sequence whose rows explain target ``i`` (None for a mean-pooled read-out).
-    blocks: method -> :class:`Block` (use ``scores``, ``row()``, ``top()`` to read them).
+    blocks: method -> ``Block`` (use ``scores``, ``row()``, ``top()`` to read them).
     n_layers: the model's number of layers.
     target: the default target (index into ``targets``); method: the default method.
     input: the text, the prompt, or the image's name; input_length: how many leading sources are the
@@ -246,8 +246,8 @@ class Attribution:
     def top(self, k: int = 5, *, method: str | None = None, target: Any = None, layer: int | str | None = None,
             skip: Sequence[int] = (), content_only: bool = False) -> list[tuple[int, str, float]]:
         """The ``k`` highest ``(source position, label, score)`` among the input sources (the prompt
-        of a generation), at ``layer`` (see :meth:`layer_scores`), leaving out ``skip`` and, with
-        ``content_only``, punctuation and very common words (see :mod:`attnflow.results.words`)."""
+        of a generation), at ``layer`` (see ``layer_scores``), leaving out ``skip`` and, with
+        ``content_only``, punctuation and very common words (see ``attnflow.results.words``)."""
         values = self.layer_scores(method, target, layer)[: self.input_length]
         skipped = set(int(s) for s in skip)
         keep = (lambda j: j not in skipped and is_content(self.sources[j])) if content_only \
@@ -297,7 +297,7 @@ class Attribution:
     # -------------------------------------------------------------------------- files and views
 
     def to_dict(self) -> dict[str, Any]:
-        """The versioned JSON form (see :mod:`attnflow.results.schema`)."""
+        """The versioned JSON form (see ``attnflow.results.schema``)."""
         from attnflow.results.schema import to_dict
 
         return to_dict(self)
@@ -372,7 +372,7 @@ class Attribution:
         return presenter().table(self, k, **options)
 
     def print(self, k: int = 5, **options: Any) -> None:
-        """Print :meth:`table` to the terminal."""
+        """Print ``table`` to the terminal."""
         presenter().print(self, k, **options)
 
     def __str__(self) -> str:
