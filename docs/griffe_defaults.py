@@ -36,8 +36,23 @@ def _constant(default: Any, loader: griffe.GriffeLoader) -> str | None:
 
 
 class RealDefaults(griffe.Extension):
-    def on_function(self, *, func: griffe.Function, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
-        if func.name.startswith("_"):
+    """Runs once the package is loaded, after the dataclasses extension (mkdocs.yml lists that first),
+    so that a dataclass's ``__init__`` (``Settings``, ``Method``) is there to be read."""
+
+    def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+        self._visit(pkg, loader)
+
+    def _visit(self, obj: griffe.Object, loader: griffe.GriffeLoader) -> None:
+        for member in list(obj.members.values()):
+            if member.is_alias:
+                continue
+            if member.is_function:
+                self._function(member, loader)
+            elif member.is_class or member.is_module:
+                self._visit(member, loader)
+
+    def _function(self, func: griffe.Function, loader: griffe.GriffeLoader) -> None:
+        if func.name.startswith("_") and func.name != "__init__":
             return
         named = [p for p in func.parameters if p.default is not None and not _literal(str(p.default))]
         left = []

@@ -227,12 +227,25 @@ def register_architecture(model_type: str, family: str, *, heads: dict[str, str]
     """Add a row to the architecture table, so attnflow explains a model family without an edit to the
     package (like inseq's ``register_model_config``).
 
-    model_type: the family's ``config.model_type``. family: "encoder", "decoder", "encoder-decoder" or
-    "vision" (or "unsupported" with ``unsupported="why"``). heads: model class name -> head ("base",
-    "classification", "causal-lm", "seq2seq", "image-classification") for classes transformers' auto
-    mappings do not list (a custom family's). facts: any other column (``value``, ``output``,
-    ``qkv``, ``window``, ``attention_class``, ...; see the module docstring). An existing row is kept
-    unless ``replace_row``. Returns the row."""
+    Args:
+        model_type: The family's ``config.model_type``.
+        family: "encoder", "decoder", "encoder-decoder" or "vision" (or "unsupported" with
+            ``unsupported="why"``).
+        heads: Model class name -> head ("base", "classification", "causal-lm", "seq2seq",
+            "image-classification") for classes transformers' auto mappings do not list (a custom
+            family's).
+        replace_row: Replace a row the table has already (else it is refused).
+        **facts: Any other column (``value``, ``output``, ``qkv``, ``window``, ``attention_class``,
+            ...; see the ``attnflow.capture.architectures`` module docstring).
+
+    Returns:
+        The row, an ``Architecture``.
+
+    Raises:
+        AttnflowError: A model type the table has already (without ``replace_row``), ``heads`` that
+            do not map class names to heads, a column the table does not have, or a row that fails
+            its checks.
+    """
     if not isinstance(model_type, str) or not model_type:
         raise AttnflowError(f"model_type must be a non-empty string; got {model_type!r}")
     if model_type in ARCHITECTURES and not replace_row:

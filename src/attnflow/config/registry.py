@@ -102,7 +102,60 @@ CAPTURED = ("maps", "rows", "nothing")
 
 @dataclass(frozen=True)
 class Method:
-    """One attribution method."""
+    """One attribution method: its record in the registry (``attnflow.methods()`` lists them).
+
+    Facts the entry points and views act on are fields here, read from the record and never by
+    comparing a method's name.
+
+    Args:
+        name: What ``method=`` and ``--method`` take.
+        kinds: The result kinds it supports ("text", "image", "seq2seq").
+        cost: Its cost class: ``FORWARD`` one forward pass, ``FORWARD_BACKWARD`` a forward and a
+            backward pass, ``BUDGETED`` at most a stated number of passes, ``PER_SOURCE`` one pass per
+            source token, ``MAX_FLOW`` one max-flow per target, source and layer.
+        layers: Whether its scores have a layers axis (one row per layer); results keep one without
+            it as the top layer.
+        reference: The paper (and equation) it implements.
+        function: ``"module:function"``, imported on first use: it takes a ``Context`` and returns
+            ``(layers, targets, sources)``.
+        summary: One line on what it computes.
+        in_all: Computed by ``method="all"`` (the paper's three).
+        paths: Its scores are flow along paths through the layers (the graph view draws them).
+        colour: Its colour in every figure; None: the next free one.
+        gradients: Needs the attention's gradients captured (a backward pass).
+        classifiers_only: Explains a classifier's predicted class (no decoder token to explain).
+        decoder_default: A decoder's explanation shows it unless paper-only
+            (``attnflow.api.defaults``).
+        tracked: Tracked while a decoder generates (``attnflow.capture.generation``).
+        shown_first: What a result of several methods opens on, when computed.
+        rows: Which targets a report's maps compute: ``EVERY_TARGET``, or ``WHILE_CHEAP`` (every
+            target while cheap, else the explained one).
+        models: The kinds of model it runs on ("encoder", "classifier", "decoder", "encoder-decoder",
+            "vision").
+        reads: Which optional settings change its scores (a value away from the default of one it
+            does not read is refused): "weighting", "causal_norm", "residual", "head_fusion",
+            "budget", "spans" (it ablates every token of a span at once when given ``spans=``),
+            "target_class".
+        long_default: A decoder default's stand-in above ``exact_max`` tokens (or with a budget
+            given).
+        exact_max: The longest input (tokens) on which a decoder default runs itself.
+        needs_row: A column of the architecture table a model's row must set (its rules are per
+            family).
+        keeps: What its backward pass keeps, for the memory budget: "decomposition", "autograd" or
+            "checkpointed".
+        backward_per_row: One backward pass per explained row (per generated token), each counted in
+            progress.
+        captured: What it reads of the capture pass: "maps", "rows" (the explained target's rows
+            alone, computed on the model's fast attention) or "nothing" (it runs the model itself).
+
+    Raises:
+        AttnflowError: A value outside a field's allowed values.
+
+    Examples:
+        >>> import attnflow
+        >>> [m.name for m in attnflow.methods() if m.in_all]  # what method="all" computes
+        ['raw', 'rollout', 'flow']
+    """
 
     name: str
     kinds: tuple[str, ...]
@@ -262,7 +315,23 @@ ALL = "all"
 
 
 def methods(kind: str | None = None) -> list[Method]:
-    """Every registered method (those offered for results of ``kind`` when given), in registry order."""
+    """Every registered method, in registry order (the order results and menus show them).
+
+    Args:
+        kind: A result kind ("text", "image", "seq2seq"): only the methods offered for it; None:
+            every method.
+
+    Returns:
+        The [`Method`][attnflow.config.registry.Method] records.
+
+    Raises:
+        AttnflowError: An unknown kind.
+
+    Examples:
+        >>> import attnflow
+        >>> [m.name for m in attnflow.methods("image")]
+        ['raw', 'rollout', 'flow', 'grad-rollout']
+    """
     if kind is not None and kind not in RESULT_KINDS:
         raise AttnflowError(f"kind must be one of {', '.join(RESULT_KINDS)}; got {kind!r}")
     return [m for m in REGISTRY.values() if kind is None or kind in m.kinds]

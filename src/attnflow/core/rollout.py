@@ -55,28 +55,42 @@ def check_start_layer(start_layer: Any, n_layers: int) -> int:
 def rollout(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "mean",
             discard_ratio: float = 0.0, start_layer: int = 0, mask: Any = None,
             causal_norm: str | None = None) -> Any:
-    """Attention rollout for every layer.
+    """Attention rollout for every layer: ``R_1 = A_1``, ``R_l = A_l @ R_{l-1}``.
 
-    Parameters
-    ----------
-    attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face per-layer
-        tuple, or ``AttentionMaps``. Row = query, column = key.
-    residual: weight of the identity in ``A = (1-residual) W + residual I`` (rows re-normalised);
-        0 disables the residual.
-    head_fusion: ``"mean"`` | ``"max"`` | ``"min"`` | None (roll out each head separately).
-    discard_ratio: fraction of each fused layer's smallest off-diagonal weights set to 0 before the
-        residual is added (the diagonal and padded positions are never counted or touched).
-    start_layer: 0-based layer where rolling out starts; layers below it are the identity.
-    mask: optional padding mask, True for real tokens; padded positions never receive attention and
-        their rows/columns in the result are 0.
-    causal_norm: receptive-field normalisation for decoders, None (default, the paper), ``"keys"``
-        or ``"sink"``; see ``attnflow.core.causal``.
+    ``A_l`` is layer ``l``'s head-fused attention with the residual added, ``(1 - residual) W +
+    residual I``, rows re-normalised. ``R[l, q]`` is how much position ``q`` at layer ``l + 1`` draws
+    on each input token. Cost: ``O(layers * n^3)``.
 
-    Returns
-    -------
-    ``R`` of shape ``(layers, n, n)`` (``(layers, heads, n, n)`` when ``head_fusion`` is None), plus
-    a leading batch axis for batched input. ``R[l, q]`` is position ``q`` at layer ``l+1`` over the
-    input tokens; every real row sums to 1.
+    Args:
+        attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face
+            per-layer tuple, or ``AttentionMaps``. Row = query, column = key.
+        residual: Weight of the identity in ``A = (1 - residual) W + residual I`` (rows
+            re-normalised); 0 disables the residual.
+        head_fusion: ``"mean"``, ``"max"``, ``"min"``, or None (roll out each head separately).
+        discard_ratio: Fraction of each fused layer's smallest off-diagonal weights set to 0 before
+            the residual is added (the diagonal and padded positions are never counted or touched).
+        start_layer: 0-based layer where rolling out starts; layers below it are the identity.
+        mask: Optional padding mask, True for real tokens; padded positions never receive attention
+            and their rows and columns in the result are 0.
+        causal_norm: Receptive-field normalisation for decoders: None (the paper's), ``"keys"`` or
+            ``"sink"``; see ``attnflow.core.causal``.
+
+    Returns:
+        ``R`` of shape ``(layers, n, n)`` (``(layers, heads, n, n)`` when ``head_fusion`` is None),
+            plus a leading batch axis for batched input; numpy in, numpy out; torch in, torch out.
+            Every real row sums to 1.
+
+    Raises:
+        AttnflowError: Attention of another shape, a residual outside [0, 1], or an unknown fusion.
+
+    Examples:
+        >>> import attnflow, torch
+        >>> attentions = torch.rand(6, 8, 7, 7).softmax(-1)  # (layers, heads, n, n)
+        >>> R = attnflow.rollout(attentions)
+        >>> R.shape  # R[l, q]: position q at layer l + 1 over the input tokens
+        torch.Size([6, 7, 7])
+        >>> bool(torch.allclose(R.sum(-1), torch.ones(6, 7)))
+        True
     """
     check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)

@@ -136,30 +136,48 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
          runner: Callable[[FlowJob], None] | None = None) -> Any:
     """Attention flow from chosen (layer, position) nodes to every input token.
 
-    Parameters
-    ----------
-    attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face per-layer
-        tuple, or ``AttentionMaps``. Row = query, column = key.
-    residual, head_fusion: as in ``attnflow.rollout`` (head_fusion None gives per-head flow).
-    positions: query positions (sources); all when None. Negative indices count from the end.
-    layers: 0-based layer indices (``-1`` = top layer); all when None.
-    normalize: divide each row by its sum (the paper's code does); False returns raw max-flow values.
-    solver: ``"auto"`` | ``"certified"`` | ``"engine"`` | ``"torch"`` | ``"networkx"`` | ``"scipy"``
-        (see module docstring); every one but ``"scipy"`` is exact.
-    mask: optional padding mask, True for real tokens; padded tokens are left out of the graph and
-        their rows/columns in the result are 0.
-    progress: optional ``progress(done_rows, total_rows)`` callback. With the api's runner
-        (``attnflow.flow`` passes it), a ``progress.estimate`` method is called once with the
-        ``FlowEstimate`` before solving, runs estimated above 10 s
-        warn (``LongFlowWarning``) and Ctrl-C stops any run between sinks.
-    causal_norm: receptive-field normalisation for decoders (None, ``"keys"``, ``"sink"``), applied
-        to the capacities; see ``attnflow.core.causal``.
-    runner: ``runner(job)`` runs the ``FlowJob`` (default: on this thread, ``run_here``).
+    The layered attention graph has a node per (layer, position), layer 0 being the input tokens, and
+    an edge from ``(l, q)`` to ``(l-1, k)`` with capacity ``A_l[q, k]``, the head-fused attention of
+    layer ``l`` with the residual added. The flow value of input token ``j`` for node ``(l, q)`` is
+    the maximum flow from ``(l, q)`` down to ``(0, j)``.
 
-    Returns
-    -------
-    ``(len(layers), len(positions), n)`` (``(len(layers), heads, len(positions), n)`` when
-    head_fusion is None), with a leading batch axis for batched input.
+    Args:
+        attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face
+            per-layer tuple, or ``AttentionMaps``. Row = query, column = key.
+        residual: As in [`rollout`][attnflow.core.rollout.rollout].
+        head_fusion: As in [`rollout`][attnflow.core.rollout.rollout]; None gives per-head flow.
+        positions: Query positions (sources); None: all. Negative indices count from the end.
+        layers: 0-based layer indices (``-1`` = top layer); None: all.
+        normalize: Divide each row by its sum (the paper's code does); False returns raw max-flow
+            values.
+        solver: ``"auto"`` (the faster of the two numba solvers per layer), ``"certified"``,
+            ``"engine"``, ``"torch"`` (a GPU's), ``"networkx"`` (the paper's semantics, the test
+            oracle) or ``"scipy"``; every one but ``"scipy"`` is exact.
+        mask: Optional padding mask, True for real tokens; padded tokens are left out of the graph
+            and their rows and columns in the result are 0.
+        progress: Called as ``progress(done_rows, total_rows)``. With the api's runner
+            (``attnflow.flow`` passes it), a ``progress.estimate`` method is called once with the
+            ``FlowEstimate`` before solving, runs estimated above 10 s warn (``LongFlowWarning``)
+            and Ctrl-C stops any run between sinks.
+        causal_norm: Receptive-field normalisation for decoders (None, ``"keys"``, ``"sink"``),
+            applied to the capacities; see ``attnflow.core.causal``.
+        runner: Called as ``runner(job)`` to run the ``FlowJob``; None: on this thread
+            (``run_here``).
+
+    Returns:
+        ``(len(layers), len(positions), n)`` (``(len(layers), heads, len(positions), n)`` when
+            ``head_fusion`` is None), with a leading batch axis for batched input.
+
+    Raises:
+        AttnflowError: Attention of another shape, positions or layers out of range, or an unknown
+            solver.
+
+    Examples:
+        >>> import attnflow, torch
+        >>> attentions = torch.rand(6, 8, 7, 7).softmax(-1)  # (layers, heads, n, n)
+        >>> F = attnflow.flow(attentions, positions=[0])  # the first position's rows
+        >>> F.shape  # (layers, positions, n)
+        torch.Size([6, 1, 7])
     """
     check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)
