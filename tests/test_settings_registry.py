@@ -66,6 +66,33 @@ def test_keywords_are_sugar_over_settings():
         Settings.build({"residual": 0.3})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("entry", ["explain_maps", "explain_attentions", "generate", "explain_image", "faithfulness"])
+def test_signatures_show_each_settings_default_and_a_keyword_left_out_still_defers_to_settings(entry):
+    """help() and inspect.signature show the setting's default (0.5, not a sentinel), while the keyword's
+    real default stays UNSET: left out, ``settings=`` decides."""
+    import inspect
+
+    function = getattr(attnflow, entry)
+    shown = inspect.signature(function).parameters
+    taken = [name for name, value in function.__kwdefaults__.items() if value is UNSET]
+    assert taken and all(shown[name].default == OPTIONS[name].default for name in taken), entry
+    assert "UNSET" not in str(inspect.signature(function)) and "from settings" not in str(inspect.signature(function))
+
+
+def test_a_setting_keyword_left_out_defers_to_settings_whatever_the_signature_shows():
+    attentions = np.random.default_rng(0).dirichlet(np.ones(4), size=(2, 2, 4))
+    left_out = attnflow.explain_attentions(attentions, settings=Settings(residual=0.3), methods="rollout")
+    given = attnflow.explain_attentions(attentions, settings=Settings(residual=0.3), methods="rollout", residual=0.5)
+    assert (left_out.params["residual"], given.params["residual"]) == (0.3, 0.5)
+
+
+def test_a_keyword_defaulting_to_unset_must_be_a_setting():
+    def entry(*, fusion: str = UNSET) -> None: ...
+
+    with pytest.raises(AttnflowError, match="'fusion' defaults to UNSET but is no setting"):
+        Settings.keywords(entry)
+
+
 def test_the_solver_choices_are_the_cores_solvers():
     from attnflow.core.flow import SOLVERS
 

@@ -46,7 +46,7 @@ def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False, he
             weighting: str = "attention") -> Any:
     """Run ``model`` on ``text`` (a string or a list of strings) and return its attention maps (every
     head, or fused per layer while the model runs with ``head_fusion="mean"``); see
-    :func:`attnflow.capture.text.capture`. (Defined here because the name is also the capture
+    ``attnflow.capture.text.capture``. (Defined here because the name is also the capture
     package's, which would otherwise shadow the function once the package is loaded.)"""
     return _capture_package.capture(model, tokenizer, text, truncate=truncate, head_fusion=head_fusion,
                                     weighting=weighting)
@@ -54,7 +54,7 @@ def capture(model: Any, tokenizer: Any, text: Any, *, truncate: bool = False, he
 
 def batch(data: Any, model: Any = None, **options: Any) -> Any:
     """Explain every row of a data set into a folder of Parquet shards, on Dask or in this process:
-    :func:`attnflow.batch.run.batch` (every keyword is its). (Defined here because the name is also
+    ``attnflow.batch.run.batch`` (every keyword is its). (Defined here because the name is also
     the batch package's, which would otherwise shadow the function once the package is loaded.)"""
     return _batch_package.batch(data, model, **options)
 

@@ -1,9 +1,9 @@
-"""Entry points: text, generation and images in, :class:`~attnflow.results.Attribution` out.
+"""Entry points: text, generation and images in, ``Attribution`` out.
 
 They compose capture (models -> attention), core (the methods) and results; the CLI and the app are
 thin layers over them. Each name loads its module on first use: ``attnflow.explain`` does not pay
 for importing what ``faithfulness`` (scipy.stats) or ``batch`` (networkx, Dask) need,
-and the checks made before any model loads (:mod:`attnflow.api.checks`) run without importing torch.
+and the checks made before any model loads (``attnflow.api.checks``) run without importing torch.
 """
 
 from __future__ import annotations

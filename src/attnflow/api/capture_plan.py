@@ -1,5 +1,5 @@
-"""How :func:`attnflow.explain` captures a decoder's input: the explained target's rows on the model's fast
-attention (:mod:`attnflow.capture.rows`), or the attention maps on eager attention. Imports no torch."""
+"""How ``attnflow.explain`` captures a decoder's input: the explained target's rows on the model's fast
+attention (``attnflow.capture.rows``), or the attention maps on eager attention. Imports no torch."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from attnflow.hf.kind import carried_kind
 
 def row_capture(methods: Any, model: Any, settings: Any) -> list[str] | None:
     """For an explanation of one decoder target: the methods whose rows the row capture computes on the
-    model's fast attention without the maps (:mod:`attnflow.capture.rows`; possibly none, when every
+    model's fast attention without the maps (``attnflow.capture.rows``; possibly none, when every
     method runs the model itself), or None when the explanation needs the maps: a method reads them
     (the registry's ``captured``), the norm weighting is asked for, or the model's family cannot
-    (:func:`attnflow.hf.architectures.why_not_rows`). ``model``: loaded, or a config."""
+    (``attnflow.hf.architectures.why_not_rows``). ``model``: loaded, or a config."""
     from attnflow.hf.architectures import why_not_rows
     from attnflow.config import registry
 
@@ -26,8 +26,8 @@ def row_capture(methods: Any, model: Any, settings: Any) -> list[str] | None:
 
 
 def capture_path(model: Any) -> str:
-    """How :func:`attnflow.explain` captures a decoder (a :class:`~attnflow.hf.load.ModelInfo`, a
-    :class:`~attnflow.api.models.Loaded` or a loaded model): a sentence for ``attnflow methods --model``."""
+    """How ``attnflow.explain`` captures a decoder (a ``ModelInfo``, a
+    ``Loaded`` or a loaded model): a sentence for ``attnflow methods --model``."""
     from attnflow.hf.architectures import why_not_rows
     from attnflow.hf.load import ModelInfo
     from attnflow.config import registry

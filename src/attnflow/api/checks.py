@@ -1,13 +1,13 @@
-"""What an entry point refuses before any model loads, in one place: :func:`attnflow.explain` and
-:func:`attnflow.batch` (and the ``batch`` command, before it imports torch) call these same functions.
+"""What an entry point refuses before any model loads, in one place: ``attnflow.explain`` and
+``attnflow.batch`` (and the ``batch`` command, before it imports torch) call these same functions.
 
-- The settings' values are checked by :class:`attnflow.config.Settings` (its one ``check``).
-- :func:`check_text_model`: a model folder against those settings, from its ``config.json`` alone (a
+- The settings' values are checked by ``attnflow.config.Settings`` (its one ``check``).
+- ``check_text_model``: a model folder against those settings, from its ``config.json`` alone (a
   refused family, an encoder-decoder where text is explained, the norm weighting on a family whose
   value projections the architecture table does not know, receptive-field normalisation for a model
   that is no decoder).
-- Where a call runs is checked beside what resolves it: devices in :mod:`attnflow.api.devices`, a Dask
-  scheduler in :mod:`attnflow.api.scheduler`.
+- Where a call runs is checked beside what resolves it: devices in ``attnflow.api.devices``, a Dask
+  scheduler in ``attnflow.api.scheduler``.
 
 Nothing here imports torch: a refusal takes well under a second.
 """
@@ -33,7 +33,7 @@ def _config(name: str) -> dict | None:
 def check_text_model(name: Any, *, weighting: str = "attention", causal_norm: str | None = None,
                      what: str = "explain") -> None:
     """Refuse a model folder (or a hub id, as far as its name tells; or the
-    :class:`~attnflow.hf.load.ModelInfo` an entry point inspected) that cannot give text results
+    ``ModelInfo`` an entry point inspected) that cannot give text results
     with these settings."""
     from attnflow.hf.architectures import PROJECTIONS, refuse_unsupported
     from attnflow.hf.load import ModelInfo, check_model_path
@@ -67,7 +67,7 @@ def check_text_model(name: Any, *, weighting: str = "attention", causal_norm: st
 
 def refuse_causal_norm(causal_norm: str | None, kind: Any, name: str) -> None:
     """The one refusal of receptive-field normalisation (``causal_norm``) for a model whose queries see the
-    whole input (a known :class:`~attnflow.hf.kind.ModelKind` that is not causal), named ``name``."""
+    whole input (a known ``ModelKind`` that is not causal), named ``name``."""
     if causal_norm is not None and kind.known and not kind.causal:
         raise AttnflowError(f"causal_norm (--causal-norm) is for decoders; {name} is not one "
                             "(its queries see the whole input): drop --causal-norm")
@@ -128,7 +128,7 @@ def _short(value: Any) -> str:
 def check_options(given: dict[str, Any], named: Any, computed: Any = None, kind: str | None = None, *,
                   named_only: bool = False, computed_only: bool = False) -> None:
     """The one check of where an option applies, generated from the option rows
-    (:data:`attnflow.config.settings.OPTIONS` and ``ENTRY_OPTIONS``: ``scope``, ``models``) and the
+    (``attnflow.config.settings.OPTIONS`` and ``ENTRY_OPTIONS``: ``scope``, ``models``) and the
     registry records (``reads``): refuse, in one sentence, a value away from its default that would
     change nothing, so that a result never records a setting that was not applied.
 
@@ -178,15 +178,15 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
     (explain, explain_maps, generate, faithfulness, batch, the CLI and the app) makes.
 
     methods: the chosen method names (or registry records); settings: the
-    :class:`~attnflow.config.Settings` (None: not checked); model: a ModelInfo, a Loaded, a loaded
+    ``Settings`` (None: not checked); model: a ModelInfo, a Loaded, a loaded
     model or None (its kind unknown: not checked); computed: every method the call will compute (the
     decoder defaults added; default ``methods``); spans and ``given``: the entry point's own checked
     keywords (``attnflow.config.settings.ENTRY_OPTIONS``: ``spans=``, ``target_class=``). Refused, in one sentence
     each: a method whose record does not list the model's kind (``Method.models``); a gradient-weighted
     method with the norm weighting; an option away from its default where it changes nothing
-    (:func:`check_options`). ``decided_later``: the call decides what it computes beside ``methods``
-    later (:func:`attnflow.explain`, once it knows the token count): whether an option changes any of
-    those is checked then, once, by :func:`check_computed`."""
+    (``check_options``). ``decided_later``: the call decides what it computes beside ``methods``
+    later (``attnflow.explain``, once it knows the token count): whether an option changes any of
+    those is checked then, once, by ``check_computed``."""
     from attnflow.config import registry
 
     records = [m if isinstance(m, registry.Method) else registry.get(m) for m in methods]
@@ -214,7 +214,7 @@ def check_methods(methods: Any, settings: Any = None, model: Any = None, *, what
 
 
 def check_computed(methods: Any, settings: Any, computed: Any, *, spans: Any = None, **given: Any) -> None:
-    """The rest of :func:`check_methods` for a call that decided what it computes after checking the
+    """The rest of ``check_methods`` for a call that decided what it computes after checking the
     methods named (``decided_later``): an option that changes none of the ``computed`` methods."""
     given = {"spans": spans, **given, **settings.as_dict()}
     check_options(given, [m if isinstance(m, str) else m.name for m in methods], computed, computed_only=True)
@@ -222,7 +222,7 @@ def check_computed(methods: Any, settings: Any, computed: Any, *, spans: Any = N
 
 def runnable(model: Any, kind: str | None = None) -> list[tuple[Any, str | None]]:
     """Every registered method with why ``model`` cannot run it (None: it can), from the same facts
-    :func:`check_methods` refuses by: ``[(Method, reason or None), ...]`` in registry order. ``model``:
+    ``check_methods`` refuses by: ``[(Method, reason or None), ...]`` in registry order. ``model``:
     a ModelInfo, a Loaded or a loaded model (``kind``: its kind when already known)."""
     from attnflow.config import registry
 
@@ -237,7 +237,7 @@ _MOVED = {"check_device": "devices", "pick_device": "devices", "check_model_devi
 
 
 def model_kind_of(model: Any) -> str | None:
-    """Deprecated: :func:`attnflow.hf.kind.kind_name`."""
+    """Deprecated: ``attnflow.hf.kind.kind_name``."""
     _moved("model_kind_of", "attnflow.hf.kind.kind_name")
     return kind_name(model)
 
@@ -250,7 +250,7 @@ def model_type_of(model: Any) -> str | None:
 
 def named_info(model: Any, task: str = "auto") -> Any:
     """The record the checks read a named model's kind from before it loads
-    (:func:`attnflow.hf.load.named_info`), for the CLI, which reaches models through the api."""
+    (``attnflow.hf.load.named_info``), for the CLI, which reaches models through the api."""
     from attnflow.hf.load import named_info as record
 
     return record(model, task)

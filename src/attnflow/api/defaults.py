@@ -1,7 +1,7 @@
 """Honest defaults, decided once, in the api, before a result is built: what a decoder's explanation
 shows unless asked otherwise, and the faithfulness numbers a short input's report carries.
 
-- :func:`text_methods`, the one place that decides what a call adds to what was asked: a method the
+- ``text_methods``, the one place that decides what a call adds to what was asked: a method the
   user names runs alone (nothing added); when none is named, a decoder's explanation of its last
   position (the one that predicts the next token) computes the registry's decoder defaults (the
   records with ``decoder_default``: the paper's rollout and the method that agreed best with what the
@@ -11,12 +11,12 @@ shows unless asked otherwise, and the faithfulness numbers a short input's repor
   flag with one default (``PAPER_ONLY``):
   ``attnflow.explain(paper_only=...)``, ``attnflow explain --paper-only``, the app's ``paper_only``
   (the app's menus add the defaults beside the methods ticked). What was added, and why
-  (:func:`added_note`), goes into ``result.meta["added"]`` and under the printed table.
-- :func:`faithfulness_record`: for an input of at most ``REPORT_FAITHFULNESS_MAX`` tokens on a model
+  (``added_note``), goes into ``result.meta["added"]`` and under the printed table.
+- ``faithfulness_record``: for an input of at most ``REPORT_FAITHFULNESS_MAX`` tokens on a model
   with a prediction head (a causal LM or a sequence classifier), every computed method measured
-  against leave-one-out on the fly (:func:`attnflow.evaluation.faithfulness.evaluate`; a decoder's
-  deletions from the cached occlusion of :mod:`attnflow.interventions.ablation`; no AOPC): a report's
-  maps (:func:`attnflow.explain_maps`) carry it in ``meta["faithfulness"]``, so the report shows the
+  against leave-one-out on the fly (``attnflow.evaluation.faithfulness.evaluate``; a decoder's
+  deletions from the cached occlusion of ``attnflow.interventions.ablation``; no AOPC): a report's
+  maps (``attnflow.explain_maps``) carry it in ``meta["faithfulness"]``, so the report shows the
   faithfulness table and the summary against position. Measured on SmolLM2 at 30 tokens: see
   docs/faithfulness.md.
 """
@@ -35,7 +35,7 @@ REPORT_FAITHFULNESS_MAX = 32  # tokens; above it a report is made without the on
 
 
 def adds_defaults(*, decoder: bool, named: bool, paper_only: bool = PAPER_ONLY) -> bool:
-    """Whether :func:`text_methods` may add the decoder defaults to a call (then its answer waits for
+    """Whether ``text_methods`` may add the decoder defaults to a call (then its answer waits for
     the token count and the explained target): not when methods were ``named``, not ``paper_only``, and
     only for a ``decoder`` (a causal LM)."""
     return decoder and not named and not paper_only
@@ -82,7 +82,7 @@ def generation_methods(methods: Any, kind: str | None, settings: Any) -> tuple[l
 
 
 def added_note(added: list[str]) -> dict[str, Any]:
-    """What ``result.meta["added"]`` says about the methods :func:`text_methods` added."""
+    """What ``result.meta["added"]`` says about the methods ``text_methods`` added."""
     exact = min((r.exact_max for r in map(registry.get, DECODER_METHODS) if r.exact_max is not None), default=0)
     return {"methods": list(added),
             "why": "no method was named, so a decoder's prediction gets the decoder defaults: the paper's rollout "
@@ -137,7 +137,7 @@ def faithfulness_record(result: Any, model: Any, tokenizer: Any, max_tokens: int
 
 def with_faithfulness(result: Any, model: Any, tokenizer: Any, max_tokens: int = REPORT_FAITHFULNESS_MAX,
                       aopc: bool = False) -> Any:
-    """``result`` with :func:`faithfulness_record`'s numbers in ``meta["faithfulness"]`` (a new result;
+    """``result`` with ``faithfulness_record``'s numbers in ``meta["faithfulness"]`` (a new result;
     ``result`` itself is returned when the numbers do not apply), for a result you already hold
     (``attnflow.explain_maps`` attaches them itself)."""
     from dataclasses import replace

@@ -1,11 +1,11 @@
 """Where a model runs: one resolution of a device for every entry point and every batch worker.
 
-- :func:`check_device`: refuse a device that is not "auto", "cpu", "cuda", "cuda:N" or "mps", and a CUDA
+- ``check_device``: refuse a device that is not "auto", "cpu", "cuda", "cuda:N" or "mps", and a CUDA
   request on a machine whose torch has no CUDA (a CPU-only build, or no GPU visible).
-- :func:`pick_device`: the device a model given by name is loaded on ("auto" -> a GPU when torch sees one);
+- ``pick_device``: the device a model given by name is loaded on ("auto" -> a GPU when torch sees one);
   a batch worker calls it on its own host (``host=True``: a refusal names the host, since on a cluster
   each worker resolves "auto" and checks "cuda:N" against its own GPUs).
-- :func:`check_model_device`: a loaded model is used where it is.
+- ``check_model_device``: a loaded model is used where it is.
 
 torch is imported only when the installed torch has CUDA (read from its ``version.py`` first).
 """
@@ -69,7 +69,7 @@ def check_device(device: Any) -> None:
 
 
 def pick_device(device: Any, *, host: bool = False) -> str:
-    """The torch device a model given by name is loaded on: ``device`` checked (:func:`check_device`),
+    """The torch device a model given by name is loaded on: ``device`` checked (``check_device``),
     "auto" -> the first CUDA GPU, else Apple's mps, else the CPU. ``host``: a refusal names this host
     (a batch worker's check of its own GPUs)."""
     try:

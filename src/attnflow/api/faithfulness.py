@@ -4,7 +4,7 @@
     result.meta["faithfulness"]          # per method and layer: LOO Spearman, AOPC compr./suff.
     result.print(); result.to_html("report.html")   # the report shows the numbers too
 
-The model glue for :mod:`attnflow.evaluation.faithfulness` (which sees only a ``predict`` callable):
+The model glue for ``attnflow.evaluation.faithfulness`` (which sees only a ``predict`` callable):
 explain the input with the requested methods, build ``predict`` from the model (the classifier's
 logits, or a decoder's next-token logits at the last position), and measure the explained output:
 the predicted class, or the token the decoder predicts next.
@@ -34,6 +34,7 @@ from attnflow.errors import AttnflowError
 from attnflow.evaluation.faithfulness import FRACTIONS, Faithfulness, evaluate
 from attnflow.results import Attribution
 
+@Settings.keywords
 def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method: Any = "all",
                  fractions: Sequence[float] = FRACTIONS, positions: Sequence[int] | None = None,
                  fill_id: int | None = None, progress: Callable[[int, int], None] | None = None,
@@ -41,21 +42,48 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
                  **options: Any) -> Attribution:
     """Explain ``text`` and measure how faithful each method is to the model's own prediction.
 
-    model: a sequence classifier or a causal LM (a folder, a ``.gguf`` file, ``"smollm2"``, a hub id,
-        or a loaded model with its ``tokenizer``); None: the default model (the bundled agreement
-        classifier). A bare encoder (no head) or an encoder-decoder model is refused.
-    method: anything :func:`attnflow.explain` takes ("all", a name, a list).
-    settings, device, options: as in :func:`attnflow.explain` (``settings=`` with the settings by name on
-        top: ``target``, ``residual``, ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``,
-        ``weighting``; ``device`` and ``dtype``: where and in what a model given by name loads).
-    fractions, positions, fill_id: see :func:`attnflow.evaluation.faithfulness.evaluate` (AOPC
-        levels; which tokens are ranked and deleted, default all but special tokens and the target;
-        replace instead of delete).
+    Args:
+        text: The input.
+        model: A sequence classifier or a causal LM (a folder, a ``.gguf`` file, ``"smollm2"``, a hub
+            id, or a loaded model with its ``tokenizer``); None: the default model (the bundled
+            agreement classifier). A bare encoder (no head) or an encoder-decoder model is refused.
+        tokenizer: The tokenizer of a loaded ``model``.
+        method: Anything [`explain`][attnflow.api.text.explain] takes ("all", a name, a list).
+        fractions: The AOPC levels: the fractions of the ranked tokens deleted (see
+            ``attnflow.evaluation.faithfulness.evaluate``).
+        positions: Which tokens are ranked and deleted. None: all but special tokens and the target.
+        fill_id: A token id that replaces a deleted token instead of removing it.
+        progress: Called as ``progress(done, total)`` as the model is re-run.
+        settings: A [`Settings`][attnflow.config.settings.Settings], as in
+            [`explain`][attnflow.api.text.explain].
+        device: Where a model given by name loads, as in [`explain`][attnflow.api.text.explain] (a
+            setting).
+        dtype: What a model given by name is loaded in, as in
+            [`explain`][attnflow.api.text.explain] (a setting).
+        **options: Any other setting by its name, on top of ``settings`` (``target``, ``residual``,
+            ``head_fusion``, ``causal_norm``, ``solver``, ``truncate``, ``weighting``), as in
+            [`explain`][attnflow.api.text.explain].
 
-    Returns the :class:`~attnflow.results.Attribution` of :func:`attnflow.explain` with
-    ``meta["faithfulness"]`` = :meth:`Faithfulness.to_dict` (per method and layer: ``spearman`` with
-    the leave-one-out logit drop, AOPC ``comprehensiveness`` and ``sufficiency``; see
-    ``docs/faithfulness.md``); :func:`faithfulness_report` turns it back into a :class:`Faithfulness`.
+    Returns:
+        The [`Attribution`][attnflow.results.attribution.Attribution] of
+            [`explain`][attnflow.api.text.explain] with ``meta["faithfulness"]`` =
+            ``Faithfulness.to_dict()`` (per method and layer: ``spearman`` with the leave-one-out
+            logit drop, AOPC ``comprehensiveness`` and ``sufficiency``; see the Faithfulness guide);
+            ``attnflow.faithfulness_report`` turns it back into a ``Faithfulness``.
+
+    Raises:
+        AttnflowError: A model without a prediction head, a decoder target other than the last
+            position, or fewer than 2 tokens to rank.
+
+    Examples:
+        >>> import attnflow
+        >>> result = attnflow.faithfulness("the keys to the cabinet", method="rollout")
+        >>> numbers = result.meta["faithfulness"]
+        >>> numbers["label"]  # the prediction measured
+        'plural'
+        >>> rho = numbers["methods"]["rollout"]["spearman"]  # per layer, vs leave-one-out
+        >>> [round(r, 2) for r in rho]
+        [0.9, 0.7, 0.7, 0.7, 0.7, 0.7]
     """
     _check_text(text)
     if is_name(model):
@@ -96,7 +124,7 @@ def faithfulness(text: str, model: Any = None, *, tokenizer: Any = None, method:
 
 
 def faithfulness_report(result: Attribution) -> Faithfulness:
-    """The :class:`Faithfulness` a result carries (``meta["faithfulness"]``), e.g. after ``attnflow.load``."""
+    """The ``Faithfulness`` a result carries (``meta["faithfulness"]``), e.g. after ``attnflow.load``."""
     data = result.meta.get("faithfulness") if isinstance(result.meta, dict) else None
     if data is None:
         raise AttnflowError("this result carries no faithfulness numbers; make it with attnflow.faithfulness")

@@ -1,12 +1,12 @@
 """How the api runs a flow computation: an estimate first, a warning for long runs, and a solve that
 Ctrl-C (or the app's cancel) stops between two sinks.
 
-:func:`attnflow.core.flow.flow` builds a :class:`~attnflow.core.flow.FlowJob` and hands it to a
-runner; the api passes :func:`run`, which
+``attnflow.core.flow.flow`` builds a ``FlowJob`` and hands it to a
+runner; the api passes ``run``, which
 
-1. estimates the work (:mod:`attnflow.core.flow.estimate`) and hands the estimate to
+1. estimates the work (``attnflow.core.flow.estimate``) and hands the estimate to
    ``progress.estimate`` when the progress callback has that method (the CLI prints it), and warns
-   (:class:`~attnflow.errors.LongFlowWarning`) above ``WARN_SECONDS``; the estimate is timed only
+   (``LongFlowWarning``) above ``WARN_SECONDS``; the estimate is timed only
    when it is read or the rough guess is above ``WARN_SECONDS``, since timing rows on smaller
    graphs costs a good part of a short run;
 2. when one solver call may take longer than ``INTERRUPT_SECONDS``, solves on a second thread of
@@ -26,7 +26,7 @@ code. Short runs (the common case: a row of a sentence) run on the calling threa
 added but the estimate's rough guess.
 
 Before numba compiles the solvers (a fresh install whose cache is empty: ``make setup`` compiles
-them ahead, see :mod:`attnflow.core.flow.warmup`) one line on stderr says so and for how long.
+them ahead, see ``attnflow.core.flow.warmup``) one line on stderr says so and for how long.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ SLICE_SECONDS = 0.1  # how often the waiting thread looks up (Ctrl-C lands withi
 def run(job: FlowJob) -> FlowEstimate | None:
     """Run ``job`` with the estimate, the warning and the cancellable thread described above.
 
-    The estimate is measured (:func:`~attnflow.core.flow.estimate.estimate`, which times rows on
+    The estimate is measured (``estimate``, which times rows on
     smaller copies of the graph) only when someone reads it: a progress callback with an
     ``estimate`` method, or a rough guess above ``WARN_SECONDS`` that may deserve a warning.
     Otherwise the rough guess alone decides whether the solve goes to the thread. Returns the
@@ -158,5 +158,5 @@ def flow(attentions: Any, **kwargs: Any) -> Any:
     return core_flow(attentions, **kwargs)
 
 
-flow.__doc__ = (f"{core_flow.__doc__}\n\n    Run by :func:`attnflow.api.flowrun.run`: the estimate, the warning and "
+flow.__doc__ = (f"{core_flow.__doc__}\n\n    Run by ``attnflow.api.flowrun.run``: the estimate, the warning and "
                 "Ctrl-C between sinks.")

@@ -1,5 +1,5 @@
 """generate(): complete a prompt and track attention rollout for every generated token (the paper's
-"refined method" for generative LMs), as an :class:`~attnflow.results.Attribution` of kind "generation".
+"refined method" for generative LMs), as an ``Attribution`` of kind "generation".
 
     result = attnflow.generate(model, tokenizer, "The keys to the cabinet", max_new_tokens=5)
     result.M                  # (n_generated, m_prompt, layers)
@@ -22,37 +22,71 @@ from attnflow.hf.kind import kind_name
 from attnflow.results import Attribution, Block
 
 
+@Settings.keywords
 def generate(model: Any, tokenizer: Any = None, prompt: str = "", max_new_tokens: int = 20, *,
              residual: float = UNSET, head_fusion: str = UNSET, causal_norm: str | None = UNSET,
              weighting: str = UNSET, settings: Settings | None = None, method: Any = "rollout",
              progress: Any = None, device: str = UNSET, dtype: str = UNSET, **generate_kwargs: Any) -> Attribution:
     """Generate a completion of ``prompt`` and roll out attention for every generated token.
 
-    model: a loaded causal LM with its ``tokenizer``, or what :func:`attnflow.load_model` takes (a
-        folder, a ``pathlib.Path``, a ``.gguf`` file, ``"smollm2"``, a hub id; then tokenizer=None;
-        loaded once and reused), or None for the installed decoder (SmolLM2). An encoder-decoder
-        model (T5, BART, Marian, ...) generates from ``prompt`` as its source and gives a result of
-        kind "seq2seq" (the joint rollout, see :mod:`attnflow.api.seq2seq`).
-    max_new_tokens: how many tokens to generate at most (generation may stop earlier at EOS).
-    residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
-    weighting: "attention" (the paper's) or "norm" (attention times the length of each transformed
-        value vector, Kobayashi et al. 2020; see :func:`attnflow.explain`).
-    device, dtype: where and in what a model given by name is loaded (as in :func:`attnflow.explain`).
-    settings: an :class:`attnflow.Settings` (the keywords above override it; its target is unused:
-        every generated token is explained).
-    method: "rollout" (tracked while the model generates), or one or a list of the registered methods
-        that run the model ("ablated-flow", "alti-logit", ...; :mod:`attnflow.api.generation_methods`),
-        computed beside rollout; the result opens on the first. None: the decoder defaults, rollout
-        beside ablated flow (what ``attnflow generate`` runs without ``--method``;
-        :func:`attnflow.api.defaults.generation_methods`; ``meta["added"]`` says so). progress(done, total):
-        called as the per-source methods run.
-    generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
-        ``torch.manual_seed`` for reproducible sampling; ``strategy="rows"|"incremental"|"replay"`` picks how
-        the rows are computed (default: the cheaper; see :mod:`attnflow.capture.generation`).
-
     Sources are the prompt tokens followed by the generated tokens (``input_length`` = the prompt's
     length ``m``); target ``i`` is generated token ``i``, explained by the rollout row of the position
     that predicted it (``m - 1 + i``). ``meta`` holds the completion and the generated token ids.
+
+    Args:
+        model: A loaded causal LM with its ``tokenizer``, or what ``attnflow.load_model`` takes (a
+            folder, a ``pathlib.Path``, a ``.gguf`` file, ``"smollm2"``, a hub id; then tokenizer=None;
+            loaded once and reused), or None for the installed decoder (SmolLM2). An encoder-decoder
+            model (T5, BART, Marian, ...) generates from ``prompt`` as its source and gives a result
+            of kind "seq2seq" (the joint rollout, see ``attnflow.api.seq2seq``).
+        tokenizer: The tokenizer of a loaded ``model``.
+        prompt: The text to complete.
+        max_new_tokens: How many tokens to generate at most (generation may stop earlier at EOS).
+        residual: Weight of the identity in ``A = (1 - residual) W + residual I``, as in
+            [`rollout`][attnflow.core.rollout.rollout] (a setting).
+        head_fusion: "mean", "max" or "min" over heads, as in
+            [`rollout`][attnflow.core.rollout.rollout] (a setting).
+        causal_norm: Receptive-field normalisation: None, "keys" or "sink", as in
+            [`rollout`][attnflow.core.rollout.rollout] (a setting).
+        weighting: "attention" (the paper's) or "norm" (attention times the length of each
+            transformed value vector, Kobayashi et al. 2020; see
+            [`explain`][attnflow.api.text.explain]) (a setting).
+        settings: A [`Settings`][attnflow.config.settings.Settings]; the keywords above override it.
+            Its target is unused: every generated token is explained.
+        method: "rollout" (tracked while the model generates), or one or a list of the registered
+            methods that run the model ("ablated-flow", "alti-logit", ...;
+            ``attnflow.api.generation_methods``), computed beside rollout; the result opens on the
+            first. None: the decoder defaults, rollout beside ablated flow (what ``attnflow generate``
+            runs without ``--method``; ``attnflow.api.defaults.generation_methods``; ``meta["added"]``
+            says so).
+        progress: Called as ``progress(done, total)`` as the per-source methods run.
+        device: Where a model given by name is loaded, as in [`explain`][attnflow.api.text.explain]
+            (a setting).
+        dtype: What a model given by name is loaded in, as in
+            [`explain`][attnflow.api.text.explain] (a setting).
+        **generate_kwargs: Passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed
+            with ``torch.manual_seed`` for reproducible sampling. ``strategy="rows"|"incremental"|
+            "replay"`` picks how the rows are computed (default: the cheaper; see
+            ``attnflow.capture.generation``).
+
+    Returns:
+        An [`Attribution`][attnflow.results.attribution.Attribution] of kind "generation" (or
+            "seq2seq" for an encoder-decoder model).
+
+    Raises:
+        AttnflowError: A setting outside its allowed values, a model that cannot generate, or a
+            method that does not run on a generation.
+
+    Examples:
+        Three tokens from the installed SmolLM2, greedily:
+
+        >>> import attnflow
+        >>> prompt = "The keys to the cabinet"
+        >>> result = attnflow.generate("smollm2", prompt=prompt, max_new_tokens=3)
+        >>> result.kind, result.targets[0], result.M.shape  # M: (new, prompt, layers)
+        ('generation', ' are', (3, 5, 30))
+        >>> [token for _, token, _ in result.top(2, target=0)]  # mean over layers
+        ['The', ' cabinet']
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, causal_norm=causal_norm,
                               weighting=weighting, device=device, dtype=dtype)

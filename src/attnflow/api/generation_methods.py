@@ -46,8 +46,8 @@ def reuses_cache(methods: list[str]) -> bool:
 
 
 def method_blocks(model: Any, trace: Any, methods: list[str], n_layers: int, progress: Any = None) -> dict[str, Block]:
-    """method -> :class:`Block` ``(n_generated, layers, m + n_generated)`` for a generation ``trace``
-    (:class:`attnflow.capture.generation.GenerationTrace`); a method without a layers axis fills the
+    """method -> ``Block`` ``(n_generated, layers, m + n_generated)`` for a generation ``trace``
+    (``attnflow.capture.generation.GenerationTrace``); a method without a layers axis fills the
     top layer only, as in every text result."""
     check(methods)
     ids = list(trace.prompt_ids) + list(trace.new_ids)

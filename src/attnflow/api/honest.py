@@ -1,4 +1,4 @@
-"""Deprecated: renamed :mod:`attnflow.api.defaults` (what a call computes beyond the methods named);
+"""Deprecated: renamed ``attnflow.api.defaults`` (what a call computes beyond the methods named);
 this name is kept for one release."""
 
 from __future__ import annotations

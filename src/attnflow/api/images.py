@@ -1,4 +1,4 @@
-"""explain_image(): images in, one :class:`~attnflow.results.Attribution` (kind "image") per image out.
+"""explain_image(): images in, one ``Attribution`` (kind "image") per image out.
 
     result = attnflow.explain_image("digit.png", method="all")
     result.grid_scores("rollout")          # (grid rows, grid cols) at the top layer
@@ -33,6 +33,7 @@ def check_method(method: Any) -> list[str]:
     return registry.resolve(method, "image")[0]
 
 
+@Settings.keywords
 def image_rows(maps: ImageMaps, method: str, *, layers: Any = None, residual: float = UNSET, head_fusion: str = UNSET,
                solver: str = UNSET, progress: Callable[[int, int], None] | None = None,
                settings: Settings | None = None) -> np.ndarray:
@@ -60,23 +61,60 @@ def _name(image: Any, i: int) -> str:
     return str(image) if isinstance(image, (str, Path)) else f"image {i}"
 
 
+@Settings.keywords
 def explain_image(images: Any, model: Any = None, *, method: Any = "rollout", target_class: Any = None,
                   residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                   progress: Callable[[int, int], None] | None = None,
                   weighting: str = UNSET, settings: Settings | None = None,
                   device: str = UNSET, dtype: str = UNSET) -> Attribution | list[Attribution]:
-    """Explain one image (a path, PIL image or array) or a list of them (one batch).
+    """Explain one image or a list of them (one batch) with an image classifier.
 
-    model: a folder (``str`` or ``pathlib.Path``) or hub id (loaded once and reused), or a loaded image
-        classifier; None uses the bundled digits ViT.
-    method: "raw", "rollout", "flow", "grad-rollout", "all" (the first three) or a list of these.
-    target_class: the class grad-rollout explains (index or label; None = each image's predicted class).
-    weighting: "attention" or "norm" (attention times the length of each patch's transformed value
-        vector, Kobayashi et al. 2020; see :func:`attnflow.explain`); not with grad-rollout.
+    Every method explains the classifier's read-out (the CLS token, or the mean of the patch rows for
+    mean-pooled models) at every layer and keeps the patch columns: the sources are the patches in
+    row-major order of ``grid``.
 
-    Returns one :class:`Attribution` for one image, a list for a list. An image far from what the
-    model was trained on (shrunk or enlarged a lot, squashed, a colour photo for a grey model) gets an
-    :class:`~attnflow.errors.AttnflowWarning`.
+    Args:
+        images: A path, PIL image or array, or a list of them.
+        model: A folder (``str`` or ``pathlib.Path``) or hub id (loaded once and reused), or a loaded
+            image classifier; None uses the bundled digits ViT.
+        method: "raw", "rollout", "flow", "grad-rollout", "all" (the first three) or a list of these.
+        target_class: The class grad-rollout explains (index or label); None: each image's predicted
+            class.
+        residual: Weight of the identity in ``A = (1 - residual) W + residual I`` (a setting).
+        head_fusion: "mean", "max" or "min" over heads (a setting).
+        solver: The max-flow solver of [`flow`][attnflow.core.flow.flow] (a setting).
+        progress: Called as ``progress(done, total)`` while each method runs.
+        weighting: "attention" or "norm" (attention times the length of each patch's transformed
+            value vector, Kobayashi et al. 2020; see [`explain`][attnflow.api.text.explain]); not with
+            grad-rollout (a setting).
+        settings: A [`Settings`][attnflow.config.settings.Settings]; the keywords above override it.
+            Its ``causal_norm`` and ``target`` must stay unset (``target_class`` picks the class).
+        device: Where a model given by name is loaded, as in [`explain`][attnflow.api.text.explain]
+            (a setting).
+        dtype: What a model given by name is loaded in, as in
+            [`explain`][attnflow.api.text.explain] (a setting).
+
+    Returns:
+        One [`Attribution`][attnflow.results.attribution.Attribution] of kind "image" for one image,
+            a list for a list.
+
+    Raises:
+        AttnflowError: A setting outside its allowed values, ``causal_norm`` or ``target`` set, or a
+            method that does not run on images.
+
+    Warns:
+        AttnflowWarning: An image far from what the model was trained on (shrunk or enlarged a lot,
+            squashed, a colour photo for a grey model).
+
+    Examples:
+        A test digit on the bundled digits ViT:
+
+        >>> import attnflow
+        >>> from attnflow.data.digits import digits_split
+        >>> image = digits_split()["test_images"][0]  # an 8x8 "2"
+        >>> result = attnflow.explain_image(image, method="all")
+        >>> result.prediction, result.grid_scores("rollout").shape  # top layer, per patch
+        ('2', (4, 4))
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver, weighting=weighting,
                               device=device, dtype=dtype)

@@ -1,4 +1,4 @@
-"""Deprecated: renamed :mod:`attnflow.interventions.costs` (the time and memory of the methods that run
+"""Deprecated: renamed ``attnflow.interventions.costs`` (the time and memory of the methods that run
 the model again), its ``prepare`` renamed ``fit_to_budget``; these names are kept for one release."""
 
 from __future__ import annotations

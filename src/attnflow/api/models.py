@@ -1,11 +1,11 @@
-"""One answer to "which model, and what kind?": :func:`resolve` turns whatever a user passed (None, a
+"""One answer to "which model, and what kind?": ``resolve`` turns whatever a user passed (None, a
 name, a folder, a ``pathlib.Path``, a ``.gguf`` file, an alias such as ``"smollm2"``, a hub id, or a
-loaded model with its tokenizer) into a :class:`Loaded` model, tokenizer, name, family and head.
+loaded model with its tokenizer) into a ``Loaded`` model, tokenizer, name, family and head.
 
-The family and head come from the architecture table (:mod:`attnflow.hf.architectures`: the
+The family and head come from the architecture table (``attnflow.hf.architectures``: the
 row's ``family``; the class looked up exactly in the row's ``heads`` and transformers' auto-model
 mappings), never from substrings of class names. A family attnflow does not know is added with
-:func:`attnflow.register_architecture`.
+``attnflow.register_architecture``.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ __all__ = ["Loaded", "ModelInfo", "check_model_path", "default_model_path", "des
 
 def is_name(model: Any) -> bool:
     """Whether ``model`` names a model to load (None: the default; a string, bytes or path; a
-    :class:`ModelInfo` already inspected) rather than being a loaded one."""
+    ``ModelInfo`` already inspected) rather than being a loaded one."""
     return model is None or isinstance(model, (str, bytes, ModelInfo)) or hasattr(model, "__fspath__")
 
 
 def inspect(model: Any = None, *, task: str = "auto") -> ModelInfo:
-    """A model named by the user (anything :func:`resolve` takes by name) -> :class:`ModelInfo`: the
+    """A model named by the user (anything ``resolve`` takes by name) -> ``ModelInfo``: the
     name resolved once, its ``config.json`` read once, its family and head, every refusal that needs
     no weights made. Entry points call it once and pass the record down."""
     return inspect_model(model, task=task)
@@ -70,7 +70,7 @@ class Loaded:
     """A model ready to explain: the model, its tokenizer (None for image models), the name results
     record, its family ("encoder", "decoder", "encoder-decoder", "vision") and head ("base",
     "classification", "causal-lm", "seq2seq", "image-classification", or "" when unknown), and the
-    :class:`~attnflow.hf.kind.ModelKind` they come from (computed once, when the model was resolved;
+    ``ModelKind`` they come from (computed once, when the model was resolved;
     checks and methods read it here)."""
 
     model: Any
@@ -114,8 +114,8 @@ def check_model_dtype(model: Any, dtype: str) -> None:
 
 def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", device: str = "auto",
             dtype: str = "auto") -> Loaded:
-    """Whatever the user passed -> :class:`Loaded`. Names are loaded once and reused (see
-    :func:`attnflow.hf.load.cached_model`; ``task`` as in :func:`attnflow.load_model`, "vision"
+    """Whatever the user passed -> ``Loaded``. Names are loaded once and reused (see
+    ``attnflow.hf.load.cached_model``; ``task`` as in ``attnflow.load_model``, "vision"
     for image classifiers) on ``device`` ("auto": a GPU when torch sees one) in ``dtype`` ("auto": the
     checkpoint's); a loaded text model needs its ``tokenizer`` and stays where and as it is (a ``device``
     it is not on, or a ``dtype`` it is not in, is refused)."""
@@ -153,7 +153,7 @@ def resolve(model: Any = None, tokenizer: Any = None, *, task: str = "auto", dev
 
 
 def unwrap(model: Any, tokenizer: Any = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for an entry point: a :class:`Loaded` (what :func:`resolve` returns, bound
+    """``(model, tokenizer)`` for an entry point: a ``Loaded`` (what ``resolve`` returns, bound
     once and passed again) gives its model and tokenizer (``tokenizer`` given wins); anything else is
     returned as it is."""
     if isinstance(model, Loaded):

@@ -1,6 +1,6 @@
 """The perturbation test run end to end on an image classifier: capture, score every method, perturb.
 
-The glue between a model and :mod:`attnflow.evaluation.perturbation` (which only sees a ``predict``
+The glue between a model and ``attnflow.evaluation.perturbation`` (which only sees a ``predict``
 callable and scores). Default data: the bundled digits ViT's test split.
 """
 
@@ -37,7 +37,7 @@ def evaluate_perturbation(model: Any = None, images: Any = None, labels: Any = N
                           progress: Callable[[str, int, int], None] | None = None) -> list[Curve]:
     """Perturbation curves for ``methods`` (grad-rollout explains each image's predicted class;
     "random" is uniform noise seeded by ``seed``). images/labels: default the digits test split.
-    fill: "mean" or "black", see :func:`fill_value`."""
+    fill: "mean" or "black", see ``fill_value``."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise AttnflowError(f"methods must be among {', '.join(METHODS)}; got {unknown}")

@@ -1,7 +1,7 @@
 """The model side of measuring faithfulness: what the model predicts for token-id lists (the
-``predict`` callable :mod:`attnflow.evaluation.faithfulness` sees), how many rows fit one pass, the
-ids capture ran on and the label of the explained output. :func:`attnflow.faithfulness` and the
-on-the-fly numbers of a report (:mod:`attnflow.api.defaults`) both use it; it explains nothing itself.
+``predict`` callable ``attnflow.evaluation.faithfulness`` sees), how many rows fit one pass, the
+ids capture ran on and the label of the explained output. ``attnflow.faithfulness`` and the
+on-the-fly numbers of a report (``attnflow.api.defaults``) both use it; it explains nothing itself.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _refuse_without_head(info: ModelInfo) -> None:
 
 
 def _head(loaded: Loaded) -> str:
-    """"decoder" or "classifier" (from the architecture table, see :mod:`attnflow.api.models`), or a
+    """"decoder" or "classifier" (from the architecture table, see ``attnflow.api.models``), or a
     refusal for a model whose output is no prediction."""
     if loaded.family == "encoder-decoder":
         raise AttnflowError("encoder-decoder models are not covered; faithfulness covers classifiers and decoders")
@@ -53,7 +53,7 @@ MEMORY = 512 * 2**20
 
 
 def default_memory(device: Any) -> int:
-    """Activation memory per pass: :data:`MEMORY` on the CPU; on a GPU a quarter of its free memory, at
+    """Activation memory per pass: ``MEMORY`` on the CPU; on a GPU a quarter of its free memory, at
     most 8 GiB (a GPU runs small passes no faster than large ones: their cost is the kernel launches)."""
     import torch
 
@@ -107,7 +107,7 @@ def _takes(model: Any, keyword: str) -> bool:
 
 
 def _reused_cache_keyword(model: Any) -> str | None:
-    """The keyword a model's forward takes its KV cache by (:func:`attnflow.interventions.ablation.cache_keyword`)
+    """The keyword a model's forward takes its KV cache by (``attnflow.interventions.ablation.cache_keyword``)
     when a common prefix's cache may be reused, or None: no such keyword, or a decoder whose every layer
     does not attend over the whole prefix (a sliding window: a continued window cache need not equal the
     full pass)."""
@@ -131,7 +131,7 @@ def _common_prefix(rows: list[list[int]]) -> int:
 
 def model_predict(model: Any, decoder: bool, batch_size: int | None = None, *, last_only: bool = True,
                   reuse_prefix: bool = True, memory: int | None = None) -> Callable[[list[list[int]]], np.ndarray]:
-    """``predict`` for :func:`attnflow.evaluation.faithfulness.evaluate`: token-id lists -> logits
+    """``predict`` for ``attnflow.evaluation.faithfulness.evaluate``: token-id lists -> logits
     ``(batch, outputs)``. Sequences of equal length run together, so no padding (and no question of
     pad tokens, position ids or left/right padding) ever enters the comparison.
 
@@ -140,7 +140,7 @@ def model_predict(model: Any, decoder: bool, batch_size: int | None = None, *, l
     alike (every deletion keeps the tokens before it) share one pass over their common prefix, whose
     KV cache the rest continue from (``reuse_prefix``; checked once against a full pass, and dropped
     if they disagree). Passes hold ``batch_size`` sequences, default as many as ``memory`` bytes of
-    activations allow (:func:`rows_per_pass`; default :func:`default_memory`).
+    activations allow (``rows_per_pass``; default ``default_memory``).
     ``last_only=False, reuse_prefix=False, batch_size=32`` is the plain path (every position's logits, no cache): the baseline of ``benchmarks/faithfulness.py``."""
     device = next(model.parameters()).device
     memory = memory if memory is not None else default_memory(device)
@@ -236,8 +236,8 @@ def estimate(model: Any, ids: list[int], ranked: int, rows: int, fractions: Sequ
     half the input, plus one pass over the shared prefix per pass, when passes continue a prefix's
     cache; else all of it) and, per method and layer (``rows`` over ``methods`` methods) and fraction,
     a comprehensiveness and a sufficiency sequence (together about one input's length), in passes as
-    :func:`model_predict` groups them. ``rows`` of the result counts the steps as
-    :func:`attnflow.evaluation.faithfulness.evaluate` reports them."""
+    ``model_predict`` groups them. ``rows`` of the result counts the steps as
+    ``attnflow.evaluation.faithfulness.evaluate`` reports them."""
     import math
     import time
 
@@ -267,7 +267,7 @@ def estimate(model: Any, ids: list[int], ranked: int, rows: int, fractions: Sequ
 
 
 def _input_ids(model: Any, tokenizer: Any, text: str, truncate: bool) -> list[int]:
-    """The ids :func:`attnflow.capture.capture` runs the model on (same tokenizer call and limit)."""
+    """The ids ``attnflow.capture.capture`` runs the model on (same tokenizer call and limit)."""
     ids = encode(tokenizer, [text])["input_ids"][0]
     limit = max_length(model, tokenizer)
     if truncate and limit is not None and len(ids) > limit:

@@ -1,4 +1,4 @@
-"""Encoder-decoder models in, an :class:`~attnflow.results.Attribution` of kind "seq2seq" out.
+"""Encoder-decoder models in, an ``Attribution`` of kind "seq2seq" out.
 
     result = attnflow.explain("the keys to the cabinet", model, tokenizer=tok,
                               target_text="die Schlüssel zum Schrank")       # teacher forcing
@@ -8,7 +8,7 @@
 Sources are the source tokens, then the decoder's start token, then the target tokens
 (``input_length`` = the number of source tokens); target ``i`` is explained by the decoder position
 that predicted it (``target_positions[i] = S + i``, reading the start token and targets ``< i``), at
-every decoder layer, with the joint rollout / flow of :mod:`attnflow.core.joint`.
+every decoder layer, with the joint rollout / flow of ``attnflow.core.joint``.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def _padded(block: Block) -> Block:
     return Block(values, block.targets, block.layers)
 
 
+@Settings.keywords
 def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokenizer: Any = None,
                     method: Any = "rollout", target: Any = None, flow_targets: str = "auto", residual: float = UNSET,
                     head_fusion: str = UNSET, solver: str = UNSET, truncate: bool = UNSET,
@@ -73,7 +74,7 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
         while the source and target together have at most ``FLOW_ALL_MAX`` tokens (``flow_targets``
         "auto"), else for ``target`` only ("all" / "target" force either).
     target: the target token shown by default (index or text; default the first).
-    settings: as in :func:`attnflow.explain` (its target is not used: ``target`` picks a token).
+    settings: as in ``attnflow.explain`` (its target is not used: ``target`` picks a token).
     """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver, truncate=truncate)
     methods, shown = registry.resolve(method, "seq2seq")
@@ -105,6 +106,7 @@ def explain_seq2seq(source: str, target_text: str | None, model: Any, *, tokeniz
               "predicted_tokens": maps.predicted_tokens, "source_ids": maps.source_ids, "target_ids": maps.target_ids})
 
 
+@Settings.keywords
 def generate_seq2seq(model: Any, tokenizer: Any, source: str, max_new_tokens: int = 20, *, residual: float = UNSET,
                      head_fusion: str = UNSET, truncate: bool = UNSET, settings: Settings | None = None,
                      **generate_kwargs: Any) -> Attribution:

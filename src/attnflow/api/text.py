@@ -1,13 +1,13 @@
-"""Text in, an :class:`~attnflow.results.Attribution` out.
+"""Text in, an ``Attribution`` out.
 
     result = attnflow.explain("The keys to the cabinet", method="all", target="cls")
     result.print(); result.plot("panels.png"); result.to_html("report.html")
 
-- :func:`explain`: every requested method for one target position (cheap: one row per method).
-- :func:`explain_maps`: every method for every target position, so that a report can switch target
+- ``explain``: every requested method for one target position (cheap: one row per method).
+- ``explain_maps``: every method for every target position, so that a report can switch target
   (flow, one max-flow per target, source and layer, is computed for every target only while that
   is cheap: see ``flow_targets``).
-- :func:`explain_attentions`: the same from attention you already have, no model needed.
+- ``explain_attentions``: the same from attention you already have, no model needed.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ Progress = Callable[[int, int], None]
 
 
 def resolve_methods(method: Any, kind: str = "text", *, model_free: bool = False) -> tuple[list[str], str]:
-    """:func:`attnflow.config.registry.resolve` (the registry) for results of ``kind``."""
+    """``attnflow.config.registry.resolve`` (the registry) for results of ``kind``."""
     return registry.resolve(method, kind, model_free=model_free)
 
 
@@ -60,8 +60,8 @@ def resolve_target(target: Any, maps: AttentionMaps, tokenizer: Any = None) -> i
 
 
 def resolve_position(target: Any, n: int, ids: list[int], causal: bool, tokenizer: Any = None) -> int:
-    """:func:`resolve_target` from a token count and ids (known from the tokenizer alone, so that a
-    target outside the input is refused before the model loads). ``target`` as :class:`Settings`
+    """``resolve_target`` from a token count and ids (known from the tokenizer alone, so that a
+    target outside the input is refused before the model loads). ``target`` as ``Settings``
     checked it (no second check here)."""
     if target is None:
         target = "last" if causal else "cls"
@@ -99,7 +99,7 @@ def _prediction(maps: AttentionMaps, model: Any) -> str | None:
 @dataclass
 class CapturedInput:
     """One captured input with its target resolved and the model's prediction read, ready for the
-    methods (:func:`attribute`)."""
+    methods (``attribute``)."""
 
     maps: AttentionMaps
     target: int
@@ -128,8 +128,8 @@ def _ids(text: str, config: Any, tokenizer: Any, settings: Settings) -> list[int
 
 def captured_input(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *, target: Any,
                    lm: bool = False) -> CapturedInput:
-    """One text's captured maps (captured alone, or sliced from a batch by :mod:`attnflow.batch`)
-    with its target resolved and the model's prediction read, ready for :func:`attribute`."""
+    """One text's captured maps (captured alone, or sliced from a batch by ``attnflow.batch``)
+    with its target resolved and the model's prediction read, ready for ``attribute``."""
     return CapturedInput(maps=maps, target=resolve_target(target, maps, tokenizer),
                          prediction=_prediction(maps, model), model=model, name=loaded_name(model), text=text,
                          tokenizer=tokenizer, lm=lm)
@@ -138,8 +138,8 @@ def captured_input(maps: AttentionMaps, text: str, model: Any, tokenizer: Any, *
 def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[str], list[int]],
             settings: Settings, progress: Progress | None, run: CapturedInput | None = None,
             spans: list[list[int]] | None = None, notes: dict | None = None) -> dict[str, Block]:
-    """method -> :class:`Block` of the rows ``rows_for(method)`` at every layer, each computed by its
-    registry function (:mod:`attnflow.config.registry`); ``run`` gives model-based methods the model;
+    """method -> ``Block`` of the rows ``rows_for(method)`` at every layer, each computed by its
+    registry function (``attnflow.config.registry``); ``run`` gives model-based methods the model;
     ``spans`` (token groups) go to the methods whose record ablates by span, which report into ``notes``."""
     n = len(attentions.tokens)
     blocks = {}
@@ -222,7 +222,7 @@ def _text_result(maps: AttentionMaps, blocks: dict[str, Block], *, target: int, 
 
 @dataclass
 class _Plan:
-    """What one explanation computes (:class:`_Decision`) on the token ids capture runs on."""
+    """What one explanation computes (``_Decision``) on the token ids capture runs on."""
 
     methods: list[str]
     added: list[str]
@@ -231,16 +231,16 @@ class _Plan:
 
 
 class _Decision:
-    """What one explanation computes, decided once (:mod:`attnflow.api.defaults`) and checked once
-    (:mod:`attnflow.api.checks`), each as soon as what it depends on is known:
+    """What one explanation computes, decided once (``attnflow.api.defaults``) and checked once
+    (``attnflow.api.checks``), each as soon as what it depends on is known:
 
-    - :meth:`kind_known` (from a named model's config, before its tokenizer and weights load; else once
+    - ``kind_known`` (from a named model's config, before its tokenizer and weights load; else once
       it is loaded): the methods named against the model's kind, and the receptive-field
       normalisation; when no decoder default can be added (methods named, ``paper_only``, a model that
-      is no causal LM: :func:`attnflow.api.defaults.adds_defaults`), the methods are the ones asked for
+      is no causal LM: ``attnflow.api.defaults.adds_defaults``), the methods are the ones asked for
       and the options are checked against them now.
-    - :meth:`ids_known`: the explained target; where defaults may be added, the decision
-      (:func:`attnflow.api.defaults.text_methods`, which needs the token count) and then the check of
+    - ``ids_known``: the explained target; where defaults may be added, the decision
+      (``attnflow.api.defaults.text_methods``, which needs the token count) and then the check of
       the options against what the call computes."""
 
     def __init__(self, asked: list[str], settings: Settings, *, named: bool, paper_only: bool, spans: Any) -> None:
@@ -249,7 +249,7 @@ class _Decision:
         self.added: list[str] = []
 
     def kind_known(self, bound: Any) -> None:
-        """``bound``: a :class:`ModelInfo` or a :class:`Loaded`, carrying its :class:`~attnflow.hf.kind.ModelKind`."""
+        """``bound``: a ``ModelInfo`` or a ``Loaded``, carrying its ``ModelKind``."""
         from attnflow.api.defaults import adds_defaults
 
         check_methods(self.asked, self.settings, bound, spans=self.spans, decided_later=True)
@@ -288,11 +288,11 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
              measured: bool, spans: Any = None, preview: Callable[[Attribution], None] | None = None,
              named: bool = True) -> Attribution:
     """Bind the model once, decide once what the call computes and check each thing once
-    (:class:`_Decision`: the honest policy of :mod:`attnflow.api.defaults`, ``methods`` alone when
+    (``_Decision``: the honest policy of ``attnflow.api.defaults``, ``methods`` alone when
     ``named``, else the decoder defaults beside them unless ``paper_only``), leave out a default that
     cannot fit the memory budget, capture (the target's rows alone where every method can take them),
-    then :func:`attribute`; when ``measured`` (a report's maps), with the on-the-fly faithfulness
-    numbers of a short input. ``preview``: see :func:`attribute`."""
+    then ``attribute``; when ``measured`` (a report's maps), with the on-the-fly faithfulness
+    numbers of a short input. ``preview``: see ``attribute``."""
     from attnflow.units.spans import checked_spans
 
     spans = checked_spans(spans)
@@ -343,7 +343,7 @@ def _explain(text: str, model: Any, tokenizer: Any, settings: Settings, *, metho
 def _check_memory_budget(plan: _Plan, model: Any, settings: Settings, progress: Progress | None = None) -> list[str]:
     """Before the capture pass (on a long input the capture alone takes minutes and gigabytes), each
     planned method's working memory on the plan's ``ids`` against the memory budget
-    (:func:`attnflow.interventions.costs.refuse_over_budget`): a method asked for that cannot fit is
+    (``attnflow.interventions.costs.refuse_over_budget``): a method asked for that cannot fit is
     refused now, not after the others have run; a decoder default the honest policy added is left
     out, with a warning saying why. Returns the defaults left out. A per-source method is checked up
     to the explained target (the check after capture, on the method's own rows, stays). A progress
@@ -380,11 +380,11 @@ def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], sho
               flow_targets: str, progress: Progress | None, explained_only: Sequence[str] = (),
               measured: bool = False, spans: Any = None,
               preview: Callable[[Attribution], None] | None = None) -> Attribution:
-    """The methods on one captured input (the part of :func:`explain` / :func:`explain_maps` after
+    """The methods on one captured input (the part of ``explain`` / ``explain_maps`` after
     capture; ``attnflow batch`` calls it on each text of a batched forward pass); ``explained_only``
     methods for the explained target alone; ``measured``: with the on-the-fly faithfulness numbers
-    (:func:`attnflow.api.defaults.faithfulness_record`) when they apply. ``spans``: see
-    :mod:`attnflow.units.spans` (``result.meta["spans"]`` then lists the token groups, ``"span_labels"``
+    (``attnflow.api.defaults.faithfulness_record``) when they apply. ``spans``: see
+    ``attnflow.units.spans`` (``result.meta["spans"]`` then lists the token groups, ``"span_labels"``
     their text, ``"span_methods"`` the methods that scored them).
 
     ``preview``: called once with a first result before the methods whose cost grows with every
@@ -431,44 +431,83 @@ def explain(text: str, model: Any = None, *, method: Any = None, settings: Setti
             progress: Progress | None = None, **overrides: Any) -> Attribution:
     """Explain which input tokens position ``target`` draws on, layer by layer.
 
-    model: a local path or hub id (loaded with eager attention), a loaded model together with
-        ``tokenizer``, or what :func:`attnflow.api.resolve` returns (a :class:`Loaded`, bound once and
-        reused); None uses the default model.
-    method: "raw", "rollout", "flow", "grad-rollout" (gradient-weighted rollout for the predicted
-        class; sequence classifiers only), any other registered method, "all" (the paper's three) or a
-        list of these; the result holds every one of them and nothing else. None (not named): rollout,
-        and on a decoder's last position the decoder defaults beside it (see ``paper_only``).
-    settings: an :class:`attnflow.Settings` holding every setting.
-    overrides: any setting by its name, on top of ``settings`` (a name that is no setting is refused):
+    Args:
+        text: The input. For an encoder-decoder model with ``target_text``, the source.
+        model: A local path or hub id (loaded with eager attention), a loaded model together with
+            ``tokenizer``, or what ``attnflow.api.resolve`` returns (a ``Loaded``, bound once and
+            reused). None uses the default model, the bundled agreement classifier.
+        method: "raw", "rollout", "flow", "grad-rollout" (gradient-weighted rollout for the predicted
+            class; sequence classifiers only), any other registered method
+            ([`attnflow.methods()`][attnflow.config.registry.methods]), "all" (the paper's three) or a
+            list of these; the result holds every one of them and nothing else. None (not named):
+            rollout, and on a decoder's last position the decoder defaults beside it (see
+            ``paper_only``).
+        settings: A [`Settings`][attnflow.config.settings.Settings] holding every setting; None: the
+            paper's. The keyword arguments below go on top of it.
+        tokenizer: The tokenizer of a loaded ``model``.
+        target_text: Encoder-decoder models (T5, BART, Marian, ...) only: the output to explain,
+            teacher forced; ``text`` is then the source and the result is of kind "seq2seq" (see
+            ``attnflow.api.seq2seq.explain_seq2seq``; ``target`` picks a target token).
+        paper_only: With no ``method`` named, a decoder explaining its last position also computes
+            ablated flow (value zeroing, the method the decoder study found faithful; above the
+            record's ``exact_max`` tokens (64) or with a budget given, the budgeted method;
+            ``attnflow.api.defaults``) beside rollout, unless True: then rollout alone. A method named
+            runs alone either way; ``result.meta["added"]`` says what was added and why. CLI
+            ``--paper-only``.
+        spans: Decoders: "word", "sentence", a list of passages of the text (or character ranges), or
+            a file of passages: ablated flow, its estimate and the budgeted method remove each span at
+            once and every token carries its span's score (``attnflow.units.spans``). None: each token.
+        progress: Called as ``progress(done, total)`` while each method runs (flow's rows, an
+            ablation's runs).
+        **overrides: Any setting by its name (the keyword arguments below), on top of ``settings``;
+            a name that is no setting is refused.
 
-        target: "cls", "last", a token position, or None: "last" for decoders (the position that
-            predicts the next token), "cls" for encoders.
-        causal_norm: receptive-field normalisation for decoders (None, "keys", "sink"); see
-            :mod:`attnflow.core.causal`. residual, head_fusion, solver: as in :func:`attnflow.rollout` /
-            :func:`attnflow.flow`; truncate; budget.
-        weighting: "attention" (the paper's: each layer's attention weights) or "norm": each key's
-            weight times the length of its transformed value vector ``||(x_j W_V^h + b_V^h) W_O^h||``,
-            summed over heads, rows normalised (Kobayashi et al. 2020), then the residual and the
-            methods as before; see :mod:`attnflow.core.weighting`. Recorded in ``result.params``.
-        device: where a model given by name runs ("auto": a GPU when torch sees one; "cpu", "cuda",
-            "cuda:N", "mps"); a loaded model stays where it is (a device it is not on is refused).
-        dtype: what a model given by name is loaded in ("auto": the checkpoint's; "float32", "bfloat16",
-            "float16"); a loaded model keeps its own (another dtype is refused).
+    Keyword Args:
+        target (Any): "cls", "last", a token position, or None: "last" for decoders (the position
+            that predicts the next token), "cls" for encoders. Defaults to None.
+        residual (float): Weight of the identity in ``A = (1 - residual) W + residual I``, as in
+            [`rollout`][attnflow.core.rollout.rollout] (0.5: the paper's ``(W + I) / 2``). Defaults
+            to 0.5.
+        head_fusion (str): "mean" (the paper's), "max" or "min" over heads. Defaults to 'mean'.
+        weighting (str): "attention" (the paper's: each layer's attention weights) or "norm": each
+            key's weight times the length of its transformed value vector
+            ``||(x_j W_V^h + b_V^h) W_O^h||``, summed over heads, rows normalised (Kobayashi et al.
+            2020), then the residual and the methods as before; see ``attnflow.core.weighting``.
+            Recorded in ``result.params``. Defaults to 'attention'.
+        causal_norm (str | None): Receptive-field normalisation for decoders (None, "keys", "sink");
+            see ``attnflow.core.causal``. Defaults to None.
+        solver (str): The max-flow solver of [`flow`][attnflow.core.flow.flow] ("auto" picks the
+            fastest exact one). Defaults to 'auto'.
+        truncate (bool): Cut a text longer than the model's maximum instead of refusing it. Defaults
+            to False.
+        device (str): Where a model given by name runs ("auto": a GPU when torch sees one; "cpu",
+            "cuda", "cuda:N", "mps"); a loaded model stays where it is (a device it is not on is
+            refused). Defaults to 'auto'.
+        dtype (str): What a model given by name is loaded in ("auto": the checkpoint's; "float32",
+            "bfloat16", "float16"); a loaded model keeps its own (another dtype is refused). Defaults
+            to 'auto'.
+        budget (float): What ``ablated-flow-budgeted`` may spend, in forward passes of the input.
+            Defaults to 5.0.
 
-    target_text: encoder-decoder models (T5, BART, Marian, ...) only: the output to explain, teacher
-        forced; ``text`` is then the source and the result is of kind "seq2seq" (see
-        :func:`attnflow.api.seq2seq.explain_seq2seq`; ``target`` picks a target token).
-    paper_only: with no ``method`` named, a decoder explaining its last position also computes ablated
-        flow (value zeroing, the method the decoder study found faithful; above the record's
-        ``exact_max`` tokens (64) or with a budget given, the budgeted method; :mod:`attnflow.api.defaults`)
-        beside rollout, unless True: then rollout alone. A method named runs alone either way;
-        ``result.meta["added"]`` says what was added and why. CLI ``--paper-only``.
-    spans: decoders: "word", "sentence", a list of passages of the text (or character ranges), or a
-        file of passages: ablated flow, its estimate and the budgeted method remove each span at once
-        and every token carries its span's score (:mod:`attnflow.units.spans`); default each token.
+    Returns:
+        An [`Attribution`][attnflow.results.attribution.Attribution] whose methods are computed for
+            ``target`` only; ``result.params`` is ``settings.as_dict()``.
 
-    Returns an :class:`~attnflow.results.Attribution` whose methods are computed for ``target`` only;
-    ``result.params`` is ``settings.as_dict()``.
+    Raises:
+        AttnflowError: A setting outside its allowed values, a keyword that is no setting, a method
+            the model cannot run, or a text longer than the model takes (without ``truncate``).
+
+    Examples:
+        The bundled agreement classifier, explaining its [CLS] position:
+
+        >>> import attnflow
+        >>> result = attnflow.explain("the keys to the cabinet", method="all")
+        >>> result.methods, result.prediction
+        (['raw', 'rollout', 'flow'], 'plural')
+        >>> [token for _, token, _ in result.top(2, method="rollout")]
+        ['keys', 'the']
+        >>> result.row("flow").shape  # (layers, tokens)
+        (6, 7)
     """
     from attnflow.units.spans import checked_spans
 
@@ -494,7 +533,7 @@ def explain(text: str, model: Any = None, *, method: Any = None, settings: Setti
 
 
 def explain_as_asked(text: str, model: Any = None, **keywords: Any) -> Attribution:
-    """Deprecated: :func:`explain` (a method named runs alone there too). Kept for one release."""
+    """Deprecated: ``explain`` (a method named runs alone there too). Kept for one release."""
     import warnings
 
     warnings.warn("attnflow.api.text.explain_as_asked is deprecated: call attnflow.explain (a method named runs "
@@ -512,8 +551,8 @@ def refuse_seq2seq_settings(settings: Settings) -> None:
 
 
 def _inspected(model: Any) -> Any:
-    """The :class:`ModelInfo` of a model named by the user, inspected once for the whole call; a
-    loaded model or a :class:`Loaded` as it is, and a name refused as it is (then :func:`_explain`
+    """The ``ModelInfo`` of a model named by the user, inspected once for the whole call; a
+    loaded model or a ``Loaded`` as it is, and a name refused as it is (then ``_explain``
     refuses it again, after the text, so that errors come in the order a user fixes them)."""
     if not is_name(model) or isinstance(model, ModelInfo):
         return model
@@ -524,7 +563,7 @@ def _inspected(model: Any) -> Any:
 
 
 def _encoder_decoder(model: Any) -> bool:
-    """Whether ``model`` (a loaded model, a :class:`Loaded` or a :class:`ModelInfo`) is an encoder-decoder
+    """Whether ``model`` (a loaded model, a ``Loaded`` or a ``ModelInfo``) is an encoder-decoder
     model."""
     if model is None:
         return False
@@ -536,6 +575,7 @@ def _encoder_decoder(model: Any) -> bool:
         return False
 
 
+@Settings.keywords
 def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  methods: Any = None, method: str | None = None, target: Any = UNSET,
                  flow_targets: str = "auto", residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
@@ -544,22 +584,67 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                  settings: Settings | None = None, paper_only: bool = PAPER_ONLY, device: str = UNSET,
                  dtype: str = UNSET, spans: Any = None, preview: Callable[[Attribution], None] | None = None,
                  defaults: bool | None = None) -> Attribution:
-    """Like :func:`explain`, but every method's scores for every target position (flow as
-    ``flow_targets`` says: "auto" computes it for every target up to ``FLOW_ALL_MAX`` tokens and for
-    ``target`` only above, "all" always, "target" never), so a report can switch target. ``method``
-    names the one a report opens on (default: rollout when computed, else the first of ``methods``).
-    ``targets="auto"`` computes every target up to ``MAPS_ALL_MAX`` tokens and the explained one
-    above (``"all"`` always). One forward pass, plus one differentiable pass when ``methods``
-    includes "grad-rollout" (sequence classifiers only). ``methods`` None: the paper's three (not
-    named: a decoder's defaults come beside them). ``weighting``, ``settings``, ``spans`` and
-    ``paper_only`` as in :func:`explain` (the decoder defaults for the explained target alone);
-    ``defaults``: True adds them beside the ``methods`` given too (a menu's ticks, which a user did
-    not name one by one: the app), False never, None when ``methods`` is None. A
-    short input (at most ``attnflow.api.defaults.REPORT_FAITHFULNESS_MAX`` tokens) on a model with a
-    prediction head carries the on-the-fly faithfulness numbers in ``meta["faithfulness"]``, which
-    the report shows. ``preview(result)``: called first with flow for the explained target alone and
-    every other method in full, when flow for more targets is still to come (what the app shows
-    while the rest runs; see :func:`attribute`)."""
+    """Like [`explain`][attnflow.api.text.explain], but every method's scores for every target
+    position, so a report can switch target.
+
+    One forward pass, plus one differentiable pass when ``methods`` includes "grad-rollout" (sequence
+    classifiers only). A short input (at most ``attnflow.api.defaults.REPORT_FAITHFULNESS_MAX``
+    tokens) on a model with a prediction head carries the on-the-fly faithfulness numbers in
+    ``meta["faithfulness"]``, which the report shows.
+
+    Args:
+        text: The input.
+        model: As in [`explain`][attnflow.api.text.explain]; None uses the default model.
+        tokenizer: The tokenizer of a loaded ``model``.
+        methods: Method names, "all" or a list. None: the paper's three (not named: a decoder's
+            defaults come beside them).
+        method: The one a report opens on. None: rollout when computed, else the first of
+            ``methods``.
+        target: The explained target ("cls", "last" or a position); None: each model's default, as
+            in [`explain`][attnflow.api.text.explain].
+        flow_targets: "auto" computes flow for every target up to ``FLOW_ALL_MAX`` (128) tokens and
+            for ``target`` only above, "all" always for every target, "target" for ``target`` only.
+        residual: Weight of the identity in ``A = (1 - residual) W + residual I`` (a setting).
+        head_fusion: "mean", "max" or "min" over heads (a setting).
+        solver: The max-flow solver of [`flow`][attnflow.core.flow.flow] (a setting).
+        truncate: Cut a text longer than the model's maximum instead of refusing it (a setting).
+        progress: Called as ``progress(done, total)`` while each method runs.
+        causal_norm: Receptive-field normalisation for decoders: None, "keys" or "sink" (a setting).
+        targets: "auto" computes every target up to ``MAPS_ALL_MAX`` (1024) tokens and the explained
+            one above, "all" always every target.
+        weighting: "attention" or "norm", as in [`explain`][attnflow.api.text.explain] (a setting).
+        settings: A [`Settings`][attnflow.config.settings.Settings]; the settings passed as keywords
+            go on top of it, one left out keeps its value there.
+        paper_only: As in [`explain`][attnflow.api.text.explain] (the decoder defaults are computed
+            for the explained target alone).
+        device: Where a model given by name runs, as in [`explain`][attnflow.api.text.explain] (a
+            setting).
+        dtype: What a model given by name is loaded in, as in
+            [`explain`][attnflow.api.text.explain] (a setting).
+        spans: As in [`explain`][attnflow.api.text.explain].
+        preview: Called as ``preview(result)`` first with flow for the explained target alone and every
+            other method in full, when flow for more targets is still to come (what the app shows
+            while the rest runs; see ``attnflow.api.text.attribute``).
+        defaults: True adds the decoder defaults beside the ``methods`` given too (a menu's ticks,
+            which a user did not name one by one: the app), False never, None when ``methods`` is
+            None.
+
+    Returns:
+        An [`Attribution`][attnflow.results.attribution.Attribution] with every method's scores for
+            every target (flow as ``flow_targets`` says); its default target is the explained one.
+
+    Raises:
+        AttnflowError: A setting outside its allowed values, ``targets`` other than "auto" or "all",
+            a ``preview`` that is not a function, or a method the model cannot run.
+
+    Examples:
+        >>> import attnflow
+        >>> maps = attnflow.explain_maps("the keys to the cabinet")
+        >>> maps.methods, maps.scores["flow"].shape  # (targets, layers, tokens)
+        (['raw', 'rollout', 'flow'], (7, 6, 7))
+        >>> [token for _, token, _ in maps.with_target("keys").top(2, method="rollout")]
+        ['keys', 'the']
+    """
     settings = Settings.build(settings, device=device, dtype=dtype, target=target, residual=residual,
                               head_fusion=head_fusion,
                               solver=solver,
@@ -576,24 +661,59 @@ def explain_maps(text: str, model: Any = None, *, tokenizer: Any = None,
                     measured=True, spans=spans, preview=preview, named=named)
 
 
+@Settings.keywords
 def explain_attentions(attentions: Any, tokens: Sequence[str] | None = None, *, target: int | None = None,
                        methods: Any = registry.ALL, targets: Any = "all", flow_targets: str = "auto",
                        residual: float = UNSET, head_fusion: str = UNSET, solver: str = UNSET,
                        causal_norm: str | None = UNSET, progress: Progress | None = None, prediction: str | None = None,
                        model: str | None = None, text: str | None = None, settings: Settings | None = None,
                        causal: bool | None = None, layout: str | None = None) -> Attribution:
-    """An :class:`~attnflow.results.Attribution` from attention you already have: ``(layers, heads,
-    n, n)``, the Hugging Face tuple of one input, or :class:`AttentionMaps`. ``tokens`` label the
-    positions (default: the maps' tokens, else "0", "1", ...); ``targets`` "all", "target" or a list of
-    positions (flow for every target follows ``flow_targets``, as in :func:`explain_maps`). Only the
-    methods that need no model (the registry's ``needs_model`` is False) apply.
+    """An [`Attribution`][attnflow.results.attribution.Attribution] from attention you already have.
 
-    Also takes a TransformerLens ``ActivationCache`` (its patterns; TransformerLens prepends a BOS
-    token unless ``prepend_bos=False``: pass ``tokens`` as ``model.to_str_tokens`` gives them). A 5-D
-    stack needs ``layout`` when its order is ambiguous (:func:`attnflow.as_stack`; TransformerLens's
-    ``cache.stack_activation("pattern")`` is ``layout="layers-first"``). causal: whether the maps come
-    from a decoder (None: read off the maps, causal when nothing lies above the diagonal); the
-    target then defaults to the last position (the one that predicts the next token), else 0."""
+    Only the methods that need no model (the registry's ``needs_model`` is False) apply.
+
+    Args:
+        attentions: ``(layers, heads, n, n)`` (row = query), the Hugging Face tuple of one input,
+            ``AttentionMaps``, or a TransformerLens ``ActivationCache`` (its patterns; TransformerLens
+            prepends a BOS token unless ``prepend_bos=False``: pass ``tokens`` as
+            ``model.to_str_tokens`` gives them).
+        tokens: Labels of the positions. None: the maps' tokens, else "0", "1", ...
+        target: The explained position. None: the last position (the one that predicts the next
+            token) when the maps are causal, else 0.
+        methods: Method names, "all" or a list.
+        targets: "all", "target" or a list of positions (flow for every target follows
+            ``flow_targets``).
+        flow_targets: As in [`explain_maps`][attnflow.api.text.explain_maps].
+        residual: Weight of the identity in ``A = (1 - residual) W + residual I`` (a setting).
+        head_fusion: "mean", "max" or "min" over heads (a setting).
+        solver: The max-flow solver of [`flow`][attnflow.core.flow.flow] (a setting).
+        causal_norm: Receptive-field normalisation for decoders: None, "keys" or "sink" (a setting).
+        progress: Called as ``progress(done, total)`` while each method runs.
+        prediction: The model's output, recorded in the result.
+        model: The model's name, recorded in the result.
+        text: The input text, recorded in the result.
+        settings: A [`Settings`][attnflow.config.settings.Settings]; the settings passed as keywords
+            go on top of it.
+        causal: Whether the maps come from a decoder. None: read off the maps, causal when nothing
+            lies above the diagonal.
+        layout: How a 5-D stack is ordered when that is ambiguous ("batch-first" or "layers-first";
+            [`as_stack`][attnflow.core.inputs.as_stack]; TransformerLens's
+            ``cache.stack_activation("pattern")`` is ``layout="layers-first"``).
+
+    Returns:
+        An [`Attribution`][attnflow.results.attribution.Attribution] of kind "text".
+
+    Raises:
+        AttnflowError: Attention of a batch, labels that do not match the positions, a target
+            outside them, or a method that needs a model.
+
+    Examples:
+        >>> import attnflow, torch
+        >>> attentions = torch.rand(6, 8, 7, 7).softmax(-1)  # (layers, heads, n, n)
+        >>> result = attnflow.explain_attentions(attentions)
+        >>> result.methods, result.scores["rollout"].shape  # (targets, layers, sources)
+        (['raw', 'rollout', 'flow'], (7, 6, 7))
+    """
     settings = Settings.build(settings, residual=residual, head_fusion=head_fusion, solver=solver,
                               causal_norm=causal_norm)
     maps = attentions if isinstance(attentions, AttentionMaps) else None

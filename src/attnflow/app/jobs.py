@@ -2,7 +2,7 @@
 
 A job records what a page needs to follow it (its state, a status line, the tokens generated so
 far, the progress of long work with an estimate of the time left) and ends done (with an
-:class:`~attnflow.results.Attribution`), failed (with a one-line message) or cancelled. Each job has
+``Attribution``), failed (with a one-line message) or cancelled. Each job has
 an unguessable id, so pages see only their own. Cancelling sets a flag that the job's progress
 callbacks check, so flow stops between two batches of rows and generation before the next token.
 """
@@ -45,7 +45,7 @@ class Job:
         self.tokens: list[str] = []
         self.progress: dict[str, Any] | None = None
         self.result: Any = None
-        self.preview: Any = None  # a first look at the result while the rest runs (see :meth:`show`)
+        self.preview: Any = None  # a first look at the result while the rest runs (see ``show``)
         self.error: str | None = None
         self.finished_at: float | None = None
         self.version = 0  # bumped on every change, so a stream knows when to send
@@ -78,7 +78,7 @@ class Job:
             self.version += 1
 
     def show(self, result: Any) -> None:
-        """A first look at the result (an :class:`~attnflow.results.Attribution` with flow for the
+        """A first look at the result (an ``Attribution`` with flow for the
         explained target alone) while the rest is computed; kept if the job is then cancelled."""
         self.check()
         with self._lock:
@@ -88,7 +88,7 @@ class Job:
 
     def progress_callback(self, what: str, unit: str = "rows") -> Callable[[int, int], None]:
         """A ``progress(done, total)`` callback for the api (flow, image flow), with a time estimate;
-        it raises :class:`Cancelled` once the job is cancelled, which stops the work between rows."""
+        it raises ``Cancelled`` once the job is cancelled, which stops the work between rows."""
         started = time.perf_counter()
 
         def progress(done: int, total: int) -> None:
@@ -122,7 +122,7 @@ class Job:
                     "error": self.error, "version": self.version}
 
     def preview_due(self) -> bool:
-        """Whether a page following the job should be sent its first look now (:data:`PREVIEW_AFTER`)."""
+        """Whether a page following the job should be sent its first look now (``PREVIEW_AFTER``)."""
         with self._lock:
             return self.preview is not None and self.state == "running" \
                 and time.monotonic() - self._preview_at >= PREVIEW_AFTER

@@ -2,7 +2,7 @@
 
 Explaining a text or an image only reads the model (plain forward passes), so any number of those
 may run on one model at once. Generation is different: attnflow's tracker hooks the model's forward
-pass while ``model.generate`` runs (:mod:`attnflow.capture.generation`), and that hook would also see
+pass while ``model.generate`` runs (``attnflow.capture.generation``), and that hook would also see
 every other request's forward pass on the same model. So a generation holds its model exclusively,
 everything else shares it, and a waiting request can still be cancelled.
 """
@@ -56,7 +56,7 @@ class ModelLock:
     @contextmanager
     def exclusive(self, check: Callable[[], None] = lambda: None, waiting: Callable[[], None] = lambda: None
                   ) -> Iterator[None]:
-        """Hold the model alone (see :meth:`shared` for ``check`` and ``waiting``)."""
+        """Hold the model alone (see ``shared`` for ``check`` and ``waiting``)."""
         with self._cond:
             self._writers_waiting += 1
             try:

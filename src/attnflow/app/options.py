@@ -1,9 +1,9 @@
 """What a page may ask for, as tables, and the checks that turn a page's request into api arguments.
 
-The page builds its controls from :func:`tables` (``GET /api/options``), so a new weighting, filter
+The page builds its controls from ``tables`` (``GET /api/options``), so a new weighting, filter
 or method is one more row here and nothing else: ``WEIGHTINGS`` maps a name to the keyword arguments
 it adds to the api call (``explain_maps``, ``generate``, ``explain_image``); ``FILTERS`` maps a name
-to the keyword arguments it adds to :meth:`attnflow.Attribution.top` when ranking prompt tokens.
+to the keyword arguments it adds to ``attnflow.Attribution.top`` when ranking prompt tokens.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def image_request(body: dict[str, Any], classifier: bool) -> ImageRequest:
 
 
 def top_options(filters: list[str]) -> dict[str, Any]:
-    """Keyword arguments for :meth:`Attribution.top` from filter names (skips add up)."""
+    """Keyword arguments for ``Attribution.top`` from filter names (skips add up)."""
     out: dict[str, Any] = {}
     for name in filters:
         for key, value in FILTERS[_choice(name, FILTERS, "filter")][1].items():

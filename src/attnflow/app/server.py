@@ -256,7 +256,7 @@ async def top(request: Request) -> Response:
 
 
 def guarded(handler: Any) -> Any:
-    """The handler, answering a refusal (:class:`AttnflowError`) with 400 and its one line."""
+    """The handler, answering a refusal (``AttnflowError``) with 400 and its one line."""
 
     async def call(request: Request) -> Response:
         try:

@@ -8,7 +8,7 @@ worker that dies takes its shards in flight with it: the scheduler runs them aga
 (``distributed.scheduler.allowed-failures`` times, 3 by default) before the run gives up. Dask and
 its scheduler are the distributed engine here: attnflow writes no scheduler of its own. On a
 LocalCluster it starts itself, this process lends a hand while the workers start (see
-:func:`run_dask`).
+``run_dask``).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def run_auto(tasks: Sequence[ShardTask], job: BatchJob, on_done: OnDone, *, work
     """The default on one machine: shards run in this process (shortest first) for as long as finishing
     here looks quicker than starting a LocalCluster, judged from the rate so far. With ``n`` workers the
     cluster wins when the work left here would take longer than ``WORKER_START_S * n / (n - 1)``; then
-    the rest goes to the cluster, this process helping until the workers deliver (:func:`run_dask`).
+    the rest goes to the cluster, this process helping until the workers deliver (``run_dask``).
     So a job of a few seconds never waits for worker processes, and a long one uses every core."""
     n = workers or default_workers()
     order = list(tasks)

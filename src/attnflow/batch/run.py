@@ -3,11 +3,11 @@
     run = attnflow.batch("data.jsonl", methods="rollout,flow", target="cls", out="out/run")
     run.table().to_pandas()          # every row; run.result(id) -> the Attribution of one input
 
-Each row is an :class:`~attnflow.results.Attribution` flattened (schema: :mod:`attnflow.results.rows`,
-docs/batch.md) and equals :func:`attnflow.explain` on that text alone. The run is cut into shards
-(:mod:`attnflow.batch.plan`), computed where the engine says
-(:mod:`attnflow.batch.engine`), and written one file per shard
-(:mod:`attnflow.batch.store`): a rerun with the same ``out`` finishes an interrupted run and
+Each row is an ``Attribution`` flattened (schema: ``attnflow.results.rows``,
+docs/batch.md) and equals ``attnflow.explain`` on that text alone. The run is cut into shards
+(``attnflow.batch.plan``), computed where the engine says
+(``attnflow.batch.engine``), and written one file per shard
+(``attnflow.batch.store``): a rerun with the same ``out`` finishes an interrupted run and
 never writes a row twice.
 """
 
@@ -76,7 +76,7 @@ class BatchRun:
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
 
     def result(self, id: Any) -> Any:
-        """The :class:`~attnflow.results.Attribution` of the input with this id."""
+        """The ``Attribution`` of the input with this id."""
         return read_result(self.out, id)
 
     def summary(self) -> str:
@@ -92,8 +92,8 @@ class BatchRun:
 
 def check(options: dict, images: bool) -> None:
     """Every refusal that needs neither torch nor the data (no model loads; well under a second): the
-    settings, the model folder against them (:mod:`attnflow.api.checks`, the functions
-    :func:`attnflow.explain` calls), the device, the scheduler, the engine and the shard sizes."""
+    settings, the model folder against them (``attnflow.api.checks``, the functions
+    ``attnflow.explain`` calls), the device, the scheduler, the engine and the shard sizes."""
     if options["engine"] not in ENGINES:
         raise AttnflowError(f"engine (--engine) must be one of {', '.join(ENGINES)}; got {options['engine']!r}")
     for name in ("shard_size", "batch_size"):
@@ -146,6 +146,7 @@ def _methods(methods: Any, images: bool) -> list[str]:
     return names
 
 
+@Explanation.keywords
 def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, methods: Any = "rollout",
           target: Any = UNSET, text_column: str | None = None, id_column: str | None = None,
           label_column: str | None = None, images: bool = False, maps: bool = False, truncate: bool = UNSET,
@@ -161,14 +162,14 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     model: a path or hub id (None: the default model; the bundled digits ViT for images). A loaded
         model (with ``tokenizer``) works with the local engine only: Dask workers load their own.
     methods: "rollout", "flow", "raw", "grad-rollout", "all", "rollout,flow" or a list.
-    target: as in :func:`attnflow.explain` ("cls", "last", a position; None: each model's default).
-    weighting: "attention" or "norm", as in :func:`attnflow.explain` (not with grad-rollout).
-    settings: an :class:`attnflow.Settings`; the setting keywords (target, residual, head_fusion,
+    target: as in ``attnflow.explain`` ("cls", "last", a position; None: each model's default).
+    weighting: "attention" or "norm", as in ``attnflow.explain`` (not with grad-rollout).
+    settings: an ``attnflow.Settings``; the setting keywords (target, residual, head_fusion,
         solver, causal_norm, truncate, weighting) override it. The rows' header records
         ``settings.as_dict()`` as ``params``.
     maps: also keep every target's scores (``out/maps/``; flow then costs one max-flow per target).
     engine: "auto" (with ``scheduler``: that Dask cluster; else this process while that is quicker than
-        starting a LocalCluster, which then takes over, see :func:`attnflow.batch.engine.run_auto`),
+        starting a LocalCluster, which then takes over, see ``attnflow.batch.engine.run_auto``),
         "dask" (a LocalCluster of ``workers`` processes, default one per core, or ``scheduler``) or
         "local" (this process, no Dask). scheduler: ``tcp://HOST:PORT``, a scheduler file, or a
         ``distributed.Client``.
@@ -177,7 +178,7 @@ def batch(data: Any, model: Any = None, *, out: Any, tokenizer: Any = None, meth
     progress: ``progress(rows_done, rows_total)`` after each shard.
 
     Rows that fail go to ``out/errors.jsonl`` with the reason; the input is checked whole first (a
-    malformed file or a missing column raises :class:`~attnflow.AttnflowError` before any work).
+    malformed file or a missing column raises ``AttnflowError`` before any work).
     """
     started = time.perf_counter()
     explained = Explanation.build(settings, target=target, residual=residual, head_fusion=head_fusion, solver=solver,

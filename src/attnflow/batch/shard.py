@@ -1,10 +1,10 @@
 """One shard of a batch, computed where it runs (a Dask worker process, or the caller's process).
 
-The model is loaded once per process and kept (:func:`loaded`); each shard's texts go through the
+The model is loaded once per process and kept (``loaded``); each shard's texts go through the
 model in forward passes of up to ``batch_size`` texts of similar length (right-padded: every real
-token's attention is its attention alone, see :func:`attnflow.capture.capture`), then each text's
-slice of the captured maps goes through the same code as :func:`attnflow.explain`
-(:func:`attnflow.api.text.attribute`). So every row equals ``explain`` on that text alone, up to the
+token's attention is its attention alone, see ``attnflow.capture.capture``), then each text's
+slice of the captured maps goes through the same code as ``attnflow.explain``
+(``attnflow.api.text.attribute``). So every row equals ``explain`` on that text alone, up to the
 float32 rounding of a batched forward pass (``batch_size=1`` makes them identical).
 
 A row that cannot be explained (not a string, empty, too long without ``truncate``, no CLS token, an
@@ -29,7 +29,7 @@ from attnflow.errors import AttnflowError
 @dataclass(frozen=True)
 class BatchJob:
     """What every shard of a batch is computed with: the model, the methods, the real
-    :class:`attnflow.Settings` each row is explained with (``settings``: one record of every
+    ``attnflow.Settings`` each row is explained with (``settings``: one record of every
     setting and its default, not a copy), and how the shards run and are written."""
 
     model: str | None  # a path or hub id; None = the default model of the worker's attnflow
@@ -72,7 +72,7 @@ _LOCK = threading.Lock()
 
 def _threads_for_worker() -> None:
     """In a Dask worker, use as many torch and numba threads as the worker has task threads (shards of
-    one process run one at a time, see :func:`run_shard`): a LocalCluster of one single-threaded worker
+    one process run one at a time, see ``run_shard``): a LocalCluster of one single-threaded worker
     per core then uses each core once instead of every process spinning a thread per core."""
     try:
         from distributed import get_worker

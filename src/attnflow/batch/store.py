@@ -71,7 +71,7 @@ class Store:
         return store
 
     def discard_if_empty(self) -> None:
-        """Undo :meth:`open` for a new run that wrote no shard (it failed or was stopped before its first):
+        """Undo ``open`` for a new run that wrote no shard (it failed or was stopped before its first):
         remove the manifest, the empty folders, the lock file and ``out`` itself when this run made it,
         so that the corrected rerun starts afresh. A run continuing an earlier one leaves its folder as
         it found it."""

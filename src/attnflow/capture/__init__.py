@@ -1,7 +1,7 @@
 """Capture: run a model and observe it, collecting its attention per layer (or a target's rows) in
 receivers on the named hook points. Knows about transformers, never about results; editing a run
-(ablation, attribution patching, AttnLRP, logit paths) is :mod:`attnflow.interventions`, loading a
-model is :mod:`attnflow.hf`.
+(ablation, attribution patching, AttnLRP, logit paths) is ``attnflow.interventions``, loading a
+model is ``attnflow.hf``.
 
 Names load on first use (torch and transformers are slow to import), so that importing attnflow, and
 ``attnflow --help``, stay fast.

@@ -1,6 +1,6 @@
 """Run a decoder's own ``generate`` and track attention rollout for every generated token.
 
-Streaming hooks on the attention modules (:mod:`attnflow.capture.streaming`) see each forward call of
+Streaming hooks on the attention modules (``attnflow.capture.streaming``) see each forward call of
 ``model.generate`` layer by layer: the first call is the prompt (one ``(heads, m, m)`` map per layer,
 fused into ``(m, m)`` at once and dropped), each later call is one KV-cached step whose single query
 adds one row per layer. The prefix is never run again, transformers is never asked for its attention
@@ -13,17 +13,17 @@ teacher-forced pass); ``strategy="auto"`` takes the cheaper:
 
 - ``"rows"``: keep the fused maps ``W`` ``(layers, N, N)`` float32 (``N = m + max_new_tokens``; the
   prompt block plus one row per step) and, once generation ends, compute the rows of the ``k``
-  predicting positions top-down by vector-matrix products (:func:`attnflow.core.rollout.rollout_rows`):
+  predicting positions top-down by vector-matrix products (``attnflow.core.rollout.rollout_rows``):
   ``4 L N^2`` bytes and ``k L (L + 1) / 2 N^2`` multiply-adds. At a 4,096-token prompt on
   SmolLM2-135M (30 layers) that is 2.0 GB and a few seconds for 20 new tokens.
 - ``"replay"``: generate on the model's own attention with nothing captured, then run the whole sequence
-  once more through the row capture (:mod:`attnflow.capture.rows`: one SDPA pass keeping each layer's
-  queries and keys, then every predicting position's rows top down, :mod:`attnflow.core.qk_rows`): the
+  once more through the row capture (``attnflow.capture.rows``: one SDPA pass keeping each layer's
+  queries and keys, then every predicting position's rows top down, ``attnflow.core.qk_rows``): the
   teacher-forced pass every strategy is tested against, in memory that grows with ``N`` (the queries
   and keys) instead of ``N^2``, for one more forward pass. Chosen when the fused maps of ``"rows"`` would
-  exceed :data:`REPLAY_FROM_BYTES` and the model takes the row capture (weighting "attention").
+  exceed ``REPLAY_FROM_BYTES`` and the model takes the row capture (weighting "attention").
 - ``"incremental"``: roll out the prompt once and extend it by one row per layer and step
-  (:class:`attnflow.core.incremental.IncrementalRollout`): ``L m^3`` multiply-adds for the prompt,
+  (``attnflow.core.incremental.IncrementalRollout``): ``L m^3`` multiply-adds for the prompt,
   ``L N^2`` per step, and ``L (2N)^2`` float64 numbers at most (its buffer doubles as it grows).
   Cheaper for short prompts and long generations; chosen only while that buffer stays under
   ``INCREMENTAL_MAX_BYTES``.
@@ -62,7 +62,7 @@ REPLAY_FROM_BYTES = 2**30  # the fused maps of "rows" above which "auto" replays
 
 @dataclass
 class GenerationTrace:
-    """What :func:`track_generation` saw. Positions: the prompt is ``0..m-1``, generated token ``i``
+    """What ``track_generation`` saw. Positions: the prompt is ``0..m-1``, generated token ``i``
     sits at ``m + i`` and is predicted by position ``m - 1 + i``.
 
     rows: ``(n_new, layers, m + n_new)``: the rollout row of the position that predicted generated
@@ -218,15 +218,15 @@ def track_generation(model: Any, tokenizer: Any, prompt: str, max_new_tokens: in
                      strategy: str = "auto", weighting: str = "attention", keep_cache: bool = False,
                      **generate_kwargs: Any) -> GenerationTrace:
     """Generate a completion of ``prompt`` with a loaded causal LM and roll out attention for every
-    generated token (see :class:`GenerationTrace`).
+    generated token (see ``GenerationTrace``).
 
     max_new_tokens: how many tokens to generate at most (generation may stop earlier at EOS).
-    residual, head_fusion, causal_norm: as in :func:`attnflow.rollout`.
+    residual, head_fusion, causal_norm: as in ``attnflow.rollout``.
     strategy: "auto" (the cheaper), "rows" or "incremental"; see the module docstring. Same numbers.
     weighting: "attention" or "norm" (each layer's map weighted by the lengths of the transformed
-        value vectors, :mod:`attnflow.core.weighting`; the norms of earlier positions are kept, as
+        value vectors, ``attnflow.core.weighting``; the norms of earlier positions are kept, as
         their keys and values are cached).
-    keep_cache: keep the generation's key/value cache and logits in the trace (see :class:`GenerationTrace`).
+    keep_cache: keep the generation's key/value cache and logits in the trace (see ``GenerationTrace``).
     generate_kwargs: passed to ``model.generate`` (``do_sample=True, top_k=50``, ...); seed with
         ``torch.manual_seed`` for reproducible sampling.
     """

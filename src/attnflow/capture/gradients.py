@@ -4,7 +4,7 @@ One forward pass under eager attention, each layer's weights received at its ``l
 point (``output_attentions=True`` for a model whose classes declare no attention modules); each layer's
 attention tensor is the very tensor the layer multiplies with the values, so a gradient hook on that
 tensor (not on the model) receives ``d logit / d A_l`` for layer ``l`` (paired by layer index, never
-by hook order). The model runs on eager attention for the call only (:mod:`attnflow.hf.points`).
+by hook order). The model runs on eager attention for the call only (``attnflow.hf.points``).
 """
 
 from __future__ import annotations

@@ -1,23 +1,23 @@
 """A decoder's target rows, captured on the model's fast attention: no ``(heads, n, n)``, no ``(layers, n, n)``.
 
-The eager capture (:mod:`attnflow.capture.text`) runs the model on eager attention and keeps the fused
+The eager capture (``attnflow.capture.text``) runs the model on eager attention and keeps the fused
 ``(layers, n, n)`` maps: 8 GB at 8,192 tokens on SmolLM2-135M, before one layer's eager attention
 inside the model. Raw attention's and rollout's rows of one target need neither: here the model runs
 on SDPA, a receiver at each layer's attention kernel (the hook point ``layers.i.attn.kernel`` of
-:mod:`attnflow.hf.points`) keeps the queries and keys as the kernel received them (after the position
+``attnflow.hf.points``) keeps the queries and keys as the kernel received them (after the position
 encoding, in the model's dtype, grouped-query heads not repeated), and
-:func:`attnflow.core.qk_rows.target_rows` recomputes the rows from them top down, chunk by chunk of
-queries. Where the queries and keys of every layer would exceed :data:`KEEP_IN_MEMORY`, each layer's are
+``attnflow.core.qk_rows.target_rows`` recomputes the rows from them top down, chunk by chunk of
+queries. Where the queries and keys of every layer would exceed ``KEEP_IN_MEMORY``, each layer's are
 written to a temporary file as it runs and read back one layer at a time.
 
 Soft-capped logits (Gemma 2), which SDPA cannot apply, are computed by the receiver itself, chunk by
-chunk of queries (:func:`chunked_attention`), so those layers hold no ``(heads, n, n)`` either.
+chunk of queries (``chunked_attention``), so those layers hold no ``(heads, n, n)`` either.
 
 The mask: the rows apply the causal mask, the layer's sliding window (from the architecture table,
-:func:`attnflow.hf.architectures.layer_windows`, checked against the kernel's ``sliding_window``
+``attnflow.hf.architectures.layer_windows``, checked against the kernel's ``sliding_window``
 argument) and nothing else; a mask the kernel is given that says otherwise (a family whose masks differ)
 is refused with a sentence rather than explained wrongly. Families the row capture cannot serve keep the
-eager capture; :func:`why_not_rows` says why (``attnflow methods --model``).
+eager capture; ``why_not_rows`` says why (``attnflow methods --model``).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ DEVICE_CHUNK_MEMORY = 512 * 2**20
 
 
 class QKStore(Sequence):
-    """Each layer's :class:`~attnflow.core.qk_rows.QK`, kept in memory or, with ``folder``, in one file
-    per layer there (read back on indexing, one layer at a time). :meth:`close` deletes the files."""
+    """Each layer's ``QK``, kept in memory or, with ``folder``, in one file
+    per layer there (read back on indexing, one layer at a time). ``close`` deletes the files."""
 
     def __init__(self, n_layers: int, folder: str | None = None) -> None:
         self.folder = folder
@@ -186,10 +186,10 @@ def run_rows(model: Any, inputs: dict, position: int | Sequence[int], methods: S
              progress: Any = None, **forward: Any) -> tuple[TargetRows, Any, bool]:
     """One SDPA forward pass of ``model`` on ``inputs`` (one text, on the model's device) keeping each
     layer's queries and keys, then ``methods``' rows of ``position`` (one, or a sequence) at every layer
-    (:func:`attnflow.core.qk_rows.target_rows`). Returns the rows (float32, on the CPU), the model's
+    (``attnflow.core.qk_rows.target_rows``). Returns the rows (float32, on the CPU), the model's
     output and whether that output is the model's own (it runs on SDPA itself and no layer's output was
     computed by the receiver). ``methods`` empty: the pass alone (nothing kept). ``memory``: bytes per chunk of queries
-    (default :data:`~attnflow.core.qk_rows.CHUNK_MEMORY` on a CPU, :data:`DEVICE_CHUNK_MEMORY` elsewhere).
+    (default ``CHUNK_MEMORY`` on a CPU, ``DEVICE_CHUNK_MEMORY`` elsewhere).
     ``progress(done, total)``: after each layer of the pass, then of the sweep (``total``: twice the layers; a
     progress with a ``method`` attribute, the CLI's bar, is told the step is "capture", counted in layers)."""
     why = why_not_rows(model, kind_of(model).family)
@@ -232,9 +232,9 @@ def capture_rows(model: Any, tokenizer: Any, text: str, position: int, methods: 
                  truncate: bool = False, residual: float = 0.5, head_fusion: str = "mean",
                  causal_norm: str | None = None, memory: int | None = None,
                  keep_in_memory: int = KEEP_IN_MEMORY, progress: Any = None) -> AttentionMaps:
-    """:func:`attnflow.capture.capture` of one text for a decoder, holding ``methods``' rows of
+    """``attnflow.capture.capture`` of one text for a decoder, holding ``methods``' rows of
     ``position`` (``"raw"``, ``"rollout"``; every layer) instead of the maps: ``maps.attentions`` is None
-    and ``maps.rows`` a :class:`~attnflow.core.maps.TargetRows`. The model runs on SDPA for the pass and
+    and ``maps.rows`` a ``TargetRows``. The model runs on SDPA for the pass and
     comes back on the attention implementation it had; ``maps.last_logits`` is kept only where the
     pass ran as the model runs (a model on SDPA). ``memory``: bytes per chunk of queries;
     ``keep_in_memory``: the most bytes of queries and keys kept in memory (beyond: temporary files)."""

@@ -3,8 +3,8 @@ self- and cross-attention, by teacher forcing a given target or while the model 
 
 Positions: the source has ``S`` tokens; the decoder reads ``[start] + target[:-1]`` (``T`` positions)
 and decoder position ``i`` predicts target token ``i``. The joint rollout itself is pure tensor maths
-in :mod:`attnflow.core.joint`; generation tracks it with the KV cache
-(:class:`attnflow.core.joint.incremental.IncrementalJointRollout`): the encoder runs once (its rollout
+in ``attnflow.core.joint``; generation tracks it with the KV cache
+(``attnflow.core.joint.incremental.IncrementalJointRollout``): the encoder runs once (its rollout
 ``E`` is computed once), then each cached decoder step hands the hook the new position's
 self-attention row and cross-attention row. Beam search is refused, as for decoders.
 """
@@ -54,7 +54,7 @@ class Seq2SeqMaps:
 
 @dataclass
 class Seq2SeqTrace:
-    """What :func:`track_seq2seq_generation` saw. ``rows``: ``(n_new, Ld, S + 1 + n_new)``: the joint
+    """What ``track_seq2seq_generation`` saw. ``rows``: ``(n_new, Ld, S + 1 + n_new)``: the joint
     rollout row of the decoder position that predicted generated token ``i`` at every decoder layer,
     over the source tokens, the decoder start token and the generated tokens (zero from column
     ``S + 1 + i`` on)."""
@@ -115,7 +115,7 @@ def _cross(attentions: Any, model: Any) -> torch.Tensor:
 
 def capture_seq2seq(model: Any, tokenizer: Any, source: str, target: str, *, truncate: bool = False) -> Seq2SeqMaps:
     """Teacher-force ``target`` after ``source`` and return the three kinds of attention (see
-    :class:`Seq2SeqMaps`). The target is tokenized as the model's labels (``text_target``), special
+    ``Seq2SeqMaps``). The target is tokenized as the model's labels (``text_target``), special
     tokens (e.g. the final ``</s>``) included."""
     check_seq2seq(model, tokenizer)
     if not isinstance(target, str) or not target.strip():
@@ -147,7 +147,7 @@ def track_seq2seq_generation(model: Any, tokenizer: Any, source: str, max_new_to
                              **generate_kwargs: Any) -> Seq2SeqTrace:
     """Generate an output for ``source`` with the model's own ``generate`` (greedy by default; one
     beam, whatever the model's generation config says) and track the joint rollout of every decoder
-    position with the KV cache (see :class:`Seq2SeqTrace`). ``generate_kwargs`` go to ``model.generate``."""
+    position with the KV cache (see ``Seq2SeqTrace``). ``generate_kwargs`` go to ``model.generate``."""
     check_generation(source, max_new_tokens, generate_kwargs)
     check_seq2seq(model, tokenizer)
     inputs = _source(model, tokenizer, source, truncate)

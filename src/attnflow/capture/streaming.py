@@ -3,7 +3,7 @@
 ``model(..., output_attentions=True)`` makes transformers keep every layer's ``(batch, heads, n, n)``
 weights in a tuple until the forward pass ends; stacking them for the methods then holds a second
 copy. At 4,096 tokens on SmolLM2-135M (30 layers, 9 heads) one copy alone is 18 GB. Here a receiver on
-each attention module's hook point (``layers.i.attn``, :mod:`attnflow.hf.points`) gets that layer's
+each attention module's hook point (``layers.i.attn``, ``attnflow.hf.points``) gets that layer's
 weights (under eager attention, switched on for the call only; transformers 5 attention
 modules return them whether or not ``output_attentions`` is set), writes what the methods need into
 one preallocated float32 buffer (the head-fused ``(n, n)`` map, or every head only when per-head
@@ -18,7 +18,7 @@ declaration applies to its own sub-tree), so no per-architecture table is needed
 without one (older code such as Falcon, Bloom, DeBERTa-v2) fall back to ``output_attentions``.
 
 This module also holds what the capture and the interventions share about a pass through the hook
-points: :func:`eager` (eager attention for a call, no receivers) and :func:`architecture_fixes` (the
+points: ``eager`` (eager attention for a call, no receivers) and ``architecture_fixes`` (the
 table's corrections as receivers on the ``fixes`` point).
 """
 
@@ -39,7 +39,7 @@ from attnflow.hf.points import AttentionModule, attention_modules, can_switch, r
 
 
 def streamable_modules(model: Any) -> list[AttentionModule]:
-    """:func:`attention_modules` when each runs once per layer; empty (take transformers' tuple
+    """``attention_modules`` when each runs once per layer; empty (take transformers' tuple
     instead) for a model that runs one module in several layers (ALBERT shares its layers'
     weights: one attention module, called ``num_hidden_layers`` times)."""
     modules = attention_modules(model)
@@ -91,9 +91,9 @@ class Reducer:
     None: ``buffer[:, i]`` = every head. The buffer ``(batch, layers, 1 or heads, q, k)`` is made on
     the first call, when the number of heads is known.
 
-    ``projections`` (one :class:`attnflow.capture.values.Projection` per layer) switch to the norm
-    weighting: the value projection's output of layer ``i`` arrives first (:meth:`values`), and the
-    fused map kept is :func:`attnflow.core.weighting.norm_weighted` of the weights and those norms.
+    ``projections`` (one ``attnflow.capture.values.Projection`` per layer) switch to the norm
+    weighting: the value projection's output of layer ``i`` arrives first (``values``), and the
+    fused map kept is ``attnflow.core.weighting.norm_weighted`` of the weights and those norms.
     """
 
     def __init__(self, n_layers: int, head_fusion: str | None, projections: list[Any] | None = None) -> None:
@@ -142,7 +142,7 @@ class Reducer:
 
 def layer_weights(output: Any, index: int) -> Any:
     """What a ``layers.i.attn`` receiver gets as the layer's weights: ``output[index]`` of an attention
-    module that returns a tuple (its :class:`AttentionModule` ``index``), else the output itself."""
+    module that returns a tuple (its ``AttentionModule`` ``index``), else the output itself."""
     return output[index] if isinstance(output, (tuple, list)) else output
 
 
@@ -175,7 +175,7 @@ def streaming(model: Any, modules: list[AttentionModule], receiver: Any) -> Iter
     run, its output to ``receiver.end_call(output)``. A receiver with ``projections`` (norm
     weighting) also gets each value projection's output first: ``receiver.values(i, output)``.
     ``modules`` empty (a model whose classes declare none): eager attention and the end call only.
-    The model is as it was after the block (:mod:`attnflow.hf.points`)."""
+    The model is as it was after the block (``attnflow.hf.points``)."""
     receiver.model = model
     with receiving(model, _receivers(modules, receiver), attention=attention_for_weights(model)):
         yield receiver
@@ -208,7 +208,7 @@ def scoped(variable: ContextVar[Any], value: Any) -> Iterator[None]:
 
 @contextmanager
 def architecture_fixes(model: Any) -> Iterator[None]:
-    """Apply the architecture table's ``fixes`` for ``model`` (:data:`attnflow.hf.architectures.FIXES`:
+    """Apply the architecture table's ``fixes`` for ``model`` (``attnflow.hf.architectures.FIXES``:
     receivers on its ``fixes`` hook point, before each module they correct runs) for the duration of the
     block; nothing for models whose row has none."""
     row = architecture(model)

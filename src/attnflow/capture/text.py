@@ -1,6 +1,6 @@
 """Capture attention from Hugging Face text models (encoders; decoders share the same forward pass).
 
-Attention is collected by streaming hooks (:mod:`attnflow.capture.streaming`): each layer's weights are
+Attention is collected by streaming hooks (``attnflow.capture.streaming``): each layer's weights are
 fused (or copied, per head) into one float32 buffer while the model runs, so no tuple of every
 layer's attention is ever held.
 """
@@ -115,9 +115,9 @@ def encode(tokenizer: Any, texts: list[str], *, side: str = "right", max_length:
 def run_streaming(model: Any, inputs: dict, head_fusion: str | None, *, weighting: str = "attention",
                   **forward: Any) -> tuple[torch.Tensor, Any]:
     """One forward pass of ``model`` on ``inputs`` (already on the model's device) with the attention
-    reduced layer by layer (:class:`attnflow.capture.streaming.Reducer`). Returns the buffer
+    reduced layer by layer (``attnflow.capture.streaming.Reducer``). Returns the buffer
     ``(batch, layers, 1 or heads, n, n)`` and the model's output (which holds no attentions).
-    ``weighting="norm"`` keeps the norm-based maps instead (:mod:`attnflow.core.weighting`)."""
+    ``weighting="norm"`` keeps the norm-based maps instead (``attnflow.core.weighting``)."""
     check_weighting(weighting)
     modules = streamable_modules(model)
     found = projections(model, modules) if weighting == "norm" else None
@@ -166,10 +166,10 @@ def capture(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
     head_fusion: None keeps every head; ``"mean"``, ``"max"`` or ``"min"`` fuses the heads of each
         layer while the model runs (the heads axis then has length 1 and ``maps.head_fusion`` says
         how), which is all that the methods need unless per-head results are wanted: ``heads`` times
-        less memory (see :mod:`attnflow.capture.streaming`).
+        less memory (see ``attnflow.capture.streaming``).
     weighting: ``"attention"`` (the weights) or ``"norm"``: each key's weight times the length of
         its transformed value vector, summed over heads, rows normalised (Kobayashi et al. 2020; see
-        :mod:`attnflow.core.weighting`); needs a fused ``head_fusion``.
+        ``attnflow.core.weighting``); needs a fused ``head_fusion``.
 
     ``logits`` are kept for models with one output per input (classifiers); language models'
     per-position logits (``n x vocabulary`` numbers) are not computed beyond the last position, which
@@ -225,7 +225,7 @@ def encoded(model: Any, tokenizer: Any, text: str | list[str], *, truncate: bool
 
 def maps_of(given: Encoded, tokenizer: Any, text: str | list[str], out: Any, stacked: Any, *,
             head_fusion: str | None, weighting: str = "attention", rows: Any = None) -> AttentionMaps:
-    """The :class:`AttentionMaps` of a capture pass: ``stacked`` ``(batch, layers, heads, n, n)`` (or
+    """The ``AttentionMaps`` of a capture pass: ``stacked`` ``(batch, layers, heads, n, n)`` (or
     None, with ``rows`` computed instead) and the model's output ``out``."""
     enc, causal = given.enc, given.causal
     mask = enc["attention_mask"].bool()

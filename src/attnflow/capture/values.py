@@ -1,12 +1,12 @@
 """The lengths of the transformed value vectors, ``||f_h(x_j)||`` per head and token, for the norm
-weighting (:mod:`attnflow.core.weighting`), read from the model while it runs.
+weighting (``attnflow.core.weighting``), read from the model while it runs.
 
 ``f_h(x) = (x W_V^h + b_V^h) W_O^h``: the first factor is what the attention module's value
 projection outputs (a forward hook takes it, bias included, with no second computation of it); the
 second is the head's slice of the output projection's weight, read once from the parameters. Which
 modules those are (the ``layers.i.attn.value`` and ``layers.i.attn.out`` hook points of
-:mod:`attnflow.hf.points`), and how a fused query/key/value projection lays out its output, is a row of the
-architecture table (:data:`attnflow.hf.architectures.PROJECTIONS`). Grouped-query and
+``attnflow.hf.points``), and how a fused query/key/value projection lays out its output, is a row of the
+architecture table (``attnflow.hf.architectures.PROJECTIONS``). Grouped-query and
 multi-query models share a key/value head among ``heads / kv_heads`` consecutive query heads, as
 transformers' ``repeat_kv`` does; the number of heads is read from the attention weights themselves.
 The output projection's bias is added once per query, not per key, so it is no key's contribution.
@@ -67,8 +67,8 @@ class Projection:
 
 
 def projections(model: Any, modules: list[Any]) -> list[Projection]:
-    """The :class:`Projection` of each attention module (``modules`` from
-    :func:`attnflow.capture.streaming.attention_modules`), or an :class:`AttnflowError` for a model whose
+    """The ``Projection`` of each attention module (``modules`` from
+    ``attnflow.capture.streaming.attention_modules``), or an ``AttnflowError`` for a model whose
     projections the architecture table does not know."""
     row = architecture(model)
     name = model_type(model) or type(model).__name__

@@ -105,7 +105,7 @@ class ImageMaps:
     (row = query); ``logits``: ``(batch, classes)``; ``target``: the class each gradient is for;
     ``images``: the resized images as shown to the model, ``(H, W)`` or ``(H, W, 3)`` in [0, 1];
     ``originals``: the images as given; ``gaps``: per image, how far fitting it to the model took it
-    from the model's training images (:func:`domain_gap`), or None."""
+    from the model's training images (``domain_gap``), or None."""
 
     attentions: torch.Tensor
     logits: torch.Tensor
@@ -228,7 +228,7 @@ def capture_images(model: Any, images: list[Any], *, gradients: bool = False, ta
     """Run a vision classifier on ``images`` (one batch) and collect attention (and, with
     ``gradients=True``, the gradient of ``target``'s logit, default the predicted class).
 
-    ``weighting="norm"`` collects the norm-based maps instead (:mod:`attnflow.core.weighting`), the
+    ``weighting="norm"`` collects the norm-based maps instead (``attnflow.core.weighting``), the
     heads fused by ``head_fusion`` while the model runs (``attentions`` then has one head)."""
     if not isinstance(images, (list, tuple)) or not images:
         raise AttnflowError("images must be a non-empty list of paths, PIL images or arrays")
@@ -279,7 +279,7 @@ def load_vision_model(path: Any = None, dtype: str = "auto") -> Any:
 
 
 def cached_vision_model(path: Any = None, device: str = "cpu", dtype: str = "auto") -> Any:
-    """:func:`load_vision_model`, kept for reuse between calls (see :func:`attnflow.hf.load.cached`),
+    """``load_vision_model``, kept for reuse between calls (see ``attnflow.hf.load.cached``),
     one copy per torch ``device``."""
     name = _vision_name(path)
     key = ("" if device == "cpu" else device) + ("" if dtype == "auto" else f":{dtype}")

@@ -1,10 +1,10 @@
 """The attnflow command line: a thin layer of argument parsing over the public API.
 
-Each command lives in its own module and registers itself on :data:`attnflow.cli.app.app`; each
+Each command lives in its own module and registers itself on ``attnflow.cli.app.app``; each
 imports the heavy parts (torch, transformers, matplotlib) only when it runs, so ``--help`` is fast.
-Every error and warning prints as one line on stderr, never a traceback: :func:`main` runs the app
-through :func:`attnflow.cli.messages.run`, so a new command gets that without doing anything (raise
-:class:`AttnflowError` for bad input, ``warnings.warn`` for doubtful input).
+Every error and warning prints as one line on stderr, never a traceback: ``main`` runs the app
+through ``attnflow.cli.messages.run``, so a new command gets that without doing anything (raise
+``AttnflowError`` for bad input, ``warnings.warn`` for doubtful input).
 """
 
 from __future__ import annotations

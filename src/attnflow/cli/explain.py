@@ -32,7 +32,7 @@ Method = method_enum("text")
 
 def _spans_option(by: str, spans_file: Optional[Path]) -> object:
     """``--by`` / ``--spans`` as the ``spans=`` of attnflow.explain (a file read once and checked:
-    :func:`attnflow.units.spans.checked_spans`), refused in one line when they disagree."""
+    ``attnflow.units.spans.checked_spans``), refused in one line when they disagree."""
     if by not in ("token", "word", "sentence", "spans"):
         raise typer.BadParameter(f"--by must be token, word, sentence or spans; got {by!r}", param_hint="--by")
     if (by == "spans") != (spans_file is not None):

@@ -1,16 +1,16 @@
 """One line for everything that goes wrong on the command line: errors and warnings alike.
 
-:func:`run` wraps the whole typer application (``attnflow.cli.main`` calls it), so every command,
+``run`` wraps the whole typer application (``attnflow.cli.main`` calls it), so every command,
 including ones added later, gets the same treatment without doing anything itself:
 
-- :class:`~attnflow.AttnflowError` (bad input, a refusal) -> ``attnflow: error: ...``, exit 2;
+- ``AttnflowError`` (bad input, a refusal) -> ``attnflow: error: ...``, exit 2;
 - typer's own validation (unknown option value, missing argument, a number out of range, an unknown
   command) -> the same one line instead of its usage box, exit 2;
 - ``OSError`` (an unreadable input, an unwritable output, a full disk) -> one line naming the file, exit 2;
 - Ctrl-C -> ``attnflow: interrupted; no output file was written``, exit 130;
 - anything else is a bug -> one line naming the exception, exit 1 (``ATTNFLOW_DEBUG=1`` re-raises it
   with its traceback);
-- Python warnings, ours (:class:`~attnflow.errors.AttnflowWarning`) and the libraries' (matplotlib's
+- Python warnings, ours (``AttnflowWarning``) and the libraries' (matplotlib's
   missing glyphs, PIL's decompression-bomb check, numpy) -> one ``attnflow: warning: ...`` line each,
   repeats dropped.
 

@@ -1,5 +1,5 @@
 """``attnflow methods``: the method registry as a table, and with ``--model`` which methods that model can
-run and why not the others (the facts :func:`attnflow.api.checks.check_methods` refuses by)."""
+run and why not the others (the facts ``attnflow.api.checks.check_methods`` refuses by)."""
 
 from __future__ import annotations
 

@@ -3,10 +3,10 @@
     python -m attnflow.cli.option_table
 
 Generated, not written per command: the options are the commands' own (typer's), where a setting or an
-entry point's keyword applies comes from its row (:data:`attnflow.config.settings.OPTIONS` and
+entry point's keyword applies comes from its row (``attnflow.config.settings.OPTIONS`` and
 ``ENTRY_OPTIONS``: ``scope``, ``models``) and from the method records that read it (``Method.reads``),
 narrowed to the methods the command offers. Every other combination is refused before any work by the
-one check generated from the same rows (:func:`attnflow.api.checks.check_options`).
+one check generated from the same rows (``attnflow.api.checks.check_options``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _offered(command: Any) -> list[str] | None:
 
 
 def where(option: Any, offered: list[str] | None) -> str:
-    """Where ``option`` (an :class:`~attnflow.config.settings.Option`) changes a result, in words."""
+    """Where ``option`` (an ``Option``) changes a result, in words."""
     from attnflow.api.checks import _PLURAL
     from attnflow.config import registry
     from attnflow.config.settings import ANY, EVERY

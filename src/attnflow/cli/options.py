@@ -1,4 +1,4 @@
-"""Command-line options generated from :class:`attnflow.Settings` and the method registry, so that a
+"""Command-line options generated from ``attnflow.Settings`` and the method registry, so that a
 command never spells a setting's default, its allowed values or a list of methods.
 
     residual: float = option("residual")
@@ -90,7 +90,7 @@ def method_help(kind: str) -> str:
 
 def method_option(kind: str, default: str | None) -> Any:
     """``--method``; default None: the command's own default (``explain``: rollout, and a decoder's
-    defaults beside it; a method named runs alone: :mod:`attnflow.api.defaults`)."""
+    defaults beside it; a method named runs alone: ``attnflow.api.defaults``)."""
     if default is None:
         return typer.Option(None, help=method_help(kind) + " Default: rollout (a decoder's last position: rollout "
                             "beside ablated flow, or the budgeted method above 64 tokens); a method named runs alone.")

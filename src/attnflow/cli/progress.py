@@ -1,7 +1,7 @@
 """A rich progress bar for long computations, as a ``progress(done, total)`` callback.
 
 For flow the callback also takes the up-front estimate (``bar.estimate(found)``, called by
-:func:`attnflow.flow` before it solves): a long run prints the estimate first, and the bar shows
+``attnflow.flow`` before it solves): a long run prints the estimate first, and the bar shows
 the rate and an ETA from the start (the estimate until rows finish, the measured rate after).
 """
 

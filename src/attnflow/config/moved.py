@@ -4,8 +4,8 @@ Issue 43 split ``attnflow.capture`` into the rooms it held: loading and kinds (`
 observing (``attnflow.capture``), editing and pricing (``attnflow.interventions``, with the cost model
 that was ``attnflow.api.costs``) and text units (``attnflow.units``, with ``attnflow.api.spans``).
 Importing an old path gives the moved module itself (the same object, so a monkeypatch through either
-path is seen by both) and a :class:`DeprecationWarning` naming the new path, from one finder on
-``sys.meta_path`` that :mod:`attnflow` installs when it is imported.
+path is seen by both) and a ``DeprecationWarning`` naming the new path, from one finder on
+``sys.meta_path`` that ``attnflow`` installs when it is imported.
 
     import attnflow.capture.ablation   # DeprecationWarning: ... use attnflow.interventions.ablation
 """
@@ -41,7 +41,7 @@ def _warn(old: str, new: str, stacklevel: int) -> None:
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds an old path of :data:`MODULES` and loads it as the new module: ``exec_module`` puts the new
+    """Finds an old path of ``MODULES`` and loads it as the new module: ``exec_module`` puts the new
     module in ``sys.modules`` under the old name, which the import system then returns (the new
     module's own ``__spec__`` and ``__name__`` are left as they are)."""
 
@@ -61,7 +61,7 @@ def install() -> None:
 
 
 def moved_name(package: str, name: str) -> Any:
-    """``package``'s attribute ``name`` where it moved (:data:`NAMES`), with the warning; else the
+    """``package``'s attribute ``name`` where it moved (``NAMES``), with the warning; else the
     ``AttributeError`` a module raises for a name it does not have."""
     module = NAMES.get(package, {}).get(name)
     if module is None:

@@ -6,7 +6,7 @@ and one check.
     attnflow.explain(text, residual=0.3, head_fusion="max")   # the same Settings, built for you
     result.params                                             # settings.as_dict() + what the entry point adds
 
-A new setting is one :class:`Option` row in ``OPTIONS`` and one field of :class:`Settings`: the CLI's
+A new setting is one ``Option`` row in ``OPTIONS`` and one field of ``Settings``: the CLI's
 options (``attnflow.cli.options``) and the app's menus (``attnflow.app.options``) are generated from
 these rows, so no other module spells a setting's default or allowed values.
 """
@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from attnflow.errors import AttnflowError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ ENTRY_OPTIONS: dict[str, Option] = {o.name: o for o in (
 
 
 def rule(name: str) -> Option | None:
-    """The :class:`Option` of a setting or an entry point's checked keyword (None: neither)."""
+    """The ``Option`` of a setting or an entry point's checked keyword (None: neither)."""
     return OPTIONS.get(name) or ENTRY_OPTIONS.get(name)
 
 
@@ -159,7 +161,7 @@ def check_target(target: Any) -> Any:
 
 def check_device_name(device: Any) -> str:
     """"auto", "cpu", "cuda", "cuda:N" or "mps" (whether this machine has it is checked when a model
-    loads, :func:`attnflow.api.devices.check_device`)."""
+    loads, ``attnflow.api.devices.check_device``)."""
     import re
 
     if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
@@ -169,21 +171,44 @@ def check_device_name(device: Any) -> str:
 
 @dataclass(frozen=True)
 class Settings:
-    """The settings of one explanation, checked once when built (see ``OPTIONS`` for each one's help).
+    """The settings of one explanation: one frozen record, checked once when built.
 
-    residual: ``A = (1 - residual) W + residual I`` (0.5: the paper's ``(W + I) / 2``).
-    head_fusion: "mean" (the paper's), "max" or "min" over heads.
-    weighting: "attention" (the paper's) or "norm" (Kobayashi et al. 2020).
-    causal_norm: None, "keys" or "sink" (decoders; see :mod:`attnflow.core.causal`).
-    solver: the max-flow solver for flow.
-    target: "cls", "last", a position, or None (decoders: "last"; others: "cls").
-    truncate: cut inputs longer than the model's maximum instead of refusing them.
-    device: where a model given by name is loaded ("auto": a CUDA GPU, else Apple's mps, when torch
-        sees one; "cpu", "cuda", "cuda:N", "mps"); a loaded model is used where it is.
-    dtype: what a model given by name is loaded in ("auto": its checkpoint's; "float32", "bfloat16",
-        "float16"); a loaded model keeps its own (another is refused).
-    budget: what ``ablated-flow-budgeted`` may spend, in forward passes of the input
-        (:mod:`attnflow.interventions.compute`).
+    Every entry point takes one (``settings=``); its setting keywords are sugar on top
+    (``explain(text, residual=0.3)`` builds ``Settings(residual=0.3)``), and a keyword left out keeps
+    the value ``settings`` holds. A result records ``settings.as_dict()`` in ``params``. Each
+    setting's allowed values and help line are its row of ``attnflow.config.settings.OPTIONS``, from
+    which the CLI's options and the app's menus are made. The defaults are the paper's.
+
+    Args:
+        residual: Weight of the identity in ``A = (1 - residual) W + residual I`` (0.5: the paper's
+            ``(W + I) / 2``).
+        head_fusion: "mean" (the paper's), "max" or "min" over heads.
+        weighting: "attention" (the paper's) or "norm" (Kobayashi et al. 2020).
+        causal_norm: None, "keys" or "sink" (decoders; see ``attnflow.core.causal``).
+        solver: The max-flow solver for flow: "auto", "certified", "engine", "torch", "scipy" or
+            "networkx".
+        target: "cls", "last", a position, or None (decoders: "last"; others: "cls"). A digit string
+            becomes an int.
+        truncate: Cut inputs longer than the model's maximum instead of refusing them.
+        device: Where a model given by name is loaded ("auto": a CUDA GPU, else Apple's mps, when
+            torch sees one; "cpu", "cuda", "cuda:N", "mps"); a loaded model is used where it is.
+        dtype: What a model given by name is loaded in ("auto": its checkpoint's; "float32",
+            "bfloat16", "float16"); a loaded model keeps its own (another is refused).
+        budget: What ``ablated-flow-budgeted`` may spend, in forward passes of the input
+            (``attnflow.interventions.compute``).
+
+    Raises:
+        AttnflowError: A value outside a setting's allowed values (one line: expected, given).
+
+    Examples:
+        >>> import attnflow
+        >>> settings = attnflow.Settings(residual=0.3, head_fusion="max")
+        >>> settings.replace(head_fusion="min").as_dict()["head_fusion"]
+        'min'
+        >>> attnflow.Settings(residual=1.5)
+        Traceback (most recent call last):
+            ...
+        attnflow.errors.AttnflowError: residual must be a number in [0, 1]; got 1.5
     """
 
     residual: float = OPTIONS["residual"].default
@@ -201,8 +226,13 @@ class Settings:
         self.check()
 
     def check(self) -> None:
-        """Refuse a value outside a setting's allowed values (one line: expected, given); a digit-string
-        target becomes an int and a residual a float."""
+        """Refuse a value outside a setting's allowed values (one line: expected, given).
+
+        A digit-string target becomes an int and a residual a float.
+
+        Raises:
+            AttnflowError: The first value outside its setting's allowed values.
+        """
         object.__setattr__(self, "residual", check_number("residual", self.residual))
         object.__setattr__(self, "budget", check_number("budget", self.budget))
         for name in ("head_fusion", "weighting", "causal_norm", "solver", "dtype"):
@@ -213,18 +243,44 @@ class Settings:
         check_device_name(self.device)
 
     def as_dict(self) -> dict[str, Any]:
-        """The settings as a result records them in ``params`` (every field)."""
+        """The settings as a result records them in ``params``.
+
+        Returns:
+            Every field by name.
+        """
         return dataclasses.asdict(self)
 
     def replace(self, **changes: Any) -> Settings:
-        """A copy with ``changes`` (checked)."""
+        """A copy with some settings changed (checked).
+
+        Args:
+            **changes: Settings by name.
+
+        Returns:
+            A new ``Settings``.
+
+        Raises:
+            AttnflowError: A value outside its setting's allowed values.
+        """
         return dataclasses.replace(self, **changes)
 
     @classmethod
     def build(cls, settings: Settings | None = None, **keywords: Any) -> Settings:
-        """The one Settings of an entry point: ``settings`` (default: the paper's) with the keyword
-        arguments the caller passed on top (keywords left ``UNSET`` are not given). A keyword that
-        is no setting is refused."""
+        """The one Settings of an entry point: ``settings`` with the keywords the caller passed on top.
+
+        Keywords left at their ``UNSET`` default (not passed) are left out.
+
+        Args:
+            settings: The base; None: the paper's defaults.
+            **keywords: Settings by name.
+
+        Returns:
+            The ``Settings`` (``settings`` itself when nothing is passed on top).
+
+        Raises:
+            AttnflowError: ``settings`` that is no ``Settings``, a keyword that is no setting, or a value
+                outside its setting's allowed values.
+        """
         if settings is not None and not isinstance(settings, Settings):
             raise AttnflowError(f"settings must be an attnflow.Settings; got {type(settings).__name__}")
         keywords = {k: v for k, v in keywords.items() if v is not UNSET}
@@ -233,3 +289,35 @@ class Settings:
             raise AttnflowError(f"{unknown[0]!r} is not a setting; the settings are {', '.join(OPTIONS)}")
         base = settings if settings is not None else cls()
         return dataclasses.replace(base, **keywords) if keywords else base
+
+    @staticmethod
+    def keywords(function: F) -> F:
+        """Mark ``function``'s keywords that default to ``UNSET`` as settings, for its signature.
+
+        Its signature (what ``inspect.signature``, ``help()`` and the docs show) gives each one the
+        default of its setting, which is what a call that leaves it out and passes no ``settings`` gets.
+        The keywords keep ``UNSET`` as their real default, so that one left out defers to ``settings=``
+        (``Settings.build``); the function is returned itself, not wrapped.
+
+        Args:
+            function: An entry point whose setting keywords default to ``UNSET``.
+
+        Returns:
+            ``function``, with ``__signature__`` set.
+
+        Raises:
+            AttnflowError: A keyword defaulting to ``UNSET`` that is no setting.
+        """
+        import inspect
+
+        signature = inspect.signature(function)
+        shown = []
+        for parameter in signature.parameters.values():
+            if parameter.default is UNSET:
+                if parameter.name not in OPTIONS:
+                    raise AttnflowError(f"{function.__qualname__}'s keyword {parameter.name!r} defaults to UNSET but "
+                                        f"is no setting; the settings are {', '.join(OPTIONS)}")
+                parameter = parameter.replace(default=OPTIONS[parameter.name].default)
+            shown.append(parameter)
+        function.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]
+        return function

@@ -4,7 +4,7 @@ In a decoder, query ``q`` sees only the ``v_q`` real keys at or before it (``v_q
 padding), so early rows are concentrated on few keys and every row leans on the first token, which
 most heads use as an "attention sink" (a no-op target). Both options below act on the head-fused
 weights ``W`` of each layer, row by row, before the residual ``A = norm((1-r) W' + r I)`` of
-:mod:`attnflow.core.fusion`; rows of ``A`` still sum to 1. Each row depends only on that row and its
+``attnflow.core.fusion``; rows of ``A`` still sum to 1. Each row depends only on that row and its
 position, so earlier rows never change when tokens are appended (incremental generation stays exact).
 
 - ``None`` (default): ``W' = W``, the paper's method.
@@ -52,7 +52,7 @@ def augment_last_row(w_row: torch.Tensor, residual: float, causal_norm: str | No
     """The residual-augmented row of the LAST query of an unpadded sequence.
 
     ``w_row``: ``(..., t+1)``, fused attention of the query at position ``t`` over keys ``0..t``.
-    Equals row ``t`` of :func:`attnflow.core.fusion.augmented` on the full matrix.
+    Equals row ``t`` of ``attnflow.core.fusion.augmented`` on the full matrix.
     """
     check_causal_norm(causal_norm)
     t = w_row.shape[-1] - 1

@@ -11,7 +11,7 @@ Conventions (pinned here, used everywhere):
 - padding: padded keys receive no attention (their columns are zeroed); a padded query row keeps only
   its self-loop so that it never feeds a real token.
 - receptive-field normalisation for decoders (``causal_norm``, off by default) is applied to the
-  fused ``W`` before the residual; see :mod:`attnflow.core.causal`.
+  fused ``W`` before the residual; see ``attnflow.core.causal``.
 """
 
 from __future__ import annotations

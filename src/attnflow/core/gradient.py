@@ -32,7 +32,7 @@ def grad_rollout(attentions: Any, gradients: Any, *, mask: Any = None) -> Any:
     Parameters
     ----------
     attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a per-layer tuple, or
-        :class:`AttentionMaps`. Row = query, column = key.
+        ``AttentionMaps``. Row = query, column = key.
     gradients: the gradient of the explained logit with respect to each layer's attention, in the
         same form and order as ``attentions`` (gradients may be negative).
     mask: optional padding mask, True for real tokens; padded rows and columns of the result are 0.

@@ -7,12 +7,12 @@ attends to later positions). So each new position costs ``O(layers * t^2)`` (one
 rows per layer) instead of the ``O(layers * t^3)`` of rolling out the whole prefix again, and the model
 only has to produce the new query's attention row, which a KV-cached forward step gives.
 
-:class:`IncrementalRollout` keeps ``rows[l, k, :]`` = ``R_{l+1}[k]`` (0-based layer ``l``) for every
+``IncrementalRollout`` keeps ``rows[l, k, :]`` = ``R_{l+1}[k]`` (0-based layer ``l``) for every
 position seen so far, in a buffer that grows by doubling. Row = query, column = input position, as in
-:mod:`attnflow.core.fusion`.
+``attnflow.core.fusion``.
 
 Sliding-window layers (Mistral, Gemma 2/3, ...): a KV-cached step of such a layer returns attention over
-the ``k`` most recent keys only. :func:`place_window` puts those ``k`` columns at their absolute positions
+the ``k`` most recent keys only. ``place_window`` puts those ``k`` columns at their absolute positions
 ``t+1-k .. t`` and zeros before them, which is exactly row ``t`` of the layer's full map (a one-pass
 forward returns the same row with zeros outside the window), so rollout stays exact.
 """
@@ -79,7 +79,7 @@ def place_window(attention: Any, width: int, windows: Sequence[int | None] | Non
 
     attention: a ``(layers, heads, width)`` tensor, or one ``(heads, k_l)`` row block per layer with
         ``k_l <= width``: the ``k_l`` most recent keys, placed at absolute columns ``width-k_l .. width-1``
-        (the columns before get 0, positions outside the layer's window); see :func:`window_columns`.
+        (the columns before get 0, positions outside the layer's window); see ``window_columns``.
     windows: per layer, the window size (None: full attention) the model declares.
     """
     if isinstance(attention, torch.Tensor) or not isinstance(attention, (list, tuple)):
@@ -99,9 +99,9 @@ class IncrementalRollout:
 
     ``start(prompt_attentions)`` rolls out the prompt ``(layers, heads, m, m)`` once; each
     ``append(attention_row)`` with ``(layers, heads, t+1)`` adds position ``t``. ``rows`` is
-    ``(layers, n, n)``, lower-triangular, equal to :func:`attnflow.rollout` on the whole sequence.
+    ``(layers, n, n)``, lower-triangular, equal to ``attnflow.rollout`` on the whole sequence.
     Unpadded sequences only (one sequence; pad a batch outside). ``windows``: per layer, the model's
-    sliding-window size or None (see :func:`place_window`); ``append`` then also takes one row block per
+    sliding-window size or None (see ``place_window``); ``append`` then also takes one row block per
     layer over that layer's window.
     """
 
@@ -139,7 +139,7 @@ class IncrementalRollout:
 
     def append(self, attention: Any) -> torch.Tensor:
         """Add the next position; ``attention``: ``(layers, heads, n+1)``, or one ``(heads, k_l)`` block per
-        layer over its most recent keys (:func:`place_window`). Returns its rows ``(layers, n+1)``."""
+        layer over its most recent keys (``place_window``). Returns its rows ``(layers, n+1)``."""
         rows = self._rows if self._rows is not None else None
         if rows is None:
             raise AttnflowError("call start() with the prompt's attention before append()")

@@ -6,7 +6,7 @@ Accepted forms (row = query, column = key everywhere in attnflow):
 - a batch ``(batch, layers, heads, n, n)`` (outputs then get a leading batch axis);
 - the tuple Hugging Face returns with ``output_attentions=True``: one ``(batch, heads, n, n)``
   per layer (or ``(heads, n, n)`` per layer);
-- an :class:`~attnflow.core.maps.AttentionMaps`, whose padding mask is used;
+- an ``AttentionMaps``, whose padding mask is used;
 - a TransformerLens ``ActivationCache`` (its ``blocks.{l}.attn.hook_pattern`` entries, one
   ``(batch, heads, n, n)`` per layer: the same as the Hugging Face tuple).
 
@@ -134,8 +134,26 @@ def _cache_patterns(cache: Any) -> list | None:
 
 
 def as_stack(attentions: Any, mask: Any = None, layout: str | None = None) -> Stack:
-    """Validate ``attentions`` (and an optional padding ``mask``) and return a :class:`Stack`.
-    ``layout``: how a 5-D stack is ordered (``"batch-first"`` or ``"layers-first"``; module docstring)."""
+    """Validate attention (and an optional padding mask) into one ``Stack``.
+
+    Args:
+        attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face
+            per-layer tuple, ``AttentionMaps``, or a TransformerLens ``ActivationCache``.
+        mask: Optional padding mask ``(n,)`` or ``(batch, n)``, True for real tokens.
+        layout: How a 5-D stack is ordered: ``"batch-first"`` reads it as ``(batch, layers, heads,
+            n, n)``, ``"layers-first"`` as ``(layers, batch, heads, n, n)``, the order of
+            TransformerLens's ``cache.stack_activation("pattern")``. None: batch-first, except that a
+            stack whose second axis is 1 and first is not (what that call returns for one input) is
+            refused rather than read as a batch of one-layer maps.
+
+    Returns:
+        A ``Stack``: ``values`` of shape ``(batch, layers, heads, n, n)`` (float64 stays float64,
+            anything else is float32, on the input's device), the ``(batch, n)`` mask, and whether
+            the input was batched and numpy (results are handed back the same way).
+
+    Raises:
+        AttnflowError: Attention of another shape, a mask that does not fit, or an unknown layout.
+    """
     from attnflow.core.maps import AttentionMaps  # local: maps imports this module
 
     if layout is not None and layout not in LAYOUTS:

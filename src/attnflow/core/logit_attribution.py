@@ -1,5 +1,5 @@
 """Logit attribution of attention: how much of the explained logit each source token brings, layer
-by layer, split exactly (pure tensor math; :mod:`attnflow.interventions.logit_paths` collects the inputs).
+by layer, split exactly (pure tensor math; ``attnflow.interventions.logit_paths`` collects the inputs).
 
 Shapes (one input; ``L`` layers, ``H`` query heads sharing ``kv`` key/value heads, ``n`` tokens,
 ``d`` head size, ``D`` hidden size; attention's query axis is the second to last):

@@ -27,9 +27,9 @@ class AttentionMaps:
         the heads were fused that way while the model ran (the methods must then be asked for the
         same fusion: the per-head maps are gone).
     weighting: ``"attention"`` when the maps are the attention weights, ``"norm"`` when they are the
-        norm-based maps of :mod:`attnflow.core.weighting` (heads then always fused during capture).
-    rows: :class:`TargetRows` computed while capturing, in place of the maps (``attentions`` is then
-        None): a decoder's target rows captured on its fast attention (:mod:`attnflow.core.qk_rows`).
+        norm-based maps of ``attnflow.core.weighting`` (heads then always fused during capture).
+    rows: ``TargetRows`` computed while capturing, in place of the maps (``attentions`` is then
+        None): a decoder's target rows captured on its fast attention (``attnflow.core.qk_rows``).
     """
 
     attentions: Any
@@ -62,7 +62,7 @@ class TargetRows:
     values: method -> ``(n_layers, len(positions), n)`` (float32, every layer); row = target position;
     empty when no method needed rows (the pass ran for the others, which run the model themselves).
     residual, head_fusion, causal_norm: the settings they were computed with; other settings cannot be
-    served from them (:meth:`rows` refuses them in a sentence).
+    served from them (``rows`` refuses them in a sentence).
     """
 
     positions: tuple[int, ...]

@@ -1,5 +1,5 @@
 """The paper's attention methods as rows: raw, rollout and flow for some target positions and layers.
-(Which methods exist, and what "all" means, is the registry's: :mod:`attnflow.config.registry`.)
+(Which methods exist, and what "all" means, is the registry's: ``attnflow.config.registry``.)
 
 Every entry point (explain, the report maps, the agreement correlations, images) asks for the same
 thing: for some target positions, how each layer's node draws on the input tokens.
@@ -31,9 +31,9 @@ def method_rows(attentions: Any, method: str, positions: Any = None, *, layers: 
     ``positions[i]`` at layer ``layers[l]`` draws on the input tokens under ``method``.
 
     Every method is asked for ``positions`` and ``layers`` only (None means all of them): rollout
-    rows come from vector-matrix products (:func:`attnflow.core.rollout.rollout_rows`) unless the
+    rows come from vector-matrix products (``attnflow.core.rollout.rollout_rows``) unless the
     full maps are cheaper, raw rows are read one layer at a time, and flow costs one max-flow per
-    row, source and layer; ``runner`` runs it (see :func:`attnflow.core.flow.flow`).
+    row, source and layer; ``runner`` runs it (see ``attnflow.core.flow.flow``).
     """
     if isinstance(attentions, AttentionMaps) and attentions.attentions is None and attentions.rows is not None:
         # a decoder's target rows captured without the maps (attnflow.core.qk_rows)

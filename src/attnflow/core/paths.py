@@ -2,7 +2,7 @@
 
 The attention graph (Abnar & Zuidema 2020, section 3) has a node per (layer, position), node layer
 0 being the input tokens, and an edge ``(l, i) -> (l-1, k)`` of weight ``A_l[i, k]``, the
-residual-augmented head-fused attention (:func:`attnflow.core.fusion.augmented`).
+residual-augmented head-fused attention (``attnflow.core.fusion.augmented``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A decoder's explanation of position ``t`` needs, per layer ``l``, raw attention's row ``W_l[t]`` and
 rollout's row ``R_l[t] = e_t Â_l Â_{l-1} ⋯ Â_1``, with ``Â = norm((1 - r) W' + r I)`` as in
-:mod:`attnflow.core.fusion` (``W`` the head-fused attention, ``W'`` after the optional receptive-field
-normalisation of :mod:`attnflow.core.causal`; layers below ``start_layer`` are the identity). Neither
+``attnflow.core.fusion`` (``W`` the head-fused attention, ``W'`` after the optional receptive-field
+normalisation of ``attnflow.core.causal``; layers below ``start_layer`` are the identity). Neither
 needs the ``(layers, n, n)`` maps: ``v Â`` is a weighted sum of rows of ``Â``, and each row of ``W`` can
 be recomputed from the layer's queries and keys as the attention kernel received them (after the
 position encoding)::
@@ -29,7 +29,7 @@ attention spends on ``q kᵀ``) plus ``stack × n² / 2`` for the product, ``sta
 positions``. Accumulated in ``dtype`` (float32 by default, float64 in tests) whatever the dtype of the
 queries and keys.
 
-The oracle is :func:`attnflow.core.rollout.rollout_rows` and :func:`attnflow.core.raw.raw_rows` on the
+The oracle is ``attnflow.core.rollout.rollout_rows`` and ``attnflow.core.raw.raw_rows`` on the
 maps the same queries and keys give under eager attention (``tests/test_qk_rows.py``).
 """
 
@@ -101,11 +101,11 @@ def target_rows(layers: Sequence[QK], positions: Any, *, methods: Sequence[str] 
                 progress: Callable[[int, int], None] | None = None) -> dict[str, torch.Tensor]:
     """Raw attention's and rollout's rows of ``positions`` at every layer (see the module docstring).
 
-    layers: one :class:`QK` per layer, lowest first; read once each, top down (a sequence that loads a
+    layers: one ``QK`` per layer, lowest first; read once each, top down (a sequence that loads a
         layer when indexed keeps one layer in memory at a time).
     methods: which of raw attention and rollout to compute (default both: the registry's ``row_methods()``).
     residual, head_fusion ("mean", "max", "min"), start_layer, causal_norm: as in
-        :func:`attnflow.core.rollout.rollout_rows`. key_mask: ``(n,)``, True for real tokens (padded
+        ``attnflow.core.rollout.rollout_rows``. key_mask: ``(n,)``, True for real tokens (padded
         positions get zero rows and columns, as there). causal: queries see no later key.
     memory: bytes for one chunk of queries' scores. progress: ``progress(done, total)`` after each layer.
 

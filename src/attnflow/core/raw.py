@@ -18,22 +18,23 @@ from attnflow.core.maps import check_fusion
 
 def raw(attentions: Any, *, head_fusion: str | None = "mean", mask: Any = None,
         causal_norm: str | None = None) -> Any:
-    """Head-fused attention per layer.
+    """Head-fused attention per layer: the paper's baseline, read as if it were about input tokens.
 
-    Parameters
-    ----------
-    attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face per-layer
-        tuple, or :class:`AttentionMaps`. Row = query, column = key.
-    head_fusion: ``"mean"`` | ``"max"`` | ``"min"`` | None (keep heads).
-    mask: optional padding mask ``(n,)`` / ``(batch, n)``, True for real tokens; padded positions get
-        zero rows and columns. Rows are not re-normalised (this is the raw weight).
-    causal_norm: None, ``"keys"`` or ``"sink"`` (see :mod:`attnflow.core.causal`), applied to the
-        fused weights; there is no residual here, so "keys" only rescales whole rows.
+    Args:
+        attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face
+            per-layer tuple, or ``AttentionMaps``. Row = query, column = key.
+        head_fusion: ``"mean"``, ``"max"``, ``"min"``, or None (keep heads).
+        mask: Optional padding mask ``(n,)`` or ``(batch, n)``, True for real tokens; padded positions
+            get zero rows and columns. Rows are not re-normalised (this is the raw weight).
+        causal_norm: None, ``"keys"`` or ``"sink"`` (see ``attnflow.core.causal``), applied to the
+            fused weights; there is no residual here, so "keys" only rescales whole rows.
 
-    Returns
-    -------
-    ``(layers, n, n)`` (``(layers, heads, n, n)`` when ``head_fusion`` is None), with a leading batch
-    axis for batched input; numpy in -> numpy out, torch in -> torch out.
+    Returns:
+        ``(layers, n, n)`` (``(layers, heads, n, n)`` when ``head_fusion`` is None), with a leading
+            batch axis for batched input; numpy in, numpy out; torch in, torch out.
+
+    Raises:
+        AttnflowError: Attention of another shape or an unknown fusion.
     """
     check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)

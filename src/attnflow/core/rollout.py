@@ -1,7 +1,7 @@
 """Attention rollout (Abnar & Zuidema 2020, section 3).
 
 With ``A_l`` the residual-augmented, head-fused attention of layer ``l`` (see
-:mod:`attnflow.core.fusion`), rollout multiplies the layers, higher layer on the left::
+``attnflow.core.fusion``), rollout multiplies the layers, higher layer on the left::
 
     R_1 = A_1,   R_l = A_l @ R_{l-1}
 
@@ -10,7 +10,7 @@ attention weights combine linearly along every path of the layered attention gra
 row-stochastic, so each ``R_l`` is too. Cost: ``O(layers * n^3)``.
 
 Most uses need a few rows, not the whole maps: ``explain`` reads one target. Row ``q`` of ``R_l`` is
-``e_q^T A_l A_{l-1} ... A_1``, which :func:`rollout_rows` evaluates from the top down, one
+``e_q^T A_l A_{l-1} ... A_1``, which ``rollout_rows`` evaluates from the top down, one
 vector-matrix product per layer: ``O(l * n^2)`` for one layer's row, ``O(L^2 * n^2)`` for a position's
 rows at all ``L`` layers, against ``O(L * n^3)`` for the full maps (at 2,048 tokens and 30 layers
 about 70 times less work), and no ``(layers, n, n)`` result to hold.
@@ -55,28 +55,42 @@ def check_start_layer(start_layer: Any, n_layers: int) -> int:
 def rollout(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "mean",
             discard_ratio: float = 0.0, start_layer: int = 0, mask: Any = None,
             causal_norm: str | None = None) -> Any:
-    """Attention rollout for every layer.
+    """Attention rollout for every layer: ``R_1 = A_1``, ``R_l = A_l @ R_{l-1}``.
 
-    Parameters
-    ----------
-    attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face per-layer
-        tuple, or :class:`AttentionMaps`. Row = query, column = key.
-    residual: weight of the identity in ``A = (1-residual) W + residual I`` (rows re-normalised);
-        0 disables the residual.
-    head_fusion: ``"mean"`` | ``"max"`` | ``"min"`` | None (roll out each head separately).
-    discard_ratio: fraction of each fused layer's smallest off-diagonal weights set to 0 before the
-        residual is added (the diagonal and padded positions are never counted or touched).
-    start_layer: 0-based layer where rolling out starts; layers below it are the identity.
-    mask: optional padding mask, True for real tokens; padded positions never receive attention and
-        their rows/columns in the result are 0.
-    causal_norm: receptive-field normalisation for decoders, None (default, the paper), ``"keys"``
-        or ``"sink"``; see :mod:`attnflow.core.causal`.
+    ``A_l`` is layer ``l``'s head-fused attention with the residual added, ``(1 - residual) W +
+    residual I``, rows re-normalised. ``R[l, q]`` is how much position ``q`` at layer ``l + 1`` draws
+    on each input token. Cost: ``O(layers * n^3)``.
 
-    Returns
-    -------
-    ``R`` of shape ``(layers, n, n)`` (``(layers, heads, n, n)`` when ``head_fusion`` is None), plus
-    a leading batch axis for batched input. ``R[l, q]`` is position ``q`` at layer ``l+1`` over the
-    input tokens; every real row sums to 1.
+    Args:
+        attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face
+            per-layer tuple, or ``AttentionMaps``. Row = query, column = key.
+        residual: Weight of the identity in ``A = (1 - residual) W + residual I`` (rows
+            re-normalised); 0 disables the residual.
+        head_fusion: ``"mean"``, ``"max"``, ``"min"``, or None (roll out each head separately).
+        discard_ratio: Fraction of each fused layer's smallest off-diagonal weights set to 0 before
+            the residual is added (the diagonal and padded positions are never counted or touched).
+        start_layer: 0-based layer where rolling out starts; layers below it are the identity.
+        mask: Optional padding mask, True for real tokens; padded positions never receive attention
+            and their rows and columns in the result are 0.
+        causal_norm: Receptive-field normalisation for decoders: None (the paper's), ``"keys"`` or
+            ``"sink"``; see ``attnflow.core.causal``.
+
+    Returns:
+        ``R`` of shape ``(layers, n, n)`` (``(layers, heads, n, n)`` when ``head_fusion`` is None),
+            plus a leading batch axis for batched input; numpy in, numpy out; torch in, torch out.
+            Every real row sums to 1.
+
+    Raises:
+        AttnflowError: Attention of another shape, a residual outside [0, 1], or an unknown fusion.
+
+    Examples:
+        >>> import attnflow, torch
+        >>> attentions = torch.rand(6, 8, 7, 7).softmax(-1)  # (layers, heads, n, n)
+        >>> R = attnflow.rollout(attentions)
+        >>> R.shape  # R[l, q]: position q at layer l + 1 over the input tokens
+        torch.Size([6, 7, 7])
+        >>> bool(torch.allclose(R.sum(-1), torch.ones(6, 7)))
+        True
     """
     check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)
@@ -106,7 +120,7 @@ def rollout_rows(attentions: Any, positions: Any, *, layers: Any = None, residua
     only one layer's augmented matrix exists at a time. Cost ``O(len(positions) * sum over requested
     layers l of (l + 1) * n^2)``; memory ``O(len(positions) * len(layers) * n)`` beyond the input.
 
-    When that many rows cost more than the full maps (see :func:`rows_are_cheaper`; e.g. every
+    When that many rows cost more than the full maps (see ``rows_are_cheaper``; e.g. every
     position), the full maps are computed and sliced instead.
 
     Returns ``(len(layers), len(positions), n)`` (``(len(layers), heads, len(positions), n)`` when
@@ -186,6 +200,6 @@ def _times_augmented(rows: torch.Tensor, w: torch.Tensor, c: torch.Tensor, resid
 
 
 def rows_are_cheaper(n: int, n_positions: int, layers: list[int]) -> bool:
-    """Whether :func:`rollout_rows` costs fewer multiply-adds than the full maps for these rows:
+    """Whether ``rollout_rows`` costs fewer multiply-adds than the full maps for these rows:
     ``n_positions * sum(l + 1) * n^2`` against ``(max(l) + 1) * n^3``."""
     return n_positions * sum(layer + 1 for layer in layers) < (max(layers) + 1) * n

@@ -13,7 +13,7 @@ and rows are divided by their sums so that the map is row-stochastic like ``alph
 causal normalisation, rollout and flow then run on it exactly as on attention). A sink token that
 takes most of the attention but carries a short value vector contributes little. Because ``alpha``
 is a scalar per (head, query, key), a layer needs only ``||f_h(x_j)||`` per head and key: ``(heads,
-n)`` numbers, computed by :mod:`attnflow.capture.values` while the model runs.
+n)`` numbers, computed by ``attnflow.capture.values`` while the model runs.
 
 Head fusion: "mean" gives the sum above (a constant factor cancels in the row normalisation); "max"
 and "min" take the largest / smallest head's ``alpha^h_ij ||f_h(x_j)||`` before normalising.

@@ -1,4 +1,4 @@
-"""Word lists for :mod:`attnflow.data.agreement` (a few hundred words; plain lists so they diff well)."""
+"""Word lists for ``attnflow.data.agreement`` (a few hundred words; plain lists so they diff well)."""
 
 _NOUNS = """
 key:keys cabinet:cabinets author:authors critic:critics door:doors house:houses boy:boys girl:girls

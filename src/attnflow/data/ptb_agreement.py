@@ -16,7 +16,7 @@ shows the form is not an agreeing finite verb or its number does not follow its 
 - after ``i`` / ``you`` (``i have``, ``you are``): forms that do not follow number;
 - after ``and`` / ``or`` (``has and will``): the verb's subject may be far back or shared.
 
-A prefix must have at least 2 and at most :data:`MAX_WORDS` words. Attractors are not counted (that
+A prefix must have at least 2 and at most ``MAX_WORDS`` words. Attractors are not counted (that
 needs a parse): ``Example.attractors`` and ``Example.subject`` are -1. Splits are the treebank's own
 ``train`` / ``valid`` / ``test``, each shuffled with ``random.Random(seed)``.
 """

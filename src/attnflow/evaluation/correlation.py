@@ -4,9 +4,9 @@ For each example: take the CLS row of raw attention, rollout and flow at every l
 scores over the input tokens, and compute Spearman's rho against an importance score (blank-out,
 input gradients). Then report mean and standard deviation (ddof=0) over examples, per layer.
 
-Two rank correlations: :func:`spearman` (average ranks for ties, Pearson on the ranks: scipy's) and
-:func:`spearman_dense` (the paper's notebook: dense ranks, ``1 - 6 sum d^2 / (n (n^2 - 1))`` with no
-tie correction). Which tokens are ranked is the caller's choice (:mod:`attnflow.reproduction.protocol`).
+Two rank correlations: ``spearman`` (average ranks for ties, Pearson on the ranks: scipy's) and
+``spearman_dense`` (the paper's notebook: dense ranks, ``1 - 6 sum d^2 / (n (n^2 - 1))`` with no
+tie correction). Which tokens are ranked is the caller's choice (``attnflow.reproduction.protocol``).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Given one input (its token ids), a ``predict`` callable, the output to explain (a class of a
 classifier, or the next token a decoder predicts at the last position) and per-layer scores of one
-or more methods, :func:`evaluate` measures, for every method and layer:
+or more methods, ``evaluate`` measures, for every method and layer:
 
-- ``spearman``: Spearman's rho (:func:`attnflow.evaluation.correlation.spearman`) between the
+- ``spearman``: Spearman's rho (``attnflow.evaluation.correlation.spearman``) between the
   method's scores and the *leave-one-out* importance of each ranked token, ``z_c(x) - z_c(x \\ x_i)``,
   the drop of the explained output's **logit** ``z_c`` when token ``i`` is deleted from the input
   (Jain & Wallace, NAACL 2019; ferret's ``taucorr_loo`` uses the same occlusion, ranked with
@@ -20,18 +20,18 @@ or more methods, :func:`evaluate` measures, for every method and layer:
   AOPC is the mean over the remaining levels (NaN if none remains). Ties in a method's scores go to
   the earlier position.
 
-Ties in leave-one-out are ties in the maths, kept as ties here (:func:`merge_ties`): deleting any
+Ties in leave-one-out are ties in the maths, kept as ties here (``merge_ties``): deleting any
 token that the explained position cannot see (outside a sliding window, say) changes its logit by
 exactly zero in the maths, yet by a few units in the last place in floating point, by an amount
 that depends on how the passes were batched and on the machine's kernels. Drops closer than
 ``TIE_ULPS`` units in the last place of the largest logit (at the precision the model computed in)
 are merged into one value, so that the ranks, and Spearman's rho, do not depend on that noise.
 
-Position as a rival (:mod:`attnflow.evaluation.position`): for every method and layer also
+Position as a rival (``attnflow.evaluation.position``): for every method and layer also
 ``partial`` (Spearman with leave-one-out given position), ``position`` (Spearman of the ranking with
 position: the views add "this ranking mostly reflects position" at ``|rho| >= 0.9``) and, at the top
 layer, ``interval`` (a 95 % bootstrap interval of rho over the ranked tokens); ``priors`` holds the rho
-and interval of the two position priors (later first, earlier first); :meth:`Faithfulness.best` names
+and interval of the two position priors (later first, earlier first); ``Faithfulness.best`` names
 the method or prior that agrees best on this input.
 
 Which tokens are ranked (``positions``): by default every token except special tokens and the
@@ -44,10 +44,10 @@ deletion never merges or splits neighbouring tokens.
 
 This module sees no model: ``predict(batch)`` takes a list of token-id lists (lengths may differ)
 and returns the logits of the explained output, ``(len(batch), classes)`` (a decoder's
-``(len(batch), vocab)`` at the last position). :mod:`attnflow.api.faithfulness` builds it for Hugging
+``(len(batch), vocab)`` at the last position). ``attnflow.api.faithfulness`` builds it for Hugging
 Face models. Identical id sequences are evaluated once.
 
-API (stable; :mod:`attnflow.api.faithfulness` and the decoder study use it)::
+API (stable; ``attnflow.api.faithfulness`` and the decoder study use it)::
 
     report = evaluate(predict, ids, scores, target=None, positions=None, fractions=(0.1, 0.2, 0.5),
                       fill_id=None, progress=None)        # -> Faithfulness
@@ -332,13 +332,13 @@ def evaluate(predict: Predict, ids: Sequence[int], scores: Any, *, output: int |
     """Leave-one-out Spearman and AOPC for every method and layer of ``scores``.
 
     predict: token-id lists -> logits ``(batch, outputs)`` of the explained output (module docstring).
-    ids: the input's token ids, ``(n,)``. scores: an :class:`~attnflow.results.Attribution` (every
+    ids: the input's token ids, ``(n,)``. scores: an ``Attribution`` (every
     method's rows for its default target) or ``{name: (layers, n) or (n,)}``.
     output: the class / vocabulary id explained; None: the argmax of ``predict([ids])``.
     positions: the ranked (and deletable) positions; None: all but ``special`` and ``target``
     (an Attribution supplies both from its meta and default target).
     loo: the leave-one-out drops ``(n,)`` already computed for ``output`` (e.g. by a decoder's cached
-    occlusion, :func:`attnflow.interventions.ablation.occlusion`); None: computed here with ``predict``.
+    occlusion, ``attnflow.interventions.ablation.occlusion``); None: computed here with ``predict``.
     aopc_levels: False skips AOPC (comprehensiveness and sufficiency are NaN), for a quick check.
     """
     ids = [int(i) for i in np.asarray(ids).reshape(-1)]

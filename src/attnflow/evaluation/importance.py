@@ -1,12 +1,12 @@
 """Input-token importance baselines the paper compares attention against (section 4).
 
-- :func:`blank_out`: replace one token at a time with an "unknown" token and measure how much the
+- ``blank_out``: replace one token at a time with an "unknown" token and measure how much the
   probability of the target class changes, ``|p(c | x) - p(c | x with token i blanked)|``.
-- :func:`input_gradients`: the gradient ``g_i = d(p_0 - p_1)/d e_i`` of the difference of the two
+- ``input_gradients``: the gradient ``g_i = d(p_0 - p_1)/d e_i`` of the difference of the two
   class probabilities w.r.t. the input vector ``e_i`` of each token, reduced over the embedding
   dimensions: ``|sum_d g_{i,d}|`` (the paper's score; ``reduce="sum"``) or ``||g_i||_2``
   (``reduce="norm"``); ``times_input=True`` multiplies by ``e_{i,d}`` first (grad x input);
-  :func:`embedding_gradients` returns the unreduced ``(n, d)`` gradient.
+  ``embedding_gradients`` returns the unreduced ``(n, d)`` gradient.
 
 **The paper's gradient score is zero in LayerNorm networks.** LayerNorm subtracts the mean over
 ``d``, so ``LN(x + c 1) = LN(x)`` for every scalar ``c``. If every path from ``e_i`` to the output
@@ -155,7 +155,7 @@ def input_gradients(model: Any, input_ids: Any, *, classes: tuple[int, int] = (0
     """``|sum_d d(p_a - p_b)/d e_{i,d}|`` (``reduce="sum"``) or its L2 norm over ``d`` (``"norm"``), ``(n,)``.
 
     ``times_input`` multiplies each component by ``e_{i,d}`` before reducing (grad x input). ``at``
-    picks ``e`` (see :func:`embedding_gradients`). With ``reduce="sum"`` and no ``times_input``, the
+    picks ``e`` (see ``embedding_gradients``). With ``reduce="sum"`` and no ``times_input``, the
     score is rounding residue wherever a LayerNorm sees ``e_i`` first (see the module docstring):
     at ``"word"`` in BERT and in pre-LN models, and at ``"layer_input"`` in pre-LN models.
     """

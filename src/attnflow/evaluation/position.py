@@ -52,7 +52,7 @@ def position_rho(scores: Any, positions: Sequence[int]) -> np.ndarray:
 
 def partial_spearman(x: Any, y: Any, z: Any) -> np.ndarray:
     """Spearman's rho of ``x`` and ``y`` given ``z``, along the last axis (broadcasting, like
-    :func:`~attnflow.evaluation.correlation.spearman`); NaN where it is undefined."""
+    ``spearman``); NaN where it is undefined."""
     x, y, z = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(z, dtype=float))
     if x.shape[-1] < 3:
         raise AttnflowError(f"a partial correlation needs at least 3 tokens; got {x.shape[-1]}")
@@ -101,8 +101,8 @@ def mean_interval(values: Any, **options: Any) -> tuple[float, float]:
 
 def _interval(statistic: Callable[[np.ndarray], np.ndarray], count: int, *, resamples: int = 1000,
               level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """:func:`bootstrap_interval` with every resample at once: ``statistic`` takes ``(resamples, count)``
-    indices and returns ``(resamples,)``. The same draws as :func:`bootstrap_interval` with the same seed."""
+    """``bootstrap_interval`` with every resample at once: ``statistic`` takes ``(resamples, count)``
+    indices and returns ``(resamples,)``. The same draws as ``bootstrap_interval`` with the same seed."""
     if count < 2:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)

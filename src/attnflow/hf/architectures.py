@@ -8,35 +8,35 @@ One row per Hugging Face ``model_type`` (``config.model_type``). A row says:
   row-stochastic map over the input, or it has none); such models are refused before any work.
 - ``window`` / ``layer_types`` / ``windowed_type``: where the config keeps its sliding-window size and
   its per-layer attention kinds, when they differ from the common spelling (``sliding_window`` and
-  ``layer_types`` with ``"sliding_attention"`` entries); see :func:`layer_windows`.
+  ``layer_types`` with ``"sliding_attention"`` entries); see ``layer_windows``.
 - ``self_attention`` / ``cross_attention``: names of the attention sub-modules (the ``layer_name`` of
   transformers' ``_can_record_outputs``) of encoder-decoder models, checked against tiny models in
   the architecture matrix test; a norm-based weighting needs their value and output projections
   (``value`` / ``output``).
-- ``value`` / ``output`` / ``qkv``: for the norm weighting (:mod:`attnflow.core.weighting`), the
+- ``value`` / ``output`` / ``qkv``: for the norm weighting (``attnflow.core.weighting``), the
   attention module's value projection and output projection, as dotted paths from the module that
   returns the attention weights (``../`` climbs to its parent: BERT's output projection sits in the
   ``BertSelfOutput`` beside ``BertSelfAttention``), and how a fused query/key/value projection lays
   out its output: None (the module outputs the values only), ``"concat"`` (queries, then keys, then
   values: GPT-2's ``Conv1D`` ``c_attn``, Phi-3's ``qkv_proj``) or ``"interleaved"`` (per head its
-  query, key and value: GPT-NeoX's ``query_key_value``). Set in :data:`PROJECTIONS`, each row checked
+  query, key and value: GPT-NeoX's ``query_key_value``). Set in ``PROJECTIONS``, each row checked
   against a naive per-head computation on a tiny model in ``tests/test_norm_weighting.py``; a model
   type without them is refused for the norm weighting.
 - ``fixes``: corrections applied while attnflow runs the model (see
-  :func:`attnflow.capture.streaming.architecture_fixes`).
-- ``lrp_gate``: for AttnLRP (:mod:`attnflow.interventions.attnlrp`), the two factors of a gated feed-forward
+  ``attnflow.capture.streaming.architecture_fixes``).
+- ``lrp_gate``: for AttnLRP (``attnflow.interventions.attnlrp``), the two factors of a gated feed-forward
   block's elementwise product (``act(gate(x)) * up(x)``), as paths from the attention module like
   ``mlp``, whose gradients the uniform rule halves; ``()`` for a family whose feed-forward block has no
   product; None (the default) for a family whose rules are not checked, which AttnLRP refuses. Every
   row that sets it has a conservation case in ``tests/test_attnlrp.py``.
 - ``attention_class``: for a family whose model classes declare no ``_can_record_outputs`` (older
   modelling code), the class name of the module that returns ``(output, attention weights)``, so that
-  streaming capture and the norm weighting can hook it (:func:`attnflow.capture.streaming.attention_modules`).
+  streaming capture and the norm weighting can hook it (``attnflow.capture.streaming.attention_modules``).
 
 Rows are plain data: add one for a new family (and a case to ``tests/test_architectures_matrix.py``,
 which generates the supported-architectures table in ``docs/architectures.md``). A model type without
 a row is tried with the generic rules and refused with a sentence if its attention maps are not square
-per-token maps (:func:`stack_attentions`).
+per-token maps (``stack_attentions``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Architecture:
-    """One row of :data:`ARCHITECTURES` (see the module docstring)."""
+    """One row of ``ARCHITECTURES`` (see the module docstring)."""
 
     family: str
     unsupported: str | None = None
@@ -227,12 +227,25 @@ def register_architecture(model_type: str, family: str, *, heads: dict[str, str]
     """Add a row to the architecture table, so attnflow explains a model family without an edit to the
     package (like inseq's ``register_model_config``).
 
-    model_type: the family's ``config.model_type``. family: "encoder", "decoder", "encoder-decoder" or
-    "vision" (or "unsupported" with ``unsupported="why"``). heads: model class name -> head ("base",
-    "classification", "causal-lm", "seq2seq", "image-classification") for classes transformers' auto
-    mappings do not list (a custom family's). facts: any other column (``value``, ``output``,
-    ``qkv``, ``window``, ``attention_class``, ...; see the module docstring). An existing row is kept
-    unless ``replace_row``. Returns the row."""
+    Args:
+        model_type: The family's ``config.model_type``.
+        family: "encoder", "decoder", "encoder-decoder" or "vision" (or "unsupported" with
+            ``unsupported="why"``).
+        heads: Model class name -> head ("base", "classification", "causal-lm", "seq2seq",
+            "image-classification") for classes transformers' auto mappings do not list (a custom
+            family's).
+        replace_row: Replace a row the table has already (else it is refused).
+        **facts: Any other column (``value``, ``output``, ``qkv``, ``window``, ``attention_class``,
+            ...; see the ``attnflow.hf.architectures`` module docstring).
+
+    Returns:
+        The row, an ``Architecture``.
+
+    Raises:
+        AttnflowError: A model type the table has already (without ``replace_row``), ``heads`` that
+            do not map class names to heads, a column the table does not have, or a row that fails
+            its checks.
+    """
     if not isinstance(model_type, str) or not model_type:
         raise AttnflowError(f"model_type must be a non-empty string; got {model_type!r}")
     if model_type in ARCHITECTURES and not replace_row:
@@ -283,7 +296,7 @@ def class_name(model_or_config: Any) -> str:
 
 
 def model_head(model_or_config: Any) -> str:
-    """What a model's class puts on its body (see :data:`HEAD_MAPPINGS`): an exact lookup of the class in its
+    """What a model's class puts on its body (see ``HEAD_MAPPINGS``): an exact lookup of the class in its
     row's ``heads``, then in transformers' auto-model mappings for its ``model_type`` (every type's, for
     a config that names none); "" when neither names the class (or a config does not say its class)."""
     name, kind = class_name(model_or_config), model_type(model_or_config)
@@ -327,7 +340,7 @@ def is_encoder_decoder(model_or_config: Any) -> bool:
 
 
 def refuse_unsupported(model_or_config: Any) -> None:
-    """Raise :class:`AttnflowError` for a model family in the table's refused rows, naming the model
+    """Raise ``AttnflowError`` for a model family in the table's refused rows, naming the model
     type and why; cheap, so callers do it before loading weights or running anything."""
     row = architecture(model_or_config)
     if row is not None and row.unsupported:
@@ -361,7 +374,7 @@ def layer_windows(model_or_config: Any) -> list[int | None]:
 
     From the config: ``layer_types`` (a list such as ``["sliding_attention", "full_attention", ...]``)
     names the windowed layers; without it, a set ``sliding_window`` applies to every layer (Mistral,
-    Mixtral, Starcoder2). Rows of :data:`ARCHITECTURES` rename the attributes where a family spells
+    Mixtral, Starcoder2). Rows of ``ARCHITECTURES`` rename the attributes where a family spells
     them differently (GPT-Neo: ``attention_layers`` with ``"local"``, ``window_size``).
     """
     config = getattr(model_or_config, "config", model_or_config)
@@ -400,8 +413,8 @@ def _read(config: Any, key: str, default: Any = None) -> Any:
 
 def why_not_rows(model_or_config: Any, family: str | None = None) -> str:
     """Why this model's target rows cannot be captured on its fast attention without the maps ("" when they
-    can; :mod:`attnflow.capture.rows`), from a loaded model or its config alone (no weights read);
-    ``family``: the model's, when its kind is known already (:mod:`attnflow.hf.kind`)."""
+    can; ``attnflow.capture.rows``), from a loaded model or its config alone (no weights read);
+    ``family``: the model's, when its kind is known already (``attnflow.hf.kind``)."""
     family = model_family(model_or_config) if family is None else family
     if family != "decoder":
         return f"it is {'an' if family[:1] in 'aeiou' else 'a'} {family} model (the row capture is for decoders)"

@@ -1,11 +1,11 @@
-"""What kind of model this is, computed once: :class:`ModelKind` (family, head, ``model_type`` and
+"""What kind of model this is, computed once: ``ModelKind`` (family, head, ``model_type`` and
 what follows from them) from a config or a loaded model and the architecture table
-(:mod:`attnflow.hf.architectures`).
+(``attnflow.hf.architectures``).
 
-:func:`kind_of` is the one function that answers the question. An entry point resolves a model into a
-record that carries its kind (:class:`attnflow.hf.load.ModelInfo`, :class:`attnflow.api.Loaded`);
+``kind_of`` is the one function that answers the question. An entry point resolves a model into a
+record that carries its kind (``attnflow.hf.load.ModelInfo``, ``attnflow.api.Loaded``);
 checks and methods read that record. A room below the entry that holds only the model asks
-:func:`kind_of` again and gets the kind remembered for that model object (a weak reference kept here,
+``kind_of`` again and gets the kind remembered for that model object (a weak reference kept here,
 never an attribute on the user's model), not a second computation.
 """
 
@@ -83,7 +83,7 @@ def _computed(model_or_config: Any) -> ModelKind:
 
 
 def kind_of(model_or_config: Any) -> ModelKind:
-    """The :class:`ModelKind` of a loaded model, a config or a config dict (an empty dict: unknown).
+    """The ``ModelKind`` of a loaded model, a config or a config dict (an empty dict: unknown).
     A loaded model's is computed once and remembered while the model lives."""
     if isinstance(model_or_config, ModelKind):
         return model_or_config
@@ -120,9 +120,9 @@ def remember(model: Any, kind: ModelKind) -> None:
 
 
 def carried_kind(model: Any) -> ModelKind:
-    """The :class:`ModelKind` a record carries (a :class:`~attnflow.hf.load.ModelInfo` or a
-    :class:`~attnflow.api.models.Loaded`: its ``model_kind``, computed once when the model was
-    resolved), a ``ModelKind`` itself, or a loaded model's (:func:`kind_of`); unknown for a name not
+    """The ``ModelKind`` a record carries (a ``ModelInfo`` or a
+    ``Loaded``: its ``model_kind``, computed once when the model was
+    resolved), a ``ModelKind`` itself, or a loaded model's (``kind_of``); unknown for a name not
     inspected (a hub id whose config is not here) or no model."""
     if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         return UNKNOWN
@@ -135,7 +135,7 @@ def carried_kind(model: Any) -> ModelKind:
 
 
 def kind_name(model: Any) -> str | None:
-    """"encoder", "classifier", "decoder", "encoder-decoder" or "vision" for anything :func:`carried_kind`
+    """"encoder", "classifier", "decoder", "encoder-decoder" or "vision" for anything ``carried_kind``
     takes; None when it cannot be told without loading, or for a family no method's list of model kinds
     names (state-space models, ...: refused by their own sentence, which says why)."""
     from attnflow.config.registry import MODEL_KINDS

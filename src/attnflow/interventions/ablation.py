@@ -18,9 +18,9 @@ the explained token ``c`` (the model's argmax at ``t``, a given token, or the ge
 
 **Exact, batched, cached.** A causal decoder's positions before ``j`` never see ``j``, so an edit of
 ``j`` leaves the prefix ``[0, j)`` as it was. The sources are sorted and taken ``batch_size`` at a
-time (fewer on a long input: :func:`rows_per_call`); a chunk whose first source is ``j0`` starts from
+time (fewer on a long input: ``rows_per_call``); a chunk whose first source is ``j0`` starts from
 the clean key/value cache of ``[0, j0)`` (built once, growing chunk by chunk; every row of the chunk
-attends to that one prefix, :mod:`attnflow.interventions.shared_prefix`, or where it cannot, a copy per row)
+attends to that one prefix, ``attnflow.interventions.shared_prefix``, or where it cannot, a copy per row)
 and runs only positions ``j0 .. t`` for every element of the chunk at once. One target costs about ``n^2 / 2`` token steps
 over all sources instead of ``n^2`` (plus a clean pass); several targets (a generation) share each
 source's run, since one run over ``[j, N)`` gives the edited logits at every later position. The
@@ -29,7 +29,7 @@ round-off: ``tests/test_ablation.py`` checks 1e-5 on tiny Llama (grouped-query),
 sliding window, GPT-2, Gemma 2 and SmolLM2.
 
 Which module is the value projection (and how a fused query/key/value projection lays out its
-output) is the architecture table's row (:data:`attnflow.hf.architectures.PROJECTIONS`).
+output) is the architecture table's row (``attnflow.hf.architectures.PROJECTIONS``).
 
 API (stable; the explain/generate integration and the decoder study use it)::
 
@@ -136,7 +136,7 @@ def _embed_hook(module: Any, args: Any, output: Any) -> Any:
 @contextmanager
 def editing(model: Any, values: bool) -> Iterator[None]:
     """For the block, receivers on the model's ``embed`` and (``values``) ``layers.i.attn.value`` hook
-    points (:mod:`attnflow.hf.points`) that apply the :class:`Edit` made active by :func:`edited`; idle
+    points (``attnflow.hf.points``) that apply the ``Edit`` made active by ``edited``; idle
     while none is, and per thread, so threads sharing a model never see each other's edits."""
     receivers: dict[str, Any] = {"embed": _embed_hook}
     if values:
@@ -149,12 +149,12 @@ def editing(model: Any, values: bool) -> Iterator[None]:
 
 
 def edited(edit: Edit) -> Any:
-    """The context in which ``edit`` is the one applied (inside :func:`editing`), one batch at a time."""
+    """The context in which ``edit`` is the one applied (inside ``editing``), one batch at a time."""
     return scoped(_EDIT, edit)
 
 
 def value_projections(model: Any) -> list[Any]:
-    """Each layer's value projection (:class:`attnflow.capture.values.Projection`), or a sentence saying
+    """Each layer's value projection (``attnflow.capture.values.Projection``), or a sentence saying
     why ablated flow cannot zero values in this model."""
     row = architecture(model)
     if row is None or row.value is None:
@@ -257,7 +257,7 @@ class Prefix:
     def kv(self, j0: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The clean keys and values of ``ids[:j0]`` per layer, ``(1, kv_heads, j0, head_dim)`` views of
         the given or grown cache (no copy), for re-runs that share them
-        (:mod:`attnflow.interventions.shared_prefix`)."""
+        (``attnflow.interventions.shared_prefix``)."""
         if self.given is None:
             self.grow(j0)
         layers = (self.given or self.cache).layers
@@ -265,7 +265,7 @@ class Prefix:
 
     def start(self, batch: int, j0: int, shared: Any = None) -> Any:
         """The cache a batch of ``batch`` rows starts from at ``j0``: the shared prefix's (``shared``, a
-        :class:`attnflow.interventions.shared_prefix.SharedPrefix`), else a copy per row (None: no prefix)."""
+        ``attnflow.interventions.shared_prefix.SharedPrefix``), else a copy per row (None: no prefix)."""
         if j0 == 0:
             return None
         if shared is not None:
@@ -297,7 +297,7 @@ CALL_POSITIONS = 8192  # rows x positions of one edited call, at most (unless on
 
 def rows_per_call(batch_size: int, length: int) -> int:
     """Rows of one edited call over ``length`` positions: ``batch_size``, fewer on a long input so that a
-    call's activations stay those of about :data:`CALL_POSITIONS` positions (a 16-row batch of 8,192
+    call's activations stay those of about ``CALL_POSITIONS`` positions (a 16-row batch of 8,192
     positions would hold 16 times a forward pass's activations; the multiply-accumulates are the same)."""
     return max(1, min(batch_size, CALL_POSITIONS // max(length, 1)))
 
@@ -398,7 +398,7 @@ def ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, layers: str
         when its layers can be cropped) and the clean logits at the targets ``(len(targets), vocab)``
         in sorted target order, so that neither is computed again.
 
-    Returns an :class:`Ablation` with ``scores (len(targets), 1 or layers, n)``.
+    Returns an ``Ablation`` with ``scores (len(targets), 1 or layers, n)``.
     """
     ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     if layers not in LAYER_MODES:
@@ -453,8 +453,8 @@ def occlusion(model: Any, input_ids: Any, targets: Any = None, *, replacement: A
               progress: Progress | None = None, cache: Any = None, clean_logits: Any = None) -> Ablation:
     """Leave-one-out occlusion of a causal decoder: the readout's drop when source ``j`` is deleted
     (``replacement=None``) or its input embedding replaced by ``replacement`` (a ``(hidden,)``
-    vector, or ``"mean"`` for :func:`mean_embedding`, ``"zero"`` for zeros). Batched and cached as
-    :func:`ablated_flow`; ``scores (len(targets), 1, n)``."""
+    vector, or ``"mean"`` for ``mean_embedding``, ``"zero"`` for zeros). Batched and cached as
+    ``ablated_flow``; ``scores (len(targets), 1, n)``."""
     ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     vector = None
     if replacement is not None:

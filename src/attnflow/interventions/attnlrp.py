@@ -38,7 +38,7 @@ embeddings . g) - (softmax bias terms)``, exact up to floating point (``tests/te
 it in float64 for every family of the architecture table's ``lrp_gate`` column, with every term computed
 separately).
 
-How: receivers on the model's hook points (:mod:`attnflow.hf.points`) for the pass only: a kernel
+How: receivers on the model's hook points (``attnflow.hf.points``) for the pass only: a kernel
 receiver on every layer's attention call applies the q.k, softmax and attention.V rules and does what
 eager attention does otherwise, and receivers on the ``norms``, ``activations``, ``layers.i.mlp.gate``,
 ``embed`` and ``unembed`` points apply the norm, activation and gated-product rules and keep the input

@@ -1,6 +1,6 @@
 """Ablated flow at the price of one pass: attribution patching of value zeroing.
 
-Ablated flow (:mod:`attnflow.interventions.ablation`) zeroes source ``j``'s value vectors and reads how the
+Ablated flow (``attnflow.interventions.ablation``) zeroes source ``j``'s value vectors and reads how the
 explained logit ``z`` at a target ``t`` drops: one edited run per source. Its first-order Taylor
 expansion around the clean run needs one forward and one backward pass for every source at once
 (attribution patching, Nanda 2023; AtP, Kramár et al. 2024, "AtP*: An efficient and scalable method
@@ -28,15 +28,15 @@ GradDrop addresses by dropping the gradient through one layer's residual contrib
 ranking by the mean absolute value; that discards the sign that ablated flow keeps (support vs
 opposition), so it is not used. Where the first order is known to fail — very short prompts, where
 zeroing a token in every layer at once is far from the sum of one-layer effects — the budgeted
-chooser (:mod:`attnflow.interventions.budgeted`) runs the exact ablation instead, since it is cheap there,
+chooser (``attnflow.interventions.budgeted``) runs the exact ablation instead, since it is cheap there,
 and re-scores the estimate's top sources exactly on longer inputs.
 
 Cost: one forward pass with autograd recording, then one backward pass per target (several targets
 share the forward pass). Memory: the recorded activations of one pass (eager attention keeps each
 layer's ``(heads, n, n)`` weights for the backward pass) unless each layer is checkpointed (from
-:data:`CHECKPOINT_FROM` positions by default): then only each layer's input is kept and one layer's
+``CHECKPOINT_FROM`` positions by default): then only each layer's input is kept and one layer's
 activations at a time are recomputed in the backward pass, and attention runs on SDPA where it is the
-same function (:mod:`attnflow.interventions.efficient_attention`: value zeroing needs gradients through
+same function (``attnflow.interventions.efficient_attention``: value zeroing needs gradients through
 attention, not its weights), so no ``(heads, n, n)`` tensor is formed at all and memory grows linearly
 in ``n``. Logits are computed at the target rows only (``logits_to_keep``): every position's would be
 ``n x vocab`` (1.6 GB at 8,192 tokens of a 49,152-token vocabulary).
@@ -70,7 +70,7 @@ from attnflow.hf.weights import input_device
 
 @dataclass
 class Patching(Ablation):
-    """An :class:`~attnflow.interventions.ablation.Ablation` of estimated scores, plus what the forward pass
+    """An ``Ablation`` of estimated scores, plus what the forward pass
     leaves for an exact re-scoring: the clean logits at the targets (sorted) and, when asked, the
     clean key/value cache of ``input_ids[:last target + 1]``."""
 
@@ -84,7 +84,7 @@ CHECKPOINT_FROM = 1024  # positions from which each layer is recomputed in the b
 
 def long_input(positions: int) -> bool:
     """Whether a pass over ``positions`` tokens is a long one: checkpointed, attention on SDPA where it
-    can be (read at call time, so tests can lower :data:`CHECKPOINT_FROM`)."""
+    can be (read at call time, so tests can lower ``CHECKPOINT_FROM``)."""
     return positions >= CHECKPOINT_FROM
 
 
@@ -176,18 +176,18 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     input_ids: ``(n,)`` or ``(1, n)`` token ids of a causal decoder. targets: positions explained
         (default: the last). layers: ``"all"`` (the estimate of zeroing in every layer at once: one
         score per source) or ``"each"`` (per layer). readout, tokens, foils: as
-        :func:`attnflow.interventions.ablation.ablated_flow` (tokens default to the argmax at each target).
+        ``attnflow.interventions.ablation.ablated_flow`` (tokens default to the argmax at each target).
     keep_cache: keep the clean key/value cache of the pass (for an exact re-scoring of some sources);
         not with checkpointing (a recomputed layer would write its cache twice): then ``cache`` is None.
     checkpoint: recompute each layer in the backward pass instead of keeping its activations (memory
-        bounded by one layer's; about a third more time); None: from :data:`CHECKPOINT_FROM` positions.
+        bounded by one layer's; about a third more time); None: from ``CHECKPOINT_FROM`` positions.
     sdpa: run attention on torch's scaled_dot_product_attention for the pass where it computes the same
-        function (:mod:`attnflow.interventions.efficient_attention`): no ``(heads, n, n)`` weights kept or
+        function (``attnflow.interventions.efficient_attention``): no ``(heads, n, n)`` weights kept or
         recomputed; None: when checkpointing. ``Patching.attention`` says what the pass ran on.
     progress: ``progress(done, total)`` after the forward pass and after each target's backward pass
         (``total = 1 + len(targets)``).
 
-    Returns a :class:`Patching` with ``scores (len(targets), 1 or layers, n)``; sources after a
+    Returns a ``Patching`` with ``scores (len(targets), 1 or layers, n)``; sources after a
     target score 0 for it.
     """
     ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, 1)

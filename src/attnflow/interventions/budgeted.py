@@ -2,20 +2,20 @@
 stated cost budget.
 
 Costs are counted in *forward passes of the input*: the multiply-accumulates of what is run, counted
-from the model's shapes (:mod:`attnflow.interventions.compute`), over those of one forward pass of the whole
+from the model's shapes (``attnflow.interventions.compute``), over those of one forward pass of the whole
 input computing the last position's logits (as the capture pass does), so one clean forward pass is 1 (on SDPA, where these counts and the
 time agree, also in time). The plan:
 
-- **exact** ablated flow (:mod:`attnflow.interventions.span_ablation`, by token or by span) costs one clean
-  pass plus the runs as :func:`attnflow.interventions.span_ablation.batches` groups them (a batch's rows all
+- **exact** ablated flow (``attnflow.interventions.span_ablation``, by token or by span) costs one clean
+  pass plus the runs as ``attnflow.interventions.span_ablation.batches`` groups them (a batch's rows all
   run from its first span's start to the last target: the padding is counted), plus, on models whose
   key/value cache cannot be cropped (sliding-window layers), the clean prefix rebuilt up to the last
   batch's start. When that fits the budget, every span is scored exactly.
-- otherwise the **one-pass estimate** (:mod:`attnflow.interventions.attribution_patching`; one forward pass
+- otherwise the **one-pass estimate** (``attnflow.interventions.attribution_patching``; one forward pass
   and one backward pass per target, and on a long, checkpointed input each layer's forward again per
   backward pass) scores every span, and the rest of the budget re-scores spans exactly, in two phases:
 
-  1. **the tail**: a share ``tail`` of what is left (default :data:`TAIL`) goes to the latest spans,
+  1. **the tail**: a share ``tail`` of what is left (default ``TAIL``) goes to the latest spans,
      latest first, while their runs fit. The first order is weak there: on SmolLM2's 168-token
      document question it agrees with exact ablated flow at Spearman +0.72 to +0.79 on the middle
      quarters of the prompt and +0.24 on the last (the question, the answer's first words), where a
@@ -35,7 +35,7 @@ time agree, also in time). The plan:
 What is counted is what runs: each re-scoring's batches are priced before they are chosen as they
 will be run, and added as they run. What the counts leave out: element-wise work (norms, softmax, the
 position encoding: a few percent), and, on models whose rows cannot share the clean prefix
-(:func:`attnflow.interventions.shared_prefix.usable`), the copies of the clean key/value cache that every row
+(``attnflow.interventions.shared_prefix.usable``), the copies of the clean key/value cache that every row
 of a batch starts from (memory traffic, not multiply-accumulates); ``benchmarks/budget.py`` measures
 the whole call's time against a forward pass.
 
@@ -82,8 +82,8 @@ class Budgeted(SpanAblation):
 
 
 def runs_compute(shapes: Shapes, starts: list[int], targets: list[int], batch_size: int, rebuild: bool) -> float:
-    """MACs of the exact runs of spans starting at ``starts`` as :func:`ablate_spans` runs them: in the
-    batches of :func:`attnflow.interventions.span_ablation.batches` (a batch's rows all run from its first
+    """MACs of the exact runs of spans starting at ``starts`` as ``ablate_spans`` runs them: in the
+    batches of ``attnflow.interventions.span_ablation.batches`` (a batch's rows all run from its first
     start: padding counted), each with its logits; ``rebuild``: the clean prefix is run up to each
     batch's start (no clean cache to crop)."""
     last, total = max(targets), 0.0
@@ -124,7 +124,7 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
         short input for one target, more for more targets and on a long, checkpointed input).
     tail: the share of the budget left after the estimate that goes to the latest spans first, in
         ``[0, 1]`` (0: the estimate's top spans only, as before the tail phase existed).
-    Other arguments as :func:`attnflow.interventions.span_ablation.ablate_spans`.
+    Other arguments as ``attnflow.interventions.span_ablation.ablate_spans``.
     """
     ids, sorted_targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
     last = max(sorted_targets)

@@ -1,5 +1,5 @@
 """What a pass through a decoder computes, counted from the model's shapes: the unit of the budgeted
-chooser (:mod:`attnflow.interventions.budgeted`), so that a stated budget is the compute the call runs.
+chooser (``attnflow.interventions.budgeted``), so that a stated budget is the compute the call runs.
 
 Counted in multiply-accumulates (MACs) of the matrix products, which are nearly all of a pass:
 

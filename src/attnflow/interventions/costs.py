@@ -1,11 +1,11 @@
 """The cost of the methods that run the model again on long inputs (cost classes ``PER_SOURCE`` and
-``FORWARD_BACKWARD`` of :mod:`attnflow.config.registry`): before the work, an estimate of its time
+``FORWARD_BACKWARD`` of ``attnflow.config.registry``): before the work, an estimate of its time
 and memory; during it, progress; always, memory held under a budget.
 
-:func:`fit_to_budget` is called by :func:`attnflow.api.methods.run_method` for every such method on a model:
+``fit_to_budget`` is called by ``attnflow.api.methods.run_method`` for every such method on a model:
 
 - **Time**: timed forward passes (batch 1, no gradients) over the first 128 and 256 tokens give a
-  pass's per-token and per-key costs (:func:`pass_costs`), summed over the cost class's token steps: ``PER_SOURCE`` runs, for each source ``j`` (and each layer, for
+  pass's per-token and per-key costs (``pass_costs``), summed over the cost class's token steps: ``PER_SOURCE`` runs, for each source ``j`` (and each layer, for
   ``ablated-flow-layers``), the positions from ``j`` to the last target from the clean key/value
   cache of the prefix, so about ``n / 2`` passes per variant; ``FORWARD_BACKWARD`` is one forward
   and one backward pass (about 3 passes) plus the decomposition. The estimate goes to
@@ -17,12 +17,12 @@ and memory; during it, progress; always, memory held under a budget.
   the prefix's key/value cache (``2 x layers x kv heads x head dim`` numbers per token) and one
   layer's attention scores at a time, so the batch size is the number of such sequences that fit
   (``BATCH`` at most); even one sequence over the budget is refused. ``FORWARD_BACKWARD``
-  keeps what its record's ``keeps`` fact says (:func:`backward_memory`): the logit-path methods
-  (:mod:`attnflow.interventions.logit_paths`) every layer's attention ``(layers, heads, n, n)`` in float64
+  keeps what its record's ``keeps`` fact says (``backward_memory``): the logit-path methods
+  (``attnflow.interventions.logit_paths``) every layer's attention ``(layers, heads, n, n)`` in float64
   for the decomposition and float32 kept by autograd; AttnLRP autograd's activations of every layer;
   the one-pass estimate (and the budgeted chooser that runs it) one layer's at a time from
   ``CHECKPOINT_FROM`` positions, and there no attention weights at all where it runs attention on SDPA
-  (:mod:`attnflow.interventions.efficient_attention`); the budgeted chooser's exact runs, a per-source
+  (``attnflow.interventions.efficient_attention``); the budgeted chooser's exact runs, a per-source
   run's memory, in batches that fit. None is chunked within a layer, so an input whose estimate exceeds
   the budget is refused, saying the estimate, the budget and what to do.
 - **Ctrl-C**: the methods run in Python between layers and batches, so ``KeyboardInterrupt``
@@ -161,7 +161,7 @@ def per_source_memory(model: Any, n: int, sdpa: bool = False) -> tuple[int, int]
 
 
 def gradient_memory(model: Any, n: int) -> int:
-    """Bytes a forward + backward method keeps on ``n`` tokens (:mod:`attnflow.interventions.logit_paths`):
+    """Bytes a forward + backward method keeps on ``n`` tokens (``attnflow.interventions.logit_paths``):
     every layer's attention ``(layers, heads, n, n)`` as float64 for the decomposition, as the model's
     dtype kept by autograd for the backward pass (weights and scores), and one float64 working copy of
     a layer's share in the decomposition; plus the values, residual and gradients per token."""
@@ -176,20 +176,20 @@ def gradient_memory(model: Any, n: int) -> int:
 
 def backward_memory(keeps: str, model: Any, n: int) -> int:
     """Bytes a forward + backward method keeps on ``n`` tokens, by what its record says it keeps
-    (:data:`attnflow.config.registry.KEEPS`): ``"decomposition"`` :func:`gradient_memory`;
+    (``attnflow.config.registry.KEEPS``): ``"decomposition"`` ``gradient_memory``;
     ``"autograd"`` every layer's attention as autograd keeps it for the backward pass, plus each
     layer's per-token activations and their gradients; ``"checkpointed"`` the same below
-    :data:`attnflow.interventions.attribution_patching.CHECKPOINT_FROM` positions, and from there one layer's
+    ``attnflow.interventions.attribution_patching.CHECKPOINT_FROM`` positions, and from there one layer's
     attention at a time plus every layer's input. Measured on SmolLM2-135M (30 layers, 9 heads, float32,
     peak RSS above the loaded model): the one-pass estimate 1.0 GB at 512 tokens and 2.9 GB at 1,024
     without checkpointing (14.9 and 10.7 bytes per attention number, activations included), 0.32 GB at
     1,024 checkpointed (34 bytes per attention number of one layer); AttnLRP 2.0 GB and 3.3 GB. The
     constants keep a margin above those. From ``CHECKPOINT_FROM`` on, where the pass runs attention on
-    SDPA (:mod:`attnflow.interventions.efficient_attention`), nothing ``(n, n)`` is kept or formed: every
+    SDPA (``attnflow.interventions.efficient_attention``), nothing ``(n, n)`` is kept or formed: every
     layer's input, every layer's values with their zero leaves and gradients, one layer's activations
     and their gradients. Measured (``benchmarks/long_one_pass.py``, SmolLM2-135M, 8,192 tokens, one
     thread): 0.25, 0.62 and 2.19 GB at 1,024, 2,048 and 8,192 tokens, 1.18 to 1.48 times the tensors
-    counted here (0.21, 0.42, 1.66 GB); :data:`CHECKPOINTED_SDPA_MARGIN` 1.75 gives 0.36, 0.73 and 2.91
+    counted here (0.21, 0.42, 1.66 GB); ``CHECKPOINTED_SDPA_MARGIN`` 1.75 gives 0.36, 0.73 and 2.91
     GB. Before SDPA that pass was modelled at 25 GB at 8,192 tokens (one layer's eager attention)."""
     if keeps == "decomposition":
         return gradient_memory(model, n)
@@ -209,7 +209,7 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
 
 def _on_sdpa(model: Any) -> bool:
     """Whether a long estimate pass runs ``model``'s attention on SDPA
-    (:func:`attnflow.interventions.efficient_attention.why_not`)."""
+    (``attnflow.interventions.efficient_attention.why_not``)."""
     from attnflow.interventions.efficient_attention import why_not
 
     try:
@@ -219,8 +219,8 @@ def _on_sdpa(model: Any) -> bool:
 
 
 def _exact_run_memory(model: Any, n: int) -> tuple[int, int]:
-    """:func:`per_source_memory` of the budgeted chooser's exact runs over ``n`` tokens: on SDPA for a
-    long input where the model can be, as :mod:`attnflow.interventions.budgeted` runs them."""
+    """``per_source_memory`` of the budgeted chooser's exact runs over ``n`` tokens: on SDPA for a
+    long input where the model can be, as ``attnflow.interventions.budgeted`` runs them."""
     from attnflow.interventions.attribution_patching import long_input
 
     return per_source_memory(model, n, sdpa=_shares_prefix(model) or (long_input(n) and _on_sdpa(model)))
@@ -228,7 +228,7 @@ def _exact_run_memory(model: Any, n: int) -> tuple[int, int]:
 
 def _shares_prefix(model: Any) -> bool:
     """Whether ``model``'s exact re-runs attend to one shared prefix on the fused kernel
-    (:mod:`attnflow.interventions.shared_prefix`): no attention scores per sequence."""
+    (``attnflow.interventions.shared_prefix``): no attention scores per sequence."""
     from attnflow.interventions.shared_prefix import usable
 
     try:
@@ -238,9 +238,9 @@ def _shares_prefix(model: Any) -> bool:
 
 
 def _budgeted_batch(context: Context, n: int, budget: int) -> Context:
-    """The budgeted chooser's exact runs hold a per-source run's memory (:func:`_exact_run_memory`):
+    """The budgeted chooser's exact runs hold a per-source run's memory (``_exact_run_memory``):
     their batch is what fits the budget (16 at most), as for ablated flow (one run over the budget was
-    refused before, by :func:`refuse_over_budget`)."""
+    refused before, by ``refuse_over_budget``)."""
     from dataclasses import replace
 
     if context.batch_size:
@@ -282,8 +282,8 @@ def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, 
     """Refuse ``record`` on ``tokens`` input tokens (``explained``: the last explained position + 1)
     when its working memory cannot fit the budget (see the module docstring), in one sentence saying
     the estimate, the budget and what to do. Reads only ``model.config`` and the parameters' element
-    size, so :func:`attnflow.api.text.prepare` calls it before the input is captured (a long input's
-    capture is itself minutes and gigabytes) and :func:`fit_to_budget` again on the method's own rows."""
+    size, so ``attnflow.api.text.prepare`` calls it before the input is captured (a long input's
+    capture is itself minutes and gigabytes) and ``fit_to_budget`` again on the method's own rows."""
     if record.cost not in (PER_SOURCE, FORWARD_BACKWARD, BUDGETED):
         return
     budget = memory_budget() if budget is None else budget

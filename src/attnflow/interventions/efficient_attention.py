@@ -3,13 +3,13 @@
 Eager attention materialises each layer's ``(heads, n, n)`` scores and softmax weights, and autograd
 keeps the weights (and the softmax's output) for the backward pass: at 8,192 tokens on SmolLM2-135M
 (9 heads) one layer's weights alone are 2.4 GB in float32, and a checkpointed backward pass
-recomputes them layer by layer. Value zeroing (:mod:`attnflow.interventions.attribution_patching`) reads
+recomputes them layer by layer. Value zeroing (``attnflow.interventions.attribution_patching``) reads
 no attention weights, only gradients through attention, so it can run on torch's
 ``scaled_dot_product_attention`` instead, whose fused kernels (the CPU flash kernel, CUDA's flash and
 memory-efficient kernels) keep per query only its output and the softmax's log-sum-exp and recompute
 the rest block by block in the backward pass: memory ``O(n)`` per head instead of ``O(n^2)``.
 
-The switch is scoped: :func:`efficient_attention` opens a :func:`attnflow.hf.points.receiving` scope
+The switch is scoped: ``efficient_attention`` opens a ``attnflow.hf.points.receiving`` scope
 with ``attention="sdpa"`` and a kernel receiver per layer that counts the calls (and refuses attention
 sinks, which SDPA would silently leave out); the model is back on its own implementation after the
 block, also when it raises. It only switches where SDPA computes the same function as eager attention:
@@ -18,12 +18,12 @@ block, also when it raises. It only switches where SDPA computes the same functi
   logits are soft-capped, ``cap * tanh(s / cap)``, which SDPA cannot apply);
 - the config sets no attention soft-capping (``attn_logit_softcapping``: a Gemma 3 config may);
 - the architecture table applies no mask fixes to the family
-  (:func:`attnflow.hf.architectures.architecture_fixes`).
+  (``attnflow.hf.architectures.architecture_fixes``).
 
 Sliding windows are honoured: transformers builds the windowed mask for SDPA as it does for eager
 attention (a boolean ``(n, n)`` mask per windowed layer, one byte per entry: 64 MB at 8,192 tokens),
 and the CPU flash kernel takes a mask. Elsewhere the block runs on the model's own attention and
-says so (the yielded :class:`Kernel` has ``used`` False and ``why`` the reason).
+says so (the yielded ``Kernel`` has ``used`` False and ``why`` the reason).
 
 Another thread running the same model meanwhile keeps its own attention (the hook points dispatch per
 calling context).
@@ -47,7 +47,7 @@ from attnflow.hf.points import can_switch, hook_points, receiving
 
 @dataclass
 class Kernel:
-    """What :func:`efficient_attention` did: ``used`` (the model ran on SDPA), ``why`` not (a
+    """What ``efficient_attention`` did: ``used`` (the model ran on SDPA), ``why`` not (a
     sentence), ``calls`` (attention calls that went through SDPA in the block)."""
 
     used: bool

@@ -19,11 +19,11 @@ logits gives ``grads[l, p] = dz / d ctx_l[p]``, the linear map from layer ``l``'
 position ``p`` to the logit. The attention part of the logit at layer ``l`` is then exactly
 ``sum_p grads[l, p] . ctx_l[p]`` (the output projection's bias is added after the leaf and belongs to
 no token), and splitting ``ctx_l[p] = sum_h sum_j alpha[l, h, p, j] v[l, j, kv(h)]`` over the
-source tokens ``j`` is exact too (:mod:`attnflow.core.logit_attribution`). Decoders' positions do
+source tokens ``j`` is exact too (``attnflow.core.logit_attribution``). Decoders' positions do
 not interact along the direct path, so several targets share one backward pass.
 
 Which modules are the value and output projections and the feed-forward block is the
-architecture table's row (:data:`attnflow.hf.architectures.PROJECTIONS` and ``MLPS``);
+architecture table's row (``attnflow.hf.architectures.PROJECTIONS`` and ``MLPS``);
 normalisations are found by their class. Attention must be eager (its weights are read).
 
 API (stable)::
@@ -192,7 +192,7 @@ def _head(model: Any) -> bool:
 def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = None,
                 foils: Any = None) -> LogitPaths:
     """Run ``model`` once on ``inputs`` (token ids ``(n,)`` / ``(1, n)``, or a dict of tensors for one
-    sequence) and collect :class:`LogitPaths` (see the module docstring).
+    sequence) and collect ``LogitPaths`` (see the module docstring).
 
     targets: decoders: positions whose next-token logit is explained (default: the last); a
         classifier explains its output, read at no single position (``targets`` is ignored and

@@ -19,9 +19,9 @@ log-sum-exps (the split-softmax identity FlashAttention's blocks use):
 
 Both parts run on torch's fused CPU attention kernel, which returns the log-sum-exp
 (``aten._scaled_dot_product_flash_attention_for_cpu``; torch's public SDPA does not return it). It
-applies where SDPA computes the model's attention (:func:`attnflow.interventions.efficient_attention.why_not`:
+applies where SDPA computes the model's attention (``attnflow.interventions.efficient_attention.why_not``:
 no soft-capping, sinks or mask fixes), the cache can be cropped (no sliding-window layers) and the
-model runs on the CPU; elsewhere :func:`usable` says why and callers copy the prefix as before. The
+model runs on the CPU; elsewhere ``usable`` says why and callers copy the prefix as before. The
 scores equal the copying path's to float round-off (``tests/test_shared_prefix.py``) and one plain
 pass per source (the ablation and span oracles run through this path).
 
@@ -126,8 +126,8 @@ def shared_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tens
 
 
 class SharedPrefix:
-    """The kernel receivers of every layer for a block (one scope, many re-runs); :meth:`cache` builds
-    a run's cache from the prefix, :meth:`running` marks the edited call (other calls in the block, such
+    """The kernel receivers of every layer for a block (one scope, many re-runs); ``cache`` builds
+    a run's cache from the prefix, ``running`` marks the edited call (other calls in the block, such
     as growing the clean prefix, run on the model's attention as usual)."""
 
     def __init__(self, model: Any) -> None:
@@ -189,8 +189,8 @@ class SharedPrefix:
 
 @contextmanager
 def sharing(model: Any) -> Iterator[SharedPrefix | None]:
-    """A :class:`SharedPrefix` for the block where ``model``'s re-runs can share their prefix, else None
-    (each row copies it; :func:`usable` says why)."""
+    """A ``SharedPrefix`` for the block where ``model``'s re-runs can share their prefix, else None
+    (each row copies it; ``usable`` says why)."""
     if usable(model):
         yield None
         return

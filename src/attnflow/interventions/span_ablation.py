@@ -1,13 +1,13 @@
 """Ablated flow by span: zero the value vectors of every token of a span at once, one run per span.
 
-A span is any set of source positions (a word, a sentence, a passage; :mod:`attnflow.units.segments`
+A span is any set of source positions (a word, a sentence, a passage; ``attnflow.units.segments``
 finds words and sentences from the tokenizer's offsets). Its score is what the explained readout at a
 target loses when all of the span's tokens have their values zeroed together (every layer at once,
-or one layer at a time), "clean minus edited" as in :mod:`attnflow.interventions.ablation`, whose edit
+or one layer at a time), "clean minus edited" as in ``attnflow.interventions.ablation``, whose edit
 hooks, clean prefix cache and readouts this engine shares: a 2,000-token document of 60 sentences
 costs 60 runs, not 2,000. A single-position span is ablated flow's own score for that token, so the
-same engine re-scores a chosen subset of tokens exactly (:mod:`attnflow.interventions.budgeted`), and the
-tokens inside the top spans on request (:func:`refine_top_spans`).
+same engine re-scores a chosen subset of tokens exactly (``attnflow.interventions.budgeted``), and the
+tokens inside the top spans on request (``refine_top_spans``).
 
 Runs are grouped by where they start: a span whose first position is ``s`` leaves ``[0, s)`` as it
 was, so its run starts from the clean key/value cache of ``[0, s)``; spans are sorted by ``s`` and a
@@ -47,7 +47,7 @@ SMALL_CALL = 256  # positions (rows x length) below which a call costs about its
 
 @dataclass
 class SpanAblation(Ablation):
-    """An :class:`~attnflow.interventions.ablation.Ablation` whose last axis is ``spans`` (each a sorted list
+    """An ``Ablation`` whose last axis is ``spans`` (each a sorted list
     of positions); ``steps``: token positions run through the model."""
 
     spans: list[list[int]] = field(default_factory=list)
@@ -69,10 +69,10 @@ def checked_spans(spans: Any, n: int) -> list[list[int]]:
 
 def batches(starts: Sequence[int], last: int, batch_size: int) -> list[list[int]]:
     """Indices into ``starts`` grouped into runs: sorted by start, at most ``batch_size`` per run and at
-    most :data:`attnflow.interventions.ablation.CALL_POSITIONS` positions (rows x length) unless alone, and a
+    most ``attnflow.interventions.ablation.CALL_POSITIONS`` positions (rows x length) unless alone, and a
     span joins a run only if its start is at most ``max(size, length // 8)`` after the run's first
     start (``size``: spans in the run so far; ``length``: the positions the run covers), or if the run
-    stays within :data:`SMALL_CALL` positions. Consecutive tokens share runs as in ablated flow,
+    stays within ``SMALL_CALL`` positions. Consecutive tokens share runs as in ablated flow,
     far-apart spans of a long input pay at most about an eighth for the positions before them that they
     cannot change, and a short input's spans share calls (a call that small costs its overhead, about
     what one row costs, on every machine measured here)."""
@@ -96,11 +96,11 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
 
     spans: a sequence of spans, each a position or a sequence of positions. targets, layers, readout,
     tokens, foils, batch_size, progress, cache, clean_logits: as
-    :func:`attnflow.interventions.ablation.ablated_flow` (``cache``: a clean key/value cache of ``input_ids``
+    ``attnflow.interventions.ablation.ablated_flow`` (``cache``: a clean key/value cache of ``input_ids``
     to crop prefixes from instead of running them; ``clean_logits``: the clean logits at the sorted
     targets, so that no clean pass is run for the readouts).
 
-    Returns a :class:`SpanAblation` with ``scores (len(targets), 1 or layers, len(spans))``; a span
+    Returns a ``SpanAblation`` with ``scores (len(targets), 1 or layers, len(spans))``; a span
     that starts after a target scores 0 for it.
     """
     ids, targets = checked_inputs(model, input_ids, targets, readout, tokens, foils, batch_size)
@@ -166,8 +166,8 @@ def ablate_spans(model: Any, input_ids: Any, spans: Any, targets: Any = None, *,
 def refine_top_spans(model: Any, input_ids: Any, found: SpanAblation, top: int = 1, **options: Any) -> SpanAblation:
     """Token by token inside the ``top`` highest-scoring spans of ``found`` (ranked by the best score
     over its targets, every layer at once or the layers summed): ablated flow of each of their tokens,
-    from the same targets and explained tokens. ``options`` as :func:`ablate_spans` (``readout`` and
-    ``foils`` default to ``found``'s). Returns a :class:`SpanAblation` over those tokens alone."""
+    from the same targets and explained tokens. ``options`` as ``ablate_spans`` (``readout`` and
+    ``foils`` default to ``found``'s). Returns a ``SpanAblation`` over those tokens alone."""
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise AttnflowError(f"top must be a positive number of spans; got {top!r}")
     best = np.argsort(-found.scores.sum(1).max(0), kind="stable")[:top]

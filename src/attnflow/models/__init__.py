@@ -16,7 +16,7 @@ attnflow's wheel carries only what its everyday commands use:
 - ``bundled_model_path("agreement_bert")``: the same task on a post-LN ``BertForSequenceClassification``
   (the default before issue 16), kept for comparison.
 
-The agreement models are trained by :mod:`attnflow.reproduction.training.agreement`, stored as safetensors +
+The agreement models are trained by ``attnflow.reproduction.training.agreement``, stored as safetensors +
 ``tokenizer.json``, and load offline with ``AutoModelForSequenceClassification`` / ``AutoTokenizer``.
 """
 

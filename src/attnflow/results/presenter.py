@@ -1,8 +1,8 @@
-"""Where an :class:`~attnflow.results.Attribution` finds its views.
+"""Where an ``Attribution`` finds its views.
 
 Results sit below views in the house (views take results; results never import views), yet users
 expect ``result.plot()`` and ``result.to_html()``. So the views register one presenter object here
-when :mod:`attnflow.views` is imported, which importing :mod:`attnflow` always does (the package root
+when ``attnflow.views`` is imported, which importing ``attnflow`` always does (the package root
 imports the views package, whose ``__init__`` is light: the figure and report modules load only
 when something is drawn).
 """
@@ -18,7 +18,7 @@ _PRESENTER: Any = None
 
 def register(presenter: Any) -> None:
     """Install the object whose ``plot``, ``html``, ``notebook``, ``table``, ``print`` and ``text``
-    methods draw results (done by :mod:`attnflow.views`)."""
+    methods draw results (done by ``attnflow.views``)."""
     global _PRESENTER
     _PRESENTER = presenter
 

@@ -1,5 +1,5 @@
 """A batch run as rows: the Parquet schema of ``attnflow batch`` (version 1) and the way back to an
-:class:`~attnflow.results.Attribution`.
+``Attribution``.
 
 A batch folder holds one row per input and method (see docs/batch.md for the whole layout)::
 
@@ -15,7 +15,7 @@ the image's path), ``label``, ``kind``, ``method``, ``target`` (the explained po
 ``row(method, target)``) and ``meta`` (JSON: special-token positions and ``causal`` for text; ``grid``
 and ``target_position`` for images). ``id`` is int64 when every input id is an integer, else string;
 ``label`` keeps the input's type. Map rows: ``row``, ``id``, ``method``, ``targets``, ``layers`` and
-``scores`` (``[target][layer][source]``, an Attribution :class:`~attnflow.results.Block`).
+``scores`` (``[target][layer][source]``, an Attribution ``Block``).
 
 Every Parquet file carries the run's header in its key-value metadata under ``attnflow`` (schema,
 version, model, methods, params), so one file is enough to rebuild its results. pyarrow is needed only

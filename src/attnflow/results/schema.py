@@ -1,6 +1,6 @@
 """Result files: one versioned JSON schema and one exact binary form (``.npz``).
 
-JSON (version 2), what ``--json`` and :meth:`Attribution.to_json` write::
+JSON (version 2), what ``--json`` and ``Attribution.to_json`` write::
 
     {"schema": "attnflow.attribution", "version": 2, "kind": "text" | "generation" | "image" | "seq2seq",
      "model": ..., "input": ..., "prediction": ..., "params": {...},
@@ -16,7 +16,7 @@ method, so it round-trips bit for bit and loads fast for large maps.
 
 Files written by attnflow 0.1 have no version: one explanation (``tokens``, ``method``, ``target``,
 ``scores``), a list of them (``--method all``), ``{"kind": "maps", ...}`` and
-``{"kind": "generation", ...}``. :func:`from_dict` converts each of them.
+``{"kind": "generation", ...}``. ``from_dict`` converts each of them.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def _generation_v1(cls: type, data: dict) -> Any:
 
 def from_dict(data: Any, cls: type) -> Any:
     """Any result JSON value (version 2, or one of attnflow 0.1's forms) -> a ``cls``
-    (:class:`~attnflow.results.Attribution`, which passes itself: this module never imports it)."""
+    (``Attribution``, which passes itself: this module never imports it)."""
     try:
         if isinstance(data, list):
             return _explanations_v1(cls, data)

@@ -5,7 +5,7 @@ removes at once, as groups of token positions, and their scores spread back over
 
 - ``None`` or ``"token"``: every token alone (ablated flow as it always was);
 - ``"word"`` / ``"sentence"``: from the tokenizer's character offsets
-  (:mod:`attnflow.units.segments`; no sentence splitter, no downloaded data);
+  (``attnflow.units.segments``; no sentence splitter, no downloaded data);
 - a list of passages of the text (strings, found in order) or of character ranges ``(start, end)``:
   each is one unit, and the tokens between them form units of their own runs;
 - a path to a text file (the CLI's ``--by spans --spans FILE``): one passage per line, as above.
@@ -125,7 +125,7 @@ def token_groups(spans: Any, text: str, offsets: Sequence[Sequence[int]] | None,
 
 
 def groups_for(spans: Any, text: str, tokenizer: Any, n: int) -> tuple[list[list[int]], list[str]] | None:
-    """:func:`token_groups` for ``text`` as ``tokenizer`` splits it into the ``n`` captured tokens, with
+    """``token_groups`` for ``text`` as ``tokenizer`` splits it into the ``n`` captured tokens, with
     each group's text (what its tokens cover; a special token's own string)."""
     if spans is None or (isinstance(spans, str) and spans == "token"):
         return None

@@ -41,7 +41,7 @@ def unknown_words(tokenizer: Any, text: str) -> tuple[list[str], int]:
 
 
 def warn_unknown_words(text: str, tokenizer: Any, model: str | None = None) -> None:
-    """Warn (:class:`~attnflow.errors.AttnflowWarning`) when more than a third of ``text``'s words are
+    """Warn (``AttnflowWarning``) when more than a third of ``text``'s words are
     unknown to the model, naming a general model to use instead."""
     unknown, total = unknown_words(tokenizer, text)
     if not total or len(unknown) <= UNKNOWN_SHARE * total:

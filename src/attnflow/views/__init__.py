@@ -1,7 +1,7 @@
 """Views: terminal tables, figures and the HTML report. They take results, never models.
 
 Importing this package registers the presenter that gives every
-:class:`~attnflow.results.Attribution` its ``plot``, ``to_html``, ``table`` and ``print``; the
+``Attribution`` its ``plot``, ``to_html``, ``table`` and ``print``; the
 figure and report modules are imported only when something is drawn (matplotlib is slow to load).
 """
 
@@ -39,7 +39,7 @@ def plot(result: Any, path: Any = None, **options: Any) -> Any:
 
 
 def figure(result: Any, **options: Any) -> Any:
-    """The matplotlib Figure :func:`plot` would write (``dpi`` is for files and is ignored here). A new
+    """The matplotlib Figure ``plot`` would write (``dpi`` is for files and is ignored here). A new
     figure is handed back already closed in pyplot, so a notebook shows it once (as the returned
     value), not a second time when the cell ends; one drawn into the caller's ``ax`` is left as it is."""
     options.pop("dpi", None)
@@ -70,7 +70,7 @@ def _figure(result: Any, **options: Any) -> Any:
 
 
 class _Presenter:
-    """What :class:`~attnflow.results.Attribution` calls to draw itself."""
+    """What ``Attribution`` calls to draw itself."""
 
     plot = staticmethod(plot)
 

@@ -72,6 +72,6 @@ def correlation_figure(results: Mapping[str, tuple[Sequence[float], Sequence[flo
 def save_correlation_plot(results: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: str,
                           reference: Mapping[str, float | Sequence[float]] | None = None,
                           ylabel: str = "Spearman correlation", title: str | None = None, dpi: int = 150) -> str:
-    """Write :func:`correlation_figure` to ``path`` (PNG, SVG or PDF by extension), atomically."""
+    """Write ``correlation_figure`` to ``path`` (PNG, SVG or PDF by extension), atomically."""
     figure_format(path)
     return save_figure(correlation_figure(results, reference, ylabel, title), path, dpi=dpi)

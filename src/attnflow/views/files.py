@@ -1,6 +1,6 @@
 """Figure files: the format from the suffix, checked before drawing, written atomically.
 
-The atomic writing itself is :mod:`attnflow.results.files` (results are saved the same way)."""
+The atomic writing itself is ``attnflow.results.files`` (results are saved the same way)."""
 
 from __future__ import annotations
 

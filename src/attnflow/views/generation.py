@@ -2,7 +2,7 @@
 
 Top panel: bar chart of the row's raw share on each prompt token, averaged over layers (with
 ``content_only``, punctuation and very common words are greyed out and left out of the ranking; see
-:mod:`attnflow.results.words`). Bottom panel: the prompt tokens x layers heatmap (layer 1 at the bottom).
+``attnflow.results.words``). Bottom panel: the prompt tokens x layers heatmap (layer 1 at the bottom).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def generation_figure(result: Any, target: Any = None, method: str | None = None
     """``result``: an Attribution of kind "generation"; ``target``: the generated token (index or
     text; default the result's target). sink_aware (default): the predicting position itself, special
     tokens and a detected sink (e.g. a decoder's first token) are left out of the bar axis and the
-    map's colour scale (see :mod:`attnflow.views.scale`); the bars that exceed the axis are hatched and
+    map's colour scale (see ``attnflow.views.scale``); the bars that exceed the axis are hatched and
     carry their value."""
     plt = pyplot()
 
@@ -75,6 +75,6 @@ def generation_figure(result: Any, target: Any = None, method: str | None = None
 def save_generation_figure(result: Any, path: Any, target: Any = None, method: str | None = None,
                            content_only: bool = False, title: str | None = None, dpi: int = 100,
                            sink_aware: bool = True) -> str:
-    """Write :func:`generation_figure` to ``path`` (format from the extension), atomically."""
+    """Write ``generation_figure`` to ``path`` (format from the extension), atomically."""
     figure_format(path)  # refuse a bad suffix before drawing
     return save_figure(generation_figure(result, target, method, content_only, title, sink_aware), path, dpi=dpi)

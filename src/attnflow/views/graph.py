@@ -37,7 +37,7 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
                  token: int | None = None, edges_per_node: int = 3, min_weight: float = 0.05,
                  path_min_share: float = 0.02, title: str | None = None) -> Any:
     """a: ``(layers, n, n)`` edge weights of the residual-augmented graph (see
-    :func:`attnflow.core.paths.attention_graph`), row = query. node: ``(layer, position)`` with
+    ``attnflow.core.paths.attention_graph``), row = query. node: ``(layer, position)`` with
     layer 1..L (or -1 for the top) whose paths are drawn on top, for ``method`` "rollout" (every path,
     width = share of the node's rollout) or "flow" (one maximum flow to input ``token``, default the
     token with the largest rollout share)."""
@@ -101,6 +101,6 @@ def graph_figure(a: Any, tokens: list[str], *, node: tuple[int, int] | None = No
 
 
 def save_graph(a: Any, tokens: list[str], path: str, dpi: int = 150, **kwargs: Any) -> str:
-    """Write :func:`graph_figure` to ``path`` (PNG, SVG or PDF by extension), atomically."""
+    """Write ``graph_figure`` to ``path`` (PNG, SVG or PDF by extension), atomically."""
     figure_format(path)
     return save_figure(graph_figure(a, tokens, **kwargs), path, dpi=dpi)

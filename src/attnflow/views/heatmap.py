@@ -35,14 +35,14 @@ def _panels(result: Any, methods: Any, target: Any) -> tuple[list[str], int]:
 
 def heatmap_figure(result: Any, *, methods: Any = None, target: Any = None, title: str | None = None,
                    layout: str = "auto", sink_aware: bool = True, content_only: bool = False, ax: Any = None) -> Any:
-    """One panel per method of a text :class:`~attnflow.results.Attribution` for one target (default:
+    """One panel per method of a text ``Attribution`` for one target (default:
     the result's own target and every method computed for it): rows = the computed layers (layer 1
     at the bottom; a method without a layers axis, such as ablated flow, is one row), columns = input
     tokens, each panel on its own colour scale (methods differ in range; a method with negative
     scores gets a scale symmetric about zero, red for evidence against the prediction), the target
     column marked with a triangle. layout: ``"auto"``, ``"columns"`` (side by side) or ``"rows"``
     (stacked). sink_aware (default): the target, special tokens and a detected sink are left out of
-    each panel's colour scale (drawn saturated; see :mod:`attnflow.views.scale`), and the panel says
+    each panel's colour scale (drawn saturated; see ``attnflow.views.scale``), and the panel says
     so under its tokens; content_only: punctuation and very common words too. ``ax``: a matplotlib
     Axes (or one per method) to draw into instead of a new figure; returns the Figure either way."""
     plt = pyplot()
@@ -122,7 +122,7 @@ def _has_layers(method: str) -> bool:
 
 def save_heatmaps(result: Any, path: Any, *, methods: Any = None, target: Any = None, title: str | None = None,
                   dpi: int = 150, layout: str = "auto", sink_aware: bool = True, content_only: bool = False) -> str:
-    """Write :func:`heatmap_figure` to ``path`` (PNG, SVG or PDF by extension), atomically."""
+    """Write ``heatmap_figure`` to ``path`` (PNG, SVG or PDF by extension), atomically."""
     figure_format(path)
     return save_figure(heatmap_figure(result, methods=methods, target=target, title=title, layout=layout,
                                       sink_aware=sink_aware, content_only=content_only), path, dpi=dpi)

@@ -37,7 +37,7 @@ def picture(result: Any) -> np.ndarray:
 def overlay_figure(results: list[Any], methods: Any = None, columns: int = 4, alpha: float = 0.6,
                    cmap: str = "inferno", inputs: bool = False, layer: int = -1) -> Any:
     """One panel per (image result, method) at ``layer`` (default the top), ``columns`` per row: the
-    picture as given (:attr:`Attribution.original`, else the image as the model saw it) with the
+    picture as given (``Attribution.original``, else the image as the model saw it) with the
     patch scores on top, stretched over the whole picture, the file name and method in the title and a
     colour bar of the scores beside it. With ``inputs=True`` each row starts with the bare picture of
     the row's first panel (for one image per row, one method per column). Each panel has its own
@@ -86,7 +86,7 @@ def _show_image(ax: Any, image: Any) -> tuple[int, int, int, int]:
 
 
 def save_overlays(results: Any, path: Any, dpi: int = 100, **kwargs: Any) -> str:
-    """Write :func:`overlay_figure` as a PNG to ``path``, atomically (one result or a list)."""
+    """Write ``overlay_figure`` as a PNG to ``path``, atomically (one result or a list)."""
     results = list(results) if isinstance(results, (list, tuple)) else [results]
     if not results:
         raise AttnflowError("no image results to draw")

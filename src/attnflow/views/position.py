@@ -33,7 +33,7 @@ def ranked_sources(result: Any, t: int) -> list[int]:
 
 
 def row_position_rho(result: Any, method: str, t: int, layer: Any = -1) -> float:
-    """Spearman of target ``t``'s ``method`` row at ``layer`` with position over :func:`ranked_sources`;
+    """Spearman of target ``t``'s ``method`` row at ``layer`` with position over ``ranked_sources``;
     NaN when fewer than 3 sources are ranked, the row is constant, or not computed there."""
     keep = ranked_sources(result, t)
     if len(keep) < 3:

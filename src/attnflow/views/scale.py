@@ -61,7 +61,7 @@ def sink_of(result: Any, method: str, t: int) -> tuple[int, float] | None:
 
 
 def sink(result: Any, method: str, t: int) -> int | None:
-    """The sink's position (:func:`sink_of`), or None."""
+    """The sink's position (``sink_of``), or None."""
     found = sink_of(result, method, t)
     return None if found is None else found[0]
 
@@ -123,7 +123,7 @@ def sink_share(result: Any, method: str, t: int) -> float | None:
 
 def legend(result: Any, excluded: dict[int, str], quote: Any = repr, share: float | None = None) -> str:
     """One sentence for a legend: what the colour scale leaves out, or "" when nothing. ``share``: the
-    sink's share of the top layer's row (:func:`sink_share`)."""
+    sink's share of the top layer's row (``sink_share``)."""
     if not excluded:
         return ""
     parts = []

@@ -24,7 +24,7 @@ def seq2seq_figure(result: Any, target: Any = None, method: str | None = None, l
     """``result``: an Attribution of kind "seq2seq"; ``target``: the target token (index or text;
     default the result's own); ``layer``: the decoder layer of the left panel (0-based, -1 = top).
     sink_aware (default): the right panel's colour scale leaves out the target's own input position,
-    special tokens and a dominant token (:mod:`attnflow.views.scale`), and says so."""
+    special tokens and a dominant token (``attnflow.views.scale``), and says so."""
     plt = pyplot()
 
     if getattr(result, "kind", None) != "seq2seq":
@@ -80,6 +80,6 @@ def seq2seq_figure(result: Any, target: Any = None, method: str | None = None, l
 
 def save_seq2seq_figure(result: Any, path: Any, target: Any = None, method: str | None = None, layer: int = -1,
                         title: str | None = None, dpi: int = 120, sink_aware: bool = True) -> str:
-    """Write :func:`seq2seq_figure` to ``path`` (PNG, SVG or PDF by extension), atomically."""
+    """Write ``seq2seq_figure`` to ``path`` (PNG, SVG or PDF by extension), atomically."""
     figure_format(path)
     return save_figure(seq2seq_figure(result, target, method, layer, title, sink_aware), path, dpi=dpi)

@@ -1,6 +1,6 @@
 """The view of a result explained by span: its spans ranked, each span's text on one line.
 
-A result computed with ``spans=`` (:mod:`attnflow.units.spans`) keeps the groups of token positions in
+A result computed with ``spans=`` (``attnflow.units.spans``) keeps the groups of token positions in
 ``meta["spans"]`` (their text in ``meta["span_labels"]``) and the methods that scored them in
 ``meta["span_methods"]``; every token of a span
 carries the span's score, so a token ranking would list a sentence's tokens one after another. This

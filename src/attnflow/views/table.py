@@ -28,7 +28,7 @@ def _number(score: float) -> str:
 
 def _flag(result: Any, method: str, t: int, layer: Any) -> str:
     """A warning for a row dominated by one token other than the target (more than half its mass;
-    see :mod:`attnflow.views.scale`): its ranking then says more about that token than the input."""
+    see ``attnflow.views.scale``): its ranking then says more about that token than the input."""
     me = target_source(result, t)
     values = result.layer_scores(method, t, layer)
     if np.nanmin(values) < 0:  # signed scores (logit drops, attributions) have no shares of a mass
@@ -99,7 +99,7 @@ def layer_table(result: Any, k: int = 5, method: str | None = None, target: Any 
 def method_table(result: Any, k: int = 5, layer: int = -1, target: Any = None, skip: tuple[int, ...] = (),
                  methods: Any = None, content_only: bool = False) -> Table:
     """Rows = methods, cells = the ``k`` best sources at ``layer`` (the top layer by default); rows
-    dominated by one token are flagged as in :func:`layer_table`."""
+    dominated by one token are flagged as in ``layer_table``."""
     t = result.target_index(target)
     shown = layer % result.n_layers + 1
     table = Table(title=f"top tokens for {_who(result, t)}, layer {shown}", title_justify="left")

@@ -40,7 +40,7 @@ def token_map_figure(matrix: Any, tokens: list[str], title: str | None = None) -
 def save_token_map(result: Any, path: Any, method: str = "rollout", layer: int = -1, title: str | None = None,
                    dpi: int = 150) -> str:
     """Write the token map of ``method`` at ``layer`` (0-based, -1 = top) from a text
-    :class:`~attnflow.results.Attribution` with every target (``attnflow.explain_maps``), PNG/SVG/PDF
+    ``Attribution`` with every target (``attnflow.explain_maps``), PNG/SVG/PDF
     by extension, atomically."""
     figure_format(path)
     if getattr(result, "kind", None) != "text":

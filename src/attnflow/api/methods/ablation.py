@@ -1,4 +1,4 @@
-"""Ablated flow and occlusion as registry functions (see :mod:`attnflow.interventions.ablation` for the
+"""Ablated flow and occlusion as registry functions (see ``attnflow.interventions.ablation`` for the
 methods and their exact, batched, cached computation).
 
 Each takes a context (the registry's ``Context``: ``model``, ``input_ids``, ``rows``, ``layers``,
@@ -14,7 +14,7 @@ the token each row predicts (positive: the source supports the prediction):
 The context may give ``tokens`` (the explained token per row, e.g. the generated ones;
 default the model's argmax), ``readout`` ("logit", "logprob", "contrastive" with ``foils``),
 ``cache`` and ``clean_logits`` (a generation's own key/value cache and logits, reused),
-``batch_size`` and ``spans`` (groups of positions ablated at once; :mod:`attnflow.units.spans`).
+``batch_size`` and ``spans`` (groups of positions ablated at once; ``attnflow.units.spans``).
 """
 
 from __future__ import annotations

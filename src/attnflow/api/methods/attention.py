@@ -1,5 +1,5 @@
 """Raw attention, rollout and flow (Abnar & Zuidema 2020) as registry functions: the core's row
-methods for text and images, the joint-graph methods of :mod:`attnflow.core.joint` for seq2seq."""
+methods for text and images, the joint-graph methods of ``attnflow.core.joint`` for seq2seq."""
 
 from __future__ import annotations
 

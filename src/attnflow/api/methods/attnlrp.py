@@ -1,4 +1,4 @@
-"""AttnLRP as a registry function (the rules and the one pass: :mod:`attnflow.interventions.attnlrp`).
+"""AttnLRP as a registry function (the rules and the one pass: ``attnflow.interventions.attnlrp``).
 
 Takes the registry's ``Context`` (``model``, ``input_ids``, ``rows``, ``tokens``, ``foils``,
 ``readout``, ``spans``) and returns ``(1, rows, n)``: the relevance of each source token for the

@@ -1,5 +1,5 @@
 """ALTI-Logit and direct logit attribution as registry functions (the one pass:
-:mod:`attnflow.interventions.logit_paths`; the decompositions: :mod:`attnflow.core.logit_attribution`).
+``attnflow.interventions.logit_paths``; the decompositions: ``attnflow.core.logit_attribution``).
 
 Each takes a context (``model``, ``input_ids``, ``rows``, ``layers``, ``tokens``, ``foils``) and returns
 ``(layers, rows, n)``: the source's share of the explained logit brought by the attention of layers

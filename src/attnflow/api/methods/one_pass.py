@@ -1,5 +1,5 @@
 """Ablated flow's one-pass estimate and the budgeted chooser as registry functions (see
-:mod:`attnflow.interventions.attribution_patching` and :mod:`attnflow.interventions.budgeted`).
+``attnflow.interventions.attribution_patching`` and ``attnflow.interventions.budgeted``).
 
 Each takes the registry's ``Context`` (``model``, ``input_ids``, ``rows``, ``layers``, ``progress``,
 ``spans``, ``notes``) and returns ``(layers, rows, n)`` scores in ablated flow's sign (positive:
@@ -9,14 +9,14 @@ zeroing the source's values lowers the explained token's logit):
 - ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
 - ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
   (default 5), else the estimate with its latest sources, then its top sources, re-scored exactly.
-  The budget is the compute of the whole call in forward passes of the input (:data:`UNIT`,
-  :mod:`attnflow.interventions.compute`): on a text, the capture pass that :func:`attnflow.explain` has already
+  The budget is the compute of the whole call in forward passes of the input (``UNIT``,
+  ``attnflow.interventions.compute``): on a text, the capture pass that ``attnflow.explain`` has already
   run counts as 1 (it is the unit: every position, the last one's logits), and the chooser gets what is left. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
   ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in that unit, ``unit``,
   ``plan``, ``tail``).
 
 The context may give ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow,
-and ``spans`` (groups of positions; :mod:`attnflow.units.spans`): each token then carries its span's score.
+and ``spans`` (groups of positions; ``attnflow.units.spans``): each token then carries its span's score.
 """
 
 from __future__ import annotations

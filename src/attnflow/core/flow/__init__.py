@@ -2,24 +2,24 @@
 
 The layered attention graph has a node per (layer, position), layer 0 being the input tokens, and
 an edge from ``(l, q)`` to ``(l-1, k)`` with capacity ``A_l[q, k]``, the residual-augmented,
-head-fused attention of layer ``l`` (see :mod:`attnflow.core.fusion`). The flow value of input token
+head-fused attention of layer ``l`` (see ``attnflow.core.fusion``). The flow value of input token
 ``j`` for node ``(l, q)`` is the maximum flow from ``(l, q)`` down to ``(0, j)``. With
 ``normalize=True`` each row is divided by its sum, as the paper's code does.
 
 Solvers (all return the same unnormalised values; see each module for its algorithm):
 
-- ``"networkx"``: :mod:`.oracle`, the paper's semantics, one Edmonds-Karp per pair; the test oracle.
-- ``"scipy"``: :mod:`.scipy_pairs`, one integer-scaled scipy max-flow per pair (the peer baseline).
-- ``"engine"``: :mod:`.engine`, warm-started push-relabel on the dense graph, compiled with numba.
-- ``"certified"``: :mod:`.certified`, max-flow on a sparse sub-network certified by a cut of the
-  full graph (:mod:`.cuts` gives the cut bounds and the layer-1/layer-2 closed forms).
-- ``"torch"``: :mod:`.batched`, synchronous push-relabel on dense tensors, many pairs at once, on a
+- ``"networkx"``: ``.oracle``, the paper's semantics, one Edmonds-Karp per pair; the test oracle.
+- ``"scipy"``: ``.scipy_pairs``, one integer-scaled scipy max-flow per pair (the peer baseline).
+- ``"engine"``: ``.engine``, warm-started push-relabel on the dense graph, compiled with numba.
+- ``"certified"``: ``.certified``, max-flow on a sparse sub-network certified by a cut of the
+  full graph (``.cuts`` gives the cut bounds and the layer-1/layer-2 closed forms).
+- ``"torch"``: ``.batched``, synchronous push-relabel on dense tensors, many pairs at once, on a
   CUDA device when one is present (the path for a GPU; exact, slow on a CPU).
-- ``"auto"``: :mod:`.auto`, the faster of the two numba solvers per layer; the default.
+- ``"auto"``: ``.auto``, the faster of the two numba solvers per layer; the default.
 
-How a call is run is not decided here: :func:`flow` builds a :class:`FlowJob` (the solver, the
+How a call is run is not decided here: ``flow`` builds a ``FlowJob`` (the solver, the
 graphs, the output and a cancel flag) and hands it to a ``runner``. Without one the job runs on
-the calling thread. The api passes :func:`attnflow.api.flowrun.run`, which estimates the work
+the calling thread. The api passes ``attnflow.api.flowrun.run``, which estimates the work
 first, warns about long runs and solves on a thread it can cancel on Ctrl-C; the compiled solvers
 check the job's cancel flag between sinks. This package itself starts no process and touches no
 signal.
@@ -52,20 +52,20 @@ SOLVERS: dict[str, str | Callable[..., np.ndarray]] = {
 
 
 class FlowCancelled(Exception):
-    """Raised inside a :class:`FlowJob` whose cancel flag was set (the runner turns it into
+    """Raised inside a ``FlowJob`` whose cancel flag was set (the runner turns it into
     ``KeyboardInterrupt`` in the caller)."""
 
 
 @dataclass
 class FlowJob:
-    """The work of one :func:`flow` call, for a runner: ``run()`` fills ``out``.
+    """The work of one ``flow`` call, for a runner: ``run()`` fills ``out``.
 
     solve: the solver (``solve(a, layers, positions, progress=..., cancel=...)``); a:
     ``(batch, heads, L, n, n)`` capacities (float32, or float64 when the maps are); mask
     ``(batch, n)``; layers, positions: the requested rows; out ``(batch, heads, len(layers), len(positions), n)``; tick(k): k more rows
     done; progress: the caller's progress callback (a runner may hand it an estimate); cancel:
     ``(1,)`` bool, set ``cancel[0] = True`` from any thread to stop the run between sinks (``run``
-    then raises :class:`FlowCancelled`).
+    then raises ``FlowCancelled``).
     """
 
     solve: Callable[..., np.ndarray]
@@ -136,30 +136,48 @@ def flow(attentions: Any, *, residual: float = 0.5, head_fusion: str | None = "m
          runner: Callable[[FlowJob], None] | None = None) -> Any:
     """Attention flow from chosen (layer, position) nodes to every input token.
 
-    Parameters
-    ----------
-    attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face per-layer
-        tuple, or :class:`AttentionMaps`. Row = query, column = key.
-    residual, head_fusion: as in :func:`attnflow.rollout` (head_fusion None gives per-head flow).
-    positions: query positions (sources); all when None. Negative indices count from the end.
-    layers: 0-based layer indices (``-1`` = top layer); all when None.
-    normalize: divide each row by its sum (the paper's code does); False returns raw max-flow values.
-    solver: ``"auto"`` | ``"certified"`` | ``"engine"`` | ``"torch"`` | ``"networkx"`` | ``"scipy"``
-        (see module docstring); every one but ``"scipy"`` is exact.
-    mask: optional padding mask, True for real tokens; padded tokens are left out of the graph and
-        their rows/columns in the result are 0.
-    progress: optional ``progress(done_rows, total_rows)`` callback. With the api's runner
-        (``attnflow.flow`` passes it), a ``progress.estimate`` method is called once with the
-        :class:`~attnflow.core.flow.estimate.FlowEstimate` before solving, runs estimated above 10 s
-        warn (``LongFlowWarning``) and Ctrl-C stops any run between sinks.
-    causal_norm: receptive-field normalisation for decoders (None, ``"keys"``, ``"sink"``), applied
-        to the capacities; see :mod:`attnflow.core.causal`.
-    runner: ``runner(job)`` runs the :class:`FlowJob` (default: on this thread, :func:`run_here`).
+    The layered attention graph has a node per (layer, position), layer 0 being the input tokens, and
+    an edge from ``(l, q)`` to ``(l-1, k)`` with capacity ``A_l[q, k]``, the head-fused attention of
+    layer ``l`` with the residual added. The flow value of input token ``j`` for node ``(l, q)`` is
+    the maximum flow from ``(l, q)`` down to ``(0, j)``.
 
-    Returns
-    -------
-    ``(len(layers), len(positions), n)`` (``(len(layers), heads, len(positions), n)`` when
-    head_fusion is None), with a leading batch axis for batched input.
+    Args:
+        attentions: ``(layers, heads, n, n)``, ``(batch, layers, heads, n, n)``, a Hugging Face
+            per-layer tuple, or ``AttentionMaps``. Row = query, column = key.
+        residual: As in [`rollout`][attnflow.core.rollout.rollout].
+        head_fusion: As in [`rollout`][attnflow.core.rollout.rollout]; None gives per-head flow.
+        positions: Query positions (sources); None: all. Negative indices count from the end.
+        layers: 0-based layer indices (``-1`` = top layer); None: all.
+        normalize: Divide each row by its sum (the paper's code does); False returns raw max-flow
+            values.
+        solver: ``"auto"`` (the faster of the two numba solvers per layer), ``"certified"``,
+            ``"engine"``, ``"torch"`` (a GPU's), ``"networkx"`` (the paper's semantics, the test
+            oracle) or ``"scipy"``; every one but ``"scipy"`` is exact.
+        mask: Optional padding mask, True for real tokens; padded tokens are left out of the graph
+            and their rows and columns in the result are 0.
+        progress: Called as ``progress(done_rows, total_rows)``. With the api's runner
+            (``attnflow.flow`` passes it), a ``progress.estimate`` method is called once with the
+            ``FlowEstimate`` before solving, runs estimated above 10 s warn (``LongFlowWarning``)
+            and Ctrl-C stops any run between sinks.
+        causal_norm: Receptive-field normalisation for decoders (None, ``"keys"``, ``"sink"``),
+            applied to the capacities; see ``attnflow.core.causal``.
+        runner: Called as ``runner(job)`` to run the ``FlowJob``; None: on this thread
+            (``run_here``).
+
+    Returns:
+        ``(len(layers), len(positions), n)`` (``(len(layers), heads, len(positions), n)`` when
+            ``head_fusion`` is None), with a leading batch axis for batched input.
+
+    Raises:
+        AttnflowError: Attention of another shape, positions or layers out of range, or an unknown
+            solver.
+
+    Examples:
+        >>> import attnflow, torch
+        >>> attentions = torch.rand(6, 8, 7, 7).softmax(-1)  # (layers, heads, n, n)
+        >>> F = attnflow.flow(attentions, positions=[0])  # the first position's rows
+        >>> F.shape  # (layers, positions, n)
+        torch.Size([6, 1, 7])
     """
     check_fusion(attentions, head_fusion)
     stack = as_stack(attentions, mask)

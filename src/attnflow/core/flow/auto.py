@@ -2,18 +2,18 @@
 
 Both exact solvers are fast in different places (``benchmarks/flow.py`` measures them):
 
-- :mod:`.certified` (sparse certificates, cut bounds, closed forms) wins wherever the cut bound of
-  :mod:`.cuts` is usually reached on a sparse sub-network: the top layers of real models and every
+- ``.certified`` (sparse certificates, cut bounds, closed forms) wins wherever the cut bound of
+  ``.cuts`` is usually reached on a sparse sub-network: the top layers of real models and every
   layer of diffuse attention, by up to 10x, more as ``n`` grows; layer-1 and layer-2 sources are
   closed forms there.
-- :mod:`.engine` (dense warm-started push-relabel) wins by up to 1.6x for sources at layers 3 and
+- ``.engine`` (dense warm-started push-relabel) wins by up to 1.6x for sources at layers 3 and
   4 of peaky real attention (MiniLM), where minimum cuts are irregular and the certificate has to
   grow towards the dense graph.
 
 A request with at least ``RACE_ROWS`` sources in one layer (a full map) races the two on
 ``SAMPLE`` whole rows of that layer (the same sources for both, spread over the requested
 positions), in process CPU time per pair, keeps the winner's values for those rows and gives it the
-rest of the layer; smaller requests (single rows, the common case) go to :mod:`.certified`. Both
+rest of the layer; smaller requests (single rows, the common case) go to ``.certified``. Both
 are exact, so the choice changes only the time. Until issue 31 the race ran on the first 16 tokens
 of the layer's first source: a ``[CLS]`` row over the first tokens is not what the layer costs,
 and on MiniLM at 117 tokens it gave layer 5 to the engine, 1.3x slower there than the certified
@@ -22,7 +22,7 @@ race on different rows (tried, so that no row is solved twice) gave MiniLM's lay
 engine, 1.4x slower there on the whole layer.
 
 Direction. A layer's full map, every position to every token, is also the map of the reversed
-graph (:func:`reversed_graph`: arcs turned round, so the input tokens are the sources and the
+graph (``reversed_graph``: arcs turned round, so the input tokens are the sources and the
 layer's positions the sinks), whose rows are the map's columns. The solvers' sub-networks, cut
 bounds and warm chains see a different graph there, and on real attention it is often the cheaper
 one: MiniLM at 117 tokens, one thread, the certified solver took 4.4-5.6 s for layer 6 forwards and
@@ -58,7 +58,7 @@ def race(a: np.ndarray, layer: int, positions: np.ndarray, cancel: np.ndarray | 
     ``(len(positions), n)`` of the fastest (all are the exact flow). A solver stops between two
     rows once it can no longer beat ``beat`` seconds per pair or a faster one before it (its time
     is then ``inf``; rows ``None`` when none finished). ``cancel``: as in
-    :func:`attnflow.core.flow.oracle.solve`; ``graph``: :func:`.certified.graph_of` of ``a`` when
+    ``attnflow.core.flow.oracle.solve``; ``graph``: ``.certified.graph_of`` of ``a`` when
     the caller has it (prepared here otherwise, outside either solver's time)."""
     n = a.shape[-1]
     sinks = np.arange(n)
@@ -97,7 +97,7 @@ def _sample(count: int) -> np.ndarray:
 def _layer(a: np.ndarray, layer: int, positions: np.ndarray, graph: certified.Graph,
            progress: Callable[[int], None] | None, cancel: np.ndarray) -> np.ndarray:
     """One layer of a full map ``(len(positions), n)``: when ``positions`` is every token, the
-    certified solver backwards on ``SAMPLE`` columns (:func:`reversed_graph`: sources at input
+    certified solver backwards on ``SAMPLE`` columns (``reversed_graph``: sources at input
     tokens, every position a sink), then the race forwards (sources at ``positions``, every sink,
     both solvers on the same rows, each stopped once it cannot win); the solver and direction with
     the lowest time per pair solve the rest."""
@@ -136,7 +136,7 @@ def _layer(a: np.ndarray, layer: int, positions: np.ndarray, graph: certified.Gr
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
-    """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
+    """Same contract as ``attnflow.core.flow.oracle.solve``."""
     a = engine.capacities(a)
     cancel = engine.never() if cancel is None else cancel
     layers, positions = np.asarray(layers), np.asarray(positions)

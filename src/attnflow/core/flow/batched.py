@@ -22,7 +22,7 @@ breadth-first distance to the sink, by repeated relaxation) start the run and ar
 ``2 * (layers + 1)`` pulses. When no node can push any more the preflow is maximum and the sink's
 excess is the flow value (phase one of push-relabel).
 
-Why it is exact: as for :mod:`.engine`, no epsilon is used: a saturating push assigns the flow its
+Why it is exact: as for ``.engine``, no epsilon is used: a saturating push assigns the flow its
 capacity (or 0 on a reverse arc) and a node that spends its excess is assigned 0, so residuals and
 excesses reach 0 exactly and the usual bounds (``O(V^2)`` pulses) hold in floating point.
 
@@ -121,7 +121,7 @@ def _max_flow(cap: torch.Tensor, q: torch.Tensor, j: torch.Tensor) -> torch.Tens
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, device: str | torch.device | None = None,
           cancel: np.ndarray | None = None) -> np.ndarray:
-    """Same contract as :func:`attnflow.core.flow.oracle.solve`; runs on ``device`` (default: CUDA
+    """Same contract as ``attnflow.core.flow.oracle.solve``; runs on ``device`` (default: CUDA
     when available, else the CPU)."""
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     w = torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64), device=dev)

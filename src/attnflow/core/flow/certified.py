@@ -1,8 +1,8 @@
 """Certified exact flow: max-flow on a sparse sub-network, certified by a cut of the full graph.
 
-The problem (see :mod:`attnflow.core.flow`): the maximum flow ``F`` from ``s = (top, q)`` to
+The problem (see ``attnflow.core.flow``): the maximum flow ``F`` from ``s = (top, q)`` to
 ``t = (0, j)`` in the layered attention graph, arcs ``(m, u) -> (m - 1, v)`` of capacity
-``A_m[u, v]``. The dense graph has ``top * n^2`` arcs, and push-relabel on it (:mod:`.engine`)
+``A_m[u, v]``. The dense graph has ``top * n^2`` arcs, and push-relabel on it (``.engine``)
 scans whole rows of ``n`` arcs at every relabel, so each sink costs about a pass over the graph.
 
 Algorithm. Attention concentrates on few arcs: a token's own column (the residual diagonal), the
@@ -22,7 +22,7 @@ breadth-first global relabelling when relabels pile up), lowest active label fir
 highest (see "Which node next" below). Its value ``val`` is the value of
 a feasible flow of the full graph, a lower bound on ``F``. Then:
 
-1. if ``val`` reaches the cheapest cut of :func:`attnflow.core.flow.cuts.cut_bound` (an upper bound),
+1. if ``val`` reaches the cheapest cut of ``attnflow.core.flow.cuts.cut_bound`` (an upper bound),
    ``F = val``; pushing stops as soon as that happens;
 2. otherwise phase one ended, and the nodes that can still reach ``t`` in the residual sub-network
    (``T``) and the other nodes the source reaches in the full graph (``S``) form a minimum cut of
@@ -45,7 +45,7 @@ remains is a valid preflow of the new sub-network; labels restart at the exact d
 layered graph, free) was the start until issue 31: on causal and peaky attention the excess
 parked in dead ends (an attention sink's chain, which reaches no later token) then ran down to
 layer 1 and climbed back one relabel at a time for every sink, 4x the pushes of exact labels. Layer-1
-sources are the edge capacity, layer-2 sources the closed form of :mod:`.cuts`, and a sink whose
+sources are the edge capacity, layer-2 sources the closed form of ``.cuts``, and a sink whose
 cut bound is 0 is 0.
 
 Which node next. The cut bound is known before a sink is solved, so its solve is a search for a
@@ -96,8 +96,8 @@ HEAVY = 4  # each node's largest arcs seeded into every source's sub-network
 LOWEST_FIRST = 8  # a sink's first solve takes the lowest active label for this many pushes per node
 
 # The graph as every kernel reads it: capacities ``(L, n, n)``, their row and column sums and total
-# (:func:`.cuts.sums`), the hub columns (:func:`hubs`) and the first hub of each layer (-1: none).
-# ``live_total``: :func:`.cuts.live_totals`, the causal cut family's sums (``(0, 0)``: not causal).
+# (``.cuts.sums``), the hub columns (``hubs``) and the first hub of each layer (-1: none).
+# ``live_total``: ``.cuts.live_totals``, the causal cut family's sums (``(0, 0)``: not causal).
 Graph = namedtuple("Graph", ["capacity", "row_sums", "col_sums", "total", "hub", "hub_list", "hub_count",
                              "first_hub", "heavy", "live_total"])
 # The sub-network of one source: arc ``i`` runs ``tail[i] -> head[i]`` with ``capacity[i]``; arc id
@@ -176,7 +176,7 @@ def _learn(mark_t, m, v, u):
 
 @njit(cache=True)
 def _in_net(hub, mark_t, top, q, j, m, u, v):
-    """Is ``(m, u) -> (m - 1, v)`` in sink ``j``'s sub-network? (learned: :func:`_learned`.)"""
+    """Is ``(m, u) -> (m - 1, v)`` in sink ``j``'s sub-network? (learned: ``_learned``.)"""
     return _stable(hub, top, q, m, u, v) or (v == j and m < top) or _learned(mark_t, m - 1, v, u)
 
 
@@ -221,7 +221,7 @@ def _layout(nv, net, stable, learned0, ne):
     """Adjacency lists (arc ids: ``2i`` = arc ``i`` forward, ``2i + 1`` its reverse) of the arcs
     that stay in the sub-network (``0..stable-1`` and the learned ``learned0..ne-1``), with one free
     slot after every node's list for its arc into the sink's column. Returns where the column
-    regions start (one per layer, filled by :func:`_attach`)."""
+    regions start (one per layer, filled by ``_attach``)."""
     tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
     deg[:nv] = 0
     for i in range(ne):
@@ -304,7 +304,7 @@ def _attach(n, top, q, j, hub, reach, mark_t, col, stable, regions, net, fresh, 
 
 @njit(cache=True)
 def _detach(n, top, j, net):
-    """Undo :func:`_attach` for sink ``j`` (its arcs must carry no flow)."""
+    """Undo ``_attach`` for sink ``j`` (its arcs must carry no flow)."""
     tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
     for m in range(1, top):
         c = (m - 1) * n + j
@@ -423,7 +423,7 @@ def _push_relabel(nv, n, net, labels, s, t, target, arcs, stats, lowest):
     holds excess or ``ex[t] >= target``: the lowest active label first for ``lowest`` pushes,
     then the highest (see the module docstring, which node next). Every arc joins adjacent
     layers, so labels keep their layer's parity and a relabel stops at the first residual
-    neighbour one label up (see :mod:`.engine`). ``highest`` bounds the active labels from above
+    neighbour one label up (see ``.engine``). ``highest`` bounds the active labels from above
     in both orders (a gap empties every bucket above it)."""
     tl, hd, cp, res, to, adj, beg, end, beg0, deg, slot, used = net
     ex, d, cur, anext, ahead, lnext, lprev, lhead, queue = labels
@@ -642,7 +642,7 @@ def _largest(a, k, out):
 def heavy_arcs(a: np.ndarray, k: int = HEAVY) -> np.ndarray:
     """``(L, n, k)``: the columns of the ``k`` largest off-diagonal entries of every row of ``a``
     (an entry may repeat the diagonal's column when a row has fewer than ``k`` positive entries;
-    :func:`_seed` skips zero and present arcs)."""
+    ``_seed`` skips zero and present arcs)."""
     n = a.shape[-1]
     k = min(k, n - 1)
     out = np.zeros(a.shape[:2] + (max(k, 0),), np.int64)
@@ -761,7 +761,7 @@ def _source_row(graph, top, q, sinks, out, stats, rounds, cancel):
 @njit(cache=True, nogil=True)
 def _tasks(graph, tops, qs, lo, hi, row, out, stats, rounds, cancel):
     """Task ``t``: sinks ``lo[t]..hi[t]-1`` of row ``row[t]``, one warm chain each. It releases the
-    GIL, so Python threads run tasks side by side (:func:`solve`)."""
+    GIL, so Python threads run tasks side by side (``solve``)."""
     for t in range(len(lo)):
         r = row[t]
         _source_row(graph, tops[r], qs[r], np.arange(lo[t], hi[t]), out[r], stats[t], rounds, cancel)
@@ -781,7 +781,7 @@ _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 def _pool(threads: int) -> ThreadPoolExecutor:
     """One pool of ``threads`` Python threads per process, kept between calls (idle threads wait on
-    a queue: they neither spin nor cost anything). Python threads, not prange: :func:`_tasks`
+    a queue: they neither spin nor cost anything). Python threads, not prange: ``_tasks``
     releases the GIL, and threads cost no second (parallel) compilation of the solver."""
     if threads not in _POOLS:
         _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="attnflow-certified")
@@ -791,10 +791,10 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, stats: np.ndarray | None = None,
           rounds: int = ROUNDS, cancel: np.ndarray | None = None, graph: Graph | None = None) -> np.ndarray:
-    """Same contract as :func:`attnflow.core.flow.oracle.solve`. ``stats`` (optional, ``(6,)``
+    """Same contract as ``attnflow.core.flow.oracle.solve``. ``stats`` (optional, ``(6,)``
     int64) accumulates pushes, relabels, global relabels, cut checks, sinks left to the engine
     and learned arcs; ``rounds``: cut-generation rounds per sink before it goes to the engine;
-    ``cancel``: as in :func:`attnflow.core.flow.oracle.solve`; ``graph``: :func:`graph_of` of
+    ``cancel``: as in ``attnflow.core.flow.oracle.solve``; ``graph``: ``graph_of`` of
     ``a`` when the caller already has it (a caller that solves one graph in parts)."""
     a = engine.capacities(a)
     cancel = engine.never() if cancel is None else cancel
@@ -830,7 +830,7 @@ def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
 def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray, cancel: np.ndarray | None = None,
                 graph: Graph | None = None) -> np.ndarray:
     """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``); ``cancel``
-    and ``graph`` as in :func:`solve` (``cancel`` is read between sinks)."""
+    and ``graph`` as in ``solve`` (``cancel`` is read between sinks)."""
     out = np.zeros(a.shape[-1])
     a = engine.capacities(a)
     cancel = engine.never() if cancel is None else cancel

@@ -1,6 +1,6 @@
 """Cut bounds and closed forms for attention flow: what the layered graph gives away for free.
 
-Notation as in :mod:`attnflow.core.flow`: node ``(m, k)`` (layer ``m``, position ``k``), arcs
+Notation as in ``attnflow.core.flow``: node ``(m, k)`` (layer ``m``, position ``k``), arcs
 ``(m, u) -> (m - 1, v)`` of capacity ``A_m[u, v] = a[m - 1, u, v]``, source ``s = (top, q)``, sink
 ``t = (0, j)``. ``F`` is the maximum ``s``-``t`` flow.
 
@@ -11,19 +11,19 @@ Closed forms (exact, used instead of a max-flow):
   capacities: ``F = sum_k min(A_2[q, k], A_1[k, j])``.
 
 Upper bounds. Every set ``S`` of nodes with ``s`` in ``S`` and ``t`` outside is a cut, and its capacity
-(the arcs leaving ``S``) bounds ``F`` (max-flow min-cut, Ford and Fulkerson 1956). :func:`cut_bound`
+(the arcs leaving ``S``) bounds ``F`` (max-flow min-cut, Ford and Fulkerson 1956). ``cut_bound``
 minimises over a family of cuts in ``O(256 top + 16 n)``:
 
 - layers ``top .. 2`` are split into four groups, ``{q}``, ``{j}``, the layer's largest hub column
-  (if it has one, see :func:`attnflow.core.flow.certified.hubs`) and the rest, each group on either
+  (if it has one, see ``attnflow.core.flow.certified.hubs``) and the rest, each group on either
   side; a dynamic programme over layers (16 states, 256 transitions per layer) finds the cheapest
   choice. The capacity between two groups of adjacent layers needs only the entries of the
-  special rows and columns and the row, column and total sums of each matrix (:func:`sums`, once
+  special rows and columns and the row, column and total sums of each matrix (``sums``, once
   per graph).
-- on causal attention (every matrix lower triangular, :func:`is_causal`) the positions before the
+- on causal attention (every matrix lower triangular, ``is_causal``) the positions before the
   sink token cannot reach it: they go to the source side at no cost, and the four groups are formed
   among the positions from ``j`` on (issue 31; the totals between them are suffix sums of the column
-  sums, :func:`live_totals`, computed once per graph);
+  sums, ``live_totals``, computed once per graph);
 - layer 1 is free: given which groups of layer 2 are on the source side, each layer-1 node ``p`` is
   put on its cheaper side, ``S`` (cutting its arc to the sink, ``A_1[p, j]``) or ``T`` (cutting the
   arcs into it from the source side of layer 2).
@@ -35,10 +35,10 @@ that put a hub column on the source side. On MiniLM at 128 tokens (every fourth 
 the bound equals the maximum flow for 72%, 66%, 95% and 100% of the pairs whose source is at layer
 3, 4, 5 and 6 (the three-group family without the free layer: 1%, 10%, 43%, 99.9%); on random
 attention for every pair tried.
-A flow of the same value certifies it (:mod:`.certified`).
+A flow of the same value certifies it (``.certified``).
 
 Rounding: the group sums are differences of row/column sums, so the bound is a cut capacity up to a
-few ulps of those sums (``~1e-16`` relative); certificates allow for this (see :mod:`.certified`).
+few ulps of those sums (``~1e-16`` relative); certificates allow for this (see ``.certified``).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _groups(q, j, h, live):
 
 
 def live_totals(a: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """``(L, n)``: for causal ``a`` (:func:`is_causal`), the capacity of ``a[m]`` among positions
+    """``(L, n)``: for causal ``a`` (``is_causal``), the capacity of ``a[m]`` among positions
     ``>= j`` (the suffix sums of the column sums: a column ``v`` receives only from rows ``>= v``);
     ``(0, 0)`` for any other graph (the bound then uses the plain family)."""
     if not is_causal(a):
@@ -133,7 +133,7 @@ def _group_caps(w, rows, cols, total, gu, gv, c):
     """``c[x, y]``: capacity from group ``x`` (representatives ``gu``) of a layer to group ``y``
     (``gv``) of the layer below, through the matrix ``w``; group 3 is the rest. ``rows[x]``: the
     capacity out of ``gu[x]`` into the groups below, ``cols``: the column sums, ``total``: the
-    capacity between the groups of the two layers (see :func:`cut_bound` for causal attention)."""
+    capacity between the groups of the two layers (see ``cut_bound`` for causal attention)."""
     c[:, :] = 0.0
     for x in range(3):
         if gu[x] < 0:
@@ -161,7 +161,7 @@ def cut_bound(a, rows, cols, total, hub, top, q, j, live_total=None):
 
     Causal attention (``live_total`` given and not empty: ``live_total[m, j]``, the capacity of ``a[m]`` among
     positions ``>= j``, i.e. the suffix sums of its column sums, for graphs where
-    :func:`is_causal`): positions before ``j`` cannot reach the sink and carry no arc to a position
+    ``is_causal``): positions before ``j`` cannot reach the sink and carry no arc to a position
     ``>= j``, so they are put on the source side at no cost and the groups (``{q}``, ``{j}``, the hub,
     the rest) are formed among the positions ``>= j`` only. The old family put those dead positions
     in the rest group, whose arcs into them were then counted whenever the rest was on the sink

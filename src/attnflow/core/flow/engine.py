@@ -26,7 +26,7 @@ Maheshwari 1989) plus ``O(E)`` per global relabel; memory is ``O(top * n^2)`` pe
 starts make a typical sink cost a few thousand pushes, so a full map costs far less than
 ``layers * n`` times a cold max-flow, and nothing is built in Python per pair.
 
-Why it is exact. No epsilon is used. Every push (:func:`.push.push`, the one push step of both
+Why it is exact. No epsilon is used. Every push (``.push.push``, the one push step of both
 numba solvers) moves ``delta = min(excess, residual)``: when the residual is the minimum the flow
 is *assigned* the capacity (or 0 on a reverse arc), so the arc is saturated exactly (its residual
 is *assigned* 0 and its reverse residual the capacity; a reverse arc emptied likewise gets 0 and
@@ -384,14 +384,14 @@ def _rows(a, tops, qs, parts, out, cancel):
 
 @njit(cache=True, nogil=True)
 def _rows_serial(a, tops, qs, out, cancel):
-    """:func:`_rows` on one thread, for chunks too small to pay for waking the thread pool."""
+    """``_rows`` on one thread, for chunks too small to pay for waking the thread pool."""
     for i in range(len(tops)):
         _source_row(a, tops[i], qs[i], 0, 1, out[i], cancel)
 
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
-    """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
+    """Same contract as ``attnflow.core.flow.oracle.solve``."""
     a = capacities(a)
     cancel = never() if cancel is None else cancel
 
@@ -430,7 +430,7 @@ def in_chunks(rows: Callable[[np.ndarray, np.ndarray, np.ndarray, bool, int], No
 
 def solve_sinks(a: np.ndarray, top: int, q: int, sinks: np.ndarray, cancel: np.ndarray | None = None) -> np.ndarray:
     """Flow from ``(top, q)`` to the given tokens, on this thread (``(len(sinks),)``); ``cancel``
-    as in :func:`solve` (read between sinks)."""
+    as in ``solve`` (read between sinks)."""
     out = np.zeros(a.shape[-1])
     _source_sinks(capacities(a), top, q, np.asarray(sinks, dtype=np.int64), out, never() if cancel is None else cancel)
     return out[sinks]

@@ -144,7 +144,7 @@ def _time_rows(solve: Callable, a: np.ndarray, layers: list[int], position: int)
 
 def _time_positions(solve: Callable, a: np.ndarray, size: int, layers: list[int],
                     positions: list[int]) -> tuple[list[float], float, float]:
-    """:func:`_time_rows` on ``size`` tokens of ``a`` around each position: the mean wall time per
+    """``_time_rows`` on ``size`` tokens of ``a`` around each position: the mean wall time per
     layer over the positions, the longest single row, and the CPU time of them all."""
     walls, spent = [], 0.0
     for position in positions:
@@ -158,7 +158,7 @@ def _time_positions(solve: Callable, a: np.ndarray, size: int, layers: list[int]
 def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: int | Sequence[int],
               per_layer_rows: int, budget: float = CALIBRATION_SECONDS) -> FlowEstimate:
     """Measure the time of ``per_layer_rows`` rows at each of ``layers`` of graph ``a`` ``(L, n, n)``
-    (float64, padding removed) with ``solve`` (the contract of :func:`attnflow.core.flow.oracle.solve`),
+    (float64, padding removed) with ``solve`` (the contract of ``attnflow.core.flow.oracle.solve``),
     timing rows of ``position`` (one, or a few standing for all: their mean time per layer).
 
     Sizes 32, 64, 128, ... tokens are tried in turn (the input's own size when it is at most
@@ -204,7 +204,7 @@ def calibrate(solve: Callable, a: np.ndarray, layers: Sequence[int], position: i
 def estimate(solve: Callable, a: np.ndarray, layers: Sequence[int], positions: Sequence[int],
              graphs: int = 1) -> FlowEstimate:
     """The estimate for rows ``positions x layers`` on each of ``graphs`` graphs like ``a``
-    ``(L, n, n)``: the cheap guess when it is small, else :func:`calibrate`."""
+    ``(L, n, n)``: the cheap guess when it is small, else ``calibrate``."""
     n = a.shape[-1]
     per_layer_rows = len(positions) * graphs
     guess = guess_seconds(n, layers, per_layer_rows)

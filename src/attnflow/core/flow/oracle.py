@@ -6,7 +6,7 @@ every ``(l-1, k)`` with capacity ``A_l[q, k]`` (the residual-augmented, head-fus
 flow value of input token ``j`` for ``(l, q)`` is the maximum flow from ``(l, q)`` to ``(0, j)``,
 computed with Edmonds-Karp, ``O(V E^2)`` per pair.
 
-It is slow on purpose: every faster solver in :mod:`attnflow.core.flow` is tested against it.
+It is slow on purpose: every faster solver in ``attnflow.core.flow`` is tested against it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ reverse residual is ``backward[b]`` (``f`` and ``b`` are indices of any dimensio
 column)`` in the engine's dense residual arrays, an arc number and its pair ``e ^ 1`` in the
 certified solver's arc list; the two arrays may be one).
 
-Why it is exact (the argument :mod:`.engine` relies on): no epsilon is used. When the residual is
+Why it is exact (the argument ``.engine`` relies on): no epsilon is used. When the residual is
 the smaller the push *saturates*: the residual is assigned 0 and the reverse residual the arc's
 capacity (the pair always sums to it), and the excess drops by ``r``. Otherwise the excess is
 *assigned* 0 and moves whole. A residual therefore reaches 0 only by assignment (``r - e`` with

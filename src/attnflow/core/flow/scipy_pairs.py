@@ -36,7 +36,7 @@ def _graph(a: np.ndarray, top: int) -> sp.csr_matrix:
 
 def solve(a: np.ndarray, layers: np.ndarray, positions: np.ndarray,
           progress: Callable[[int], None] | None = None, cancel: np.ndarray | None = None) -> np.ndarray:
-    """Same contract as :func:`attnflow.core.flow.oracle.solve`."""
+    """Same contract as ``attnflow.core.flow.oracle.solve``."""
     n = a.shape[-1]
     out = np.zeros((len(layers), len(positions), n))
     for li, layer in enumerate(layers):

@@ -10,7 +10,7 @@ that no later command pays it::
 
 Where the cache lives: next to the modules (``__pycache__``) when that folder is writable, else
 numba's per-user cache folder (so a wheel installed read-only still caches), or ``NUMBA_CACHE_DIR``
-when set. :func:`compiled` tells whether the cache already holds the solvers (the api prints a
+when set. ``compiled`` tells whether the cache already holds the solvers (the api prints a
 one-line notice with the expected time before compiling when it does not).
 """
 
@@ -75,7 +75,7 @@ def _compile(a: np.ndarray) -> None:
     engine.solve_sinks(a, 3, 0, np.arange(4))
     # With NUMBA_NUM_THREADS=1 (a one-core container, a CI job) the solvers above never take their
     # thread-pool path, so its kernel is compiled here directly: the cache then holds every kernel
-    # :func:`compiled` checks, whatever thread count a later process runs with.
+    # ``compiled`` checks, whatever thread count a later process runs with.
     tops, qs = np.array([3]), np.array([0])
     engine._rows(np.ascontiguousarray(a), tops, qs, 1, np.zeros((1, 20)), engine.never())
 

@@ -10,7 +10,7 @@ mixes the encoder's output and the decoder's previous layer as
     J_l = [ (1 - r) C_l  |  r A_l ]        (T x (S + T); each row sums to 1)
 
 with ``C_l`` the head-fused cross-attention (rows re-normalised to 1) and ``A_l = norm((1-r) W_l + r I)``
-the residual-augmented decoder self-attention (:mod:`attnflow.core.fusion`). The joint graph has a node
+the residual-augmented decoder self-attention (``attnflow.core.fusion``). The joint graph has a node
 per (encoder layer ``k = 0..Le``, source position) and per (decoder layer ``l = 0..Ld``, decoder
 position), layer 0 being the embeddings; encoder node ``(k, q)`` has edges to ``(k-1, j)`` of weight
 ``A^enc_k[q, j]``, decoder node ``(l, t)`` has edges to the encoder's top node ``(Le, j)`` of weight
@@ -34,10 +34,10 @@ an empty source it reduces to the paper's rollout of the decoder.
 **Joint flow** is the paper's flow on the same graph: edge weights are capacities, and the score of an
 input token for node ``(l, t)`` is the max-flow from it to that token's embedding node (rows divided by
 their sum with ``normalize=True``). The graph is computed by embedding it in an ordinary layered graph
-of ``Le + Ld`` layers over ``S + T`` positions (:func:`stacked_layers`: encoder layers carry the decoder
+of ``Le + Ld`` layers over ``S + T`` positions (``stacked_layers``: encoder layers carry the decoder
 positions unchanged, decoder layers carry the source positions unchanged, capacity 1), whose max-flows
 equal the joint graph's because the flow out of any one node is at most 1; the networkx oracle
-(:mod:`attnflow.core.joint.oracle`) builds the joint graph itself.
+(``attnflow.core.joint.oracle``) builds the joint graph itself.
 
 Shapes: ``encoder (Le, heads, S, S)``, ``decoder (Ld, heads, T, T)``, ``cross (Ld, heads, T, S)``; row
 = query. Results ``(Ld, T, S + T)`` for every decoder layer and position (numpy in -> numpy out).
@@ -189,7 +189,7 @@ def joint_flow(encoder: Any, decoder: Any, cross: Any, *, residual: float = 0.5,
     positions: decoder positions (default all); layers: 0-based decoder layers (default all).
     Entry ``[i, p, j]`` is the max-flow from decoder position ``positions[p]`` at decoder layer
     ``layers[i] + 1`` to input ``j`` (source tokens, then decoder input tokens), divided by the row's sum
-    when ``normalize``. solver: as in :func:`attnflow.flow` (``"networkx"`` is the slow oracle).
+    when ``normalize``. solver: as in ``attnflow.flow`` (``"networkx"`` is the slow oracle).
     """
     g = JointGraph(encoder, decoder, cross, residual=residual, head_fusion=head_fusion)
     dec_layers = resolve_indices(layers, g.n_decoder_layers, "layers")
@@ -204,8 +204,8 @@ def joint_flow(encoder: Any, decoder: Any, cross: Any, *, residual: float = 0.5,
 
 
 def stacked_rollout(graph: JointGraph) -> torch.Tensor:
-    """Rollout of :func:`stacked_layers` restricted to the decoder rows: ``(Ld, T, S + T)`` (equal to
-    :func:`joint_rollout`; used to test the embedding the flow relies on)."""
+    """Rollout of ``stacked_layers`` restricted to the decoder rows: ``(Ld, T, S + T)`` (equal to
+    ``joint_rollout``; used to test the embedding the flow relies on)."""
     r = layered_rollout(stacked_layers(graph)[:, None], residual=0.0, head_fusion="mean")
     return r[graph.n_encoder_layers:, graph.n_source:, :]
 

@@ -1,6 +1,6 @@
 """Joint rollout tracked incrementally while an encoder-decoder model generates (KV cache).
 
-The joint rollout (:mod:`attnflow.core.joint`) is causal on the decoder side: row ``t`` of
+The joint rollout (``attnflow.core.joint``) is causal on the decoder side: row ``t`` of
 ``D_l = (1 - r) C_l [E | 0] + r A_l D_{l-1}`` needs only row ``t`` of ``C_l`` and ``A_l`` (what one
 KV-cached decoder step returns: the new position's cross-attention over the source and its
 self-attention over decoder positions ``0..t``), the encoder's rollout ``E`` (computed once), and the
@@ -48,10 +48,10 @@ def joint_rollout_row(rows: torch.Tensor, encoder_rollout: torch.Tensor, self_ro
 
 
 class IncrementalJointRollout:
-    """Joint rollout rows of a growing decoder sequence, one position per :meth:`append`.
+    """Joint rollout rows of a growing decoder sequence, one position per ``append``.
 
     encoder_rollout: ``E`` ``(S, S)`` (``JointGraph(...).encoder_rollout()`` on the encoder's attention).
-    ``rows``: ``(Ld, n, S + n)``, equal to :func:`attnflow.core.joint.joint_rollout` on the whole decoder
+    ``rows``: ``(Ld, n, S + n)``, equal to ``attnflow.core.joint.joint_rollout`` on the whole decoder
     sequence.
     """
 
@@ -79,7 +79,7 @@ class IncrementalJointRollout:
 
     def append(self, self_attention: Any, cross_attention: Any) -> torch.Tensor:
         """Add decoder position ``n``: ``self_attention`` ``(Ld, heads, n+1)`` (or one ``(heads, k)``
-        block per layer, see :func:`attnflow.core.incremental.place_window`), ``cross_attention``
+        block per layer, see ``attnflow.core.incremental.place_window``), ``cross_attention``
         ``(Ld, heads, S)``. Returns its rows ``(Ld, S + n + 1)``."""
         s = self.n_source
         values = place_window(self_attention, self.n + 1).detach().to(torch.float64)

@@ -3,10 +3,10 @@ on the joint encoder-decoder graph built as such (not the layered embedding the 
 
 Nodes: ``("x", k, j)`` encoder layer ``k = 0..Le`` at source position ``j``; ``("y", l, u)`` decoder
 layer ``l = 0..Ld`` at decoder position ``u``; layer 0 is the embeddings, which are the sinks. Edges
-(capacities, see :mod:`attnflow.core.joint`): ``("x", k, q) -> ("x", k-1, j)``: ``A^enc_k[q, j]``;
+(capacities, see ``attnflow.core.joint``): ``("x", k, q) -> ("x", k-1, j)``: ``A^enc_k[q, j]``;
 ``("y", l, t) -> ("x", Le, j)``: ``(1 - r) C_l[t, j]``; ``("y", l, t) -> ("y", l-1, u)``: ``r A_l[t, u]``.
 
-Slow on purpose (``O(V E^2)`` per pair): the test oracle for :func:`attnflow.core.joint.joint_flow`.
+Slow on purpose (``O(V E^2)`` per pair): the test oracle for ``attnflow.core.joint.joint_flow``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 
 The paper's model: "GPT-2 Transformer blocks" without the causal mask, 6 layers, 8 heads, hidden 128,
 a CLS token whose final embedding feeds the classifier. Two stock Hugging Face architectures, one
-row each in :data:`ARCHITECTURES` (everything that differs between them lives there):
+row each in ``ARCHITECTURES`` (everything that differs between them lives there):
 
 - ``gpt2-blocks`` (``bundled_model_path("agreement")``, the default): ``MegatronBertForSequenceClassification``.
   Megatron-BERT's layers are GPT-2's pre-LayerNorm blocks (``x + attn(LN(x))``, ``x + mlp(LN(x))``),
@@ -176,10 +176,10 @@ def train(out: Path, seed: int = 0, epochs: int = 2, batch_size: int = 64, lr: f
     """Train one model and save it (safetensors, tokenizer, ``training.json``) into ``out``.
 
     The recipe is the same for both architectures (AdamW, one-cycle, 2 epochs); only the rows of
-    :data:`ARCHITECTURES` differ. ``data`` picks a row of :data:`DATA`; ``sizes`` overrides the
+    ``ARCHITECTURES`` differ. ``data`` picks a row of ``DATA``; ``sizes`` overrides the
     split sizes (for quick tests). ``distill=True`` trains the same student with the same optimiser
     and batches, together with an LSTM teacher whose soft targets it also learns from
-    (:mod:`attnflow.reproduction.training.distill`); the teacher is saved in ``out/teacher``.
+    (``attnflow.reproduction.training.distill``); the teacher is saved in ``out/teacher``.
     Every ``curve_every`` steps the accuracy on the first ``curve_examples`` validation examples is
     recorded (``training.json``'s ``curve``); evaluation draws no random numbers, so it does not
     change the weights.

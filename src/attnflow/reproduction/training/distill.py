@@ -14,7 +14,7 @@ through Knowledge Distillation". Teacher and student are trained together, one b
    + gold_rate * CE(labels, student)``.
 
 What is taken from Reflect and what is our choice (and why) is in ``docs/reproduction.md``, section
-"Online distillation from an LSTM teacher"; :data:`REFLECT` records the values read from its configs.
+"Online distillation from an LSTM teacher"; ``REFLECT`` records the values read from its configs.
 """
 
 from __future__ import annotations

