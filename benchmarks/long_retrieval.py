@@ -58,6 +58,9 @@ def prompt(rng: random.Random, tokenizer, tokens: int) -> tuple[str, str, str]:
     return " ".join(body) + question, facts[0], words[0]
 
 
+SPAN_METHODS = ("ablated-flow-budgeted", "ablated-flow", "ablated-flow-estimate")
+
+
 def wilson(k: int, n: int) -> str:
     if n == 0:
         return "n/a"
@@ -67,16 +70,16 @@ def wilson(k: int, n: int) -> str:
     return f"{p:.0%} [{max(0.0, centre - half):.0%}, {min(1.0, centre + half):.0%}]"
 
 
-def sentence_rank(result, method: str, key: str) -> int:
+def sentence_rank(result, method: str, key: str, layout: tuple | None = None) -> int:
     """Rank (1 = first) of the sentence holding ``key`` among the document's sentences (the spans before
     "Question:"; the question and the answer's start are the query, not retrieved text), by ``method``'s
     last-layer scores: a span method gives each token its span's score (read once per span), a token
     method's scores are summed over the span's tokens."""
     import numpy as np
 
-    labels = result.meta.get("span_labels") or []
+    labels, spans = layout or (result.meta.get("span_labels") or [], result.meta["spans"])
     document = next(i for i, label in enumerate(labels) if label.lstrip().startswith("Question:"))
-    groups = result.meta["spans"][:document]
+    groups = spans[:document]
     row = np.asarray(result.layer_scores(method, layer=-1), dtype=float)
     by_span = method in (result.meta.get("span_methods") or [])
     scores = [row[g[0]] if by_span else row[g].sum() for g in groups]
@@ -121,12 +124,18 @@ def main() -> None:
                 print(f"  {tokens} #{i}: answered {answer!r}, not {word!r}: left out", flush=True)
                 continue
             right += 1
-            for method in methods:
+            layout = None  # the sentences (labels, token groups), from the first span method's result
+            for method in sorted(methods, key=lambda m: m not in SPAN_METHODS):
                 start = time.perf_counter()
-                result = attnflow.explain(text, model, tokenizer=tokenizer, method=method, spans="sentence",
+                # a token method takes no spans (refused: it would not apply them); its scores are summed
+                # over the sentences the span methods removed
+                result = attnflow.explain(text, model, tokenizer=tokenizer, method=method,
+                                          spans="sentence" if method in SPAN_METHODS else None,
                                           paper_only=method == "rollout")
                 seconds[method] += time.perf_counter() - start
-                ranks[method].append(sentence_rank(result, method, key))
+                if method in SPAN_METHODS and layout is None:
+                    layout = (result.meta.get("span_labels") or [], result.meta["spans"])
+                ranks[method].append(sentence_rank(result, method, key, None if method in SPAN_METHODS else layout))
             print(f"  {tokens} #{i}: {ids.shape[1]} tokens, ranks " +
                   ", ".join(f"{m} {ranks[m][-1]}" for m in methods), flush=True)
         print(f"\n{tokens} tokens: the model answered {right}/{args.prompts} right; load average "

@@ -266,10 +266,8 @@ class Prefix:
     def start(self, batch: int, j0: int, shared: Any = None) -> Any:
         """The cache a batch of ``batch`` rows starts from at ``j0``: the shared prefix's (``shared``, a
         ``attnflow.interventions.shared_prefix.SharedPrefix``), else a copy per row (None: no prefix)."""
-        if j0 == 0:
-            return None
         if shared is not None:
-            return shared.cache(self.kv(j0))
+            return shared.cache(self.kv(j0) if j0 else None)
         return self.copy(batch, j0)
 
     def copy(self, batch: int, j0: int) -> Any:

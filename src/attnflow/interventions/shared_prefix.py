@@ -21,7 +21,8 @@ Both parts run on torch's fused CPU attention kernel, which returns the log-sum-
 (``aten._scaled_dot_product_flash_attention_for_cpu``; torch's public SDPA does not return it). It
 applies where SDPA computes the model's attention (``attnflow.interventions.efficient_attention.why_not``:
 no soft-capping, sinks or mask fixes), the cache can be cropped (no sliding-window layers) and the
-model runs on the CPU; elsewhere ``usable`` says why and callers copy the prefix as before. The
+model runs on the CPU in float32 or float64 (in half precision the
+kernel rounds otherwise than the clean pass did, and that gap would be read as the edit's effect); elsewhere ``usable`` says why and callers copy the prefix as before. The
 scores equal the copying path's to float round-off (``tests/test_shared_prefix.py``) and one plain
 pass per source (the ablation and span oracles run through this path).
 
@@ -61,6 +62,11 @@ def usable(model: Any) -> str:
         return "its sliding-window layers keep only their window of the prefix"
     if _KERNEL is None:
         return "this torch has no fused CPU attention kernel returning the log-sum-exp"
+    if next(model.parameters()).dtype in (torch.float16, torch.bfloat16):
+        # an edited run's unedited positions must round as the clean run's did, or the rounding gap
+        # (half precision's, not float32's) is read as the edit's effect: a one-layer zeroing's
+        # ranking on a bfloat16 model fell to Spearman 0.3 against float32's
+        return "in half precision the edited runs round as the clean pass does only on the model's own attention"
     if input_device(model).type != "cpu":
         return "the shared prefix runs on the CPU's fused kernel; on other devices each row copies it"
     return ""
@@ -73,7 +79,7 @@ def _layer_class() -> type:
         """A cache layer holding the shared prefix ``(1, kv_heads, j0, head_dim)``; ``update`` keeps and
         returns only the rows' new keys and values (the prefix is attended to by the kernel receiver)."""
 
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        def __init__(self, keys: torch.Tensor | None, values: torch.Tensor | None) -> None:
             super().__init__()
             self.prefix_keys, self.prefix_values = keys, values
             self.keys = self.values = None
@@ -86,7 +92,8 @@ def _layer_class() -> type:
             return key_states, value_states
 
         def get_seq_length(self) -> int:
-            return self.prefix_keys.shape[-2] + (0 if self.keys is None else self.keys.shape[-2])
+            prefix = 0 if self.prefix_keys is None else self.prefix_keys.shape[-2]
+            return prefix + (0 if self.keys is None else self.keys.shape[-2])
 
     return SharedLayer
 
@@ -99,17 +106,12 @@ def _attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, causa
 
 def shared_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, prefix_keys: torch.Tensor,
                      prefix_values: torch.Tensor, scale: float | None) -> torch.Tensor:
-    """Causal attention of ``query (b, heads, s, d)`` over the shared prefix ``(1, kv, j0, d)`` then
-    its own row's ``keys``/``values (b, kv, s, d)``: ``(b, s, heads, d)``, as transformers' attention
-    functions return it (see the module docstring)."""
+    """Causal attention of ``query (b, heads, s, d)`` over the shared prefix ``(1, kv, j0, d)`` (None:
+    no prefix) then its own row's ``keys``/``values (b, kv, s, d)``: ``(b, s, heads, d)``, as
+    transformers' attention functions return it (see the module docstring)."""
     b, heads, s, d = query.shape
     kv = keys.shape[1]
     group = heads // kv  # query head i reads key/value head i // group (transformers' repeat_kv)
-    # prefix part: (1, kv, group * b * s, d) queries against the one prefix
-    laid = query.reshape(b, kv, group, s, d).permute(1, 2, 0, 3, 4).reshape(1, kv, group * b * s, d)
-    out_p, lse_p = _attend(laid, prefix_keys, prefix_values, False, scale)
-    out_p = out_p.reshape(kv, group, b, s, -1).permute(2, 0, 1, 3, 4).reshape(b, heads, s, -1)
-    lse_p = lse_p.reshape(kv, group, b, s).permute(2, 0, 1, 3).reshape(b, heads, s)
     # suffix part: each row's own keys, causal; rows in pieces so the repeated heads stay bounded
     per_row = heads * s * (d + values.shape[-1]) * keys.element_size()
     step = max(1, SUFFIX_BYTES // max(per_row, 1))
@@ -120,9 +122,19 @@ def shared_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tens
         o, lse = _attend(query[r:r + step], k, v, True, scale)
         outs.append(o)
         lses.append(lse)
-    out_s, lse_s = torch.cat(outs), torch.cat(lses)
+    out_s, lse_s = torch.cat(outs) if len(outs) > 1 else outs[0], torch.cat(lses) if len(lses) > 1 else lses[0]
+    if prefix_keys is None or prefix_keys.shape[-2] == 0:
+        return out_s.transpose(1, 2).contiguous()
+    # prefix part: (1, kv, group * b * s, d) queries against the one prefix
+    laid = query.reshape(b, kv, group, s, d).permute(1, 2, 0, 3, 4).reshape(1, kv, group * b * s, d)
+    out_p, lse_p = _attend(laid, prefix_keys, prefix_values, False, scale)
+    out_p = out_p.reshape(kv, group, b, s, -1).permute(2, 0, 1, 3, 4).reshape(b, heads, s, -1)
+    lse_p = lse_p.reshape(kv, group, b, s).permute(2, 0, 1, 3).reshape(b, heads, s)
     weight = torch.sigmoid(lse_p - lse_s)[..., None].to(out_s.dtype)
-    return (out_s + weight * (out_p - out_s)).transpose(1, 2).contiguous()
+    out_p -= out_s
+    out_p *= weight
+    out_p += out_s  # out_s + w (out_p - out_s), in place: one (rows, heads, s, d) buffer
+    return out_p.transpose(1, 2).contiguous()
 
 
 class SharedPrefix:
@@ -138,11 +150,15 @@ class SharedPrefix:
         self.layers: list[Any] | None = None
         self.active = False
 
-    def cache(self, prefix: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    def cache(self, prefix: list[tuple[torch.Tensor, torch.Tensor]] | None) -> Any:
+        """A run's cache from the clean prefix's keys and values per layer (None: a run from position 0,
+        whose rows' attention runs on the fused kernel too, never on eager attention's scores)."""
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.model.config)
         layer = _layer_class()
+        if prefix is None:
+            prefix = [(None, None)] * hook_points(self.model).layers
         cache.layers = [layer(k, v) for k, v in prefix]
         self.layers = cache.layers
         return cache
