@@ -237,3 +237,38 @@ def test_the_models_own_implementation_is_known_while_a_scope_has_it_switched():
         assert scope.attention == "sdpa" and implementation(model) != "eager"  # on the dispatching function
         assert own_implementation(model) == "eager"
     assert implementation(model) == own_implementation(model) == "eager"
+
+
+def test_a_scope_that_only_adds_receivers_keeps_the_enclosing_scopes_attention():
+    """A kernel receiver scope opened inside an SDPA scope (the shared-prefix re-runs inside the budgeted
+    method's long-input SDPA scope) runs the calls its receivers decline on SDPA, not on eager attention
+    (which forms every layer's (heads, n, n) scores)."""
+    from attnflow.hf.points import hook_points, receiving
+
+    model = tiny_model("llama")
+    names = hook_points(model).names("attn.kernel")
+    seen = []
+    real = model.model.layers[0].self_attn.forward
+
+    def spy(module, query, key, value, mask, **kwargs):
+        return None  # decline: the scope's implementation runs the call
+
+    import transformers.integrations.sdpa_attention as sdpa_module
+    original = sdpa_module.sdpa_attention_forward
+
+    def counting(*args, **kwargs):
+        seen.append("sdpa")
+        return original(*args, **kwargs)
+
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    ALL_ATTENTION_FUNCTIONS._global_mapping["sdpa"], saved = counting, ALL_ATTENTION_FUNCTIONS._global_mapping["sdpa"]
+    try:
+        with receiving(model, {}, attention="sdpa"), receiving(model, dict.fromkeys(names, spy)) as inner:
+            assert inner.attention == "sdpa"
+            model(input_ids=torch.tensor([[1, 2, 3, 4]]))
+    finally:
+        ALL_ATTENTION_FUNCTIONS._global_mapping["sdpa"] = saved
+    assert len(seen) == len(names)
+    assert model.model.layers[0].self_attn.forward == real and model.config._attn_implementation == "eager"
+    with receiving(model, dict.fromkeys(names, spy)) as alone:
+        assert alone.attention == "eager"  # no enclosing scope: the model's own

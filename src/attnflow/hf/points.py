@@ -513,7 +513,8 @@ def receiving(model: Any, receivers: Mapping[str, Callable | Any], *,
               attention: str | None = None) -> Iterator[Scope]:
     """For the block, call ``receivers[name]`` (a function, or a list of them) at each named point of
     ``model`` in this thread's calls; ``attention``: the implementation the model's attention runs on in
-    those calls (``"eager"`` returns weights, ``"sdpa"`` is fast; None: the model's own). Scopes nest
+    those calls (``"eager"`` returns weights, ``"sdpa"`` is fast; None: the enclosing scope's, else the
+    model's own). Scopes nest
     (an inner scope's receivers run after the outer's at the same point). Everything is taken off the
     model when the last scope using it ends (see the module docstring)."""
     points = hook_points(model)
@@ -542,7 +543,10 @@ def receiving(model: Any, receivers: Mapping[str, Callable | Any], *,
         except BaseException:
             _release(model, points, installed, [n for n in wanted if n in installed.users], switch)
             raise
-    chosen = attention or (installed.previous if switch else None) or implementation(model)
+    # None: the enclosing scope's choice for this model in this context, else the model's own (a scope
+    # that only adds receivers must not put an enclosing SDPA scope's calls back on eager attention)
+    chosen = (attention or _ATTENTION.get().get(id(points)) or (installed.previous if switch else None)
+              or implementation(model))
     active = dict(_ACTIVE.get())
     for name, functions in wanted.items():
         active[(id(points), name)] = active.get((id(points), name), ()) + functions
