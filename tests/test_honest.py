@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from cli_runner import run_cli
 from factory import saved, tiny_decoder
+from oracles import float32_softmax_atol
 
 import attnflow
 from attnflow.api.defaults import DECODER_METHODS, with_faithfulness
@@ -27,8 +28,12 @@ def test_a_short_reports_numbers_equal_attnflow_faithfulness(tiny_llama):
     got = report.meta["faithfulness"]  # measured by the api while it built the report
     reference = attnflow.faithfulness(text, model, tokenizer=tokenizer, method=["raw", "rollout"]).meta["faithfulness"]
     assert got["output"] == reference["output"] and got["positions"] == reference["positions"]
-    # the cached occlusion's deletions equal the plain one-pass-per-deletion loop of attnflow.faithfulness
-    np.testing.assert_allclose(np.array(got["loo"], dtype=float), np.array(reference["loo"], dtype=float), atol=1e-9)
+    # the cached occlusion's deletions equal the plain one-pass-per-deletion loop of attnflow.faithfulness, to the
+    # float32 softmax of the plain passes' eager attention (the cached re-runs attend on the fused kernel in the
+    # model's own precision: interventions.shared_prefix; tests/oracles.float32_softmax_atol)
+    loo = np.array(reference["loo"], dtype=float)
+    atol = float32_softmax_atol(np.nanmax(np.abs(loo)), len(tokenizer(text)["input_ids"]))
+    np.testing.assert_allclose(np.array(got["loo"], dtype=float), loo, atol=atol)
     for m in ("raw", "rollout"):
         for key in ("spearman", "partial", "position"):
             np.testing.assert_allclose(np.array(got["methods"][m][key], dtype=float),
@@ -101,7 +106,8 @@ def test_explain_on_a_decoder_shows_ablated_flow_beside_rollout_and_the_report_i
     model, tokenizer = attnflow.load_model(smollm2_dir)
     ids = tokenizer("The keys to the cabinet")["input_ids"]
     direct = ablated_flow(model, ids, [len(ids) - 1], batch_size=1).scores[0, 0]
-    np.testing.assert_allclose(saved.row("ablated-flow")[-1], direct, atol=1e-4)
+    # float32 scores of order 10: their last digits depend on which kernel ran a re-run (eager or the shared prefix's)
+    np.testing.assert_allclose(saved.row("ablated-flow")[-1], direct, atol=1e-4, rtol=1e-4)
     from attnflow.views.report import payload
 
     page = payload(attnflow.load(js))
