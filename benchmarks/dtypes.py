@@ -1,7 +1,7 @@
 """Rankings on a bfloat16 (and float16) model against the float32 model: issue 44's dtype goal, per method.
 
     PYTHONPATH=src python benchmarks/dtypes.py [--models smollm2 gemma3] [--dtypes bfloat16 float16]
-                                               [--per-kind 3] [--threads 2]
+                                               [--per-kind 3] [--threads 2] [--json PATH]
 
 The decoder study's prompts (benchmarks/decoder_prompts.py: five kinds written by hand), ``--per-kind``
 of each kind. Each model is loaded once in float32 and once per dtype from the same folder
@@ -17,6 +17,7 @@ package (Gemma terms of use; benchmarks/gpu.py's model_path). Prints the load av
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -32,6 +33,8 @@ def main() -> None:
     parser.add_argument("--per-kind", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--methods", nargs="*", default=None)
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="write every prompt's rho, recall and refusal here (one file for all models)")
     args = parser.parse_args()
 
     import numpy as np
@@ -50,38 +53,68 @@ def main() -> None:
     chosen = []
     for kind in dict.fromkeys(p["kind"] for p in prompts()):
         chosen += [p["prompt"] for p in prompts() if p["kind"] == kind][:args.per_kind]
-    print(f"load average {os.getloadavg()[0]:.2f}; {len(chosen)} prompts; methods {', '.join(methods)}", flush=True)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average {load}; {len(chosen)} prompts; {args.threads} torch thread(s); "
+          f"methods {', '.join(methods)}", flush=True)
+    report = {"prompts": chosen, "per_kind": args.per_kind, "threads": args.threads, "dtypes": args.dtypes,
+              "load_average_start": load, "models": {}}
+
+    def run(text: str, path: str, method: str, dtype: str) -> tuple[object, str | None, float]:
+        """The last layer's score row (None where refused or not finite), the refusal, CPU seconds."""
+        start = time.process_time()
+        try:
+            result = attnflow.explain(text, path, method=method, dtype=dtype)
+            row = np.asarray(result.layer_scores(method, layer=-1), dtype=float)
+            why = None if np.isfinite(row).all() else "NaN"
+        except AttnflowError as exc:
+            row, why = None, f"refused: {exc}"
+        return row, why, time.process_time() - start
+
     for name in args.models:
         path = model_path(name)
+        wall = time.perf_counter()
         print(f"\n## {name}\n", flush=True)
         print("| dtype | method | rho median | rho worst | top-10 recall median | worst | NaN/refused | s (fp32 / half) |")
         print("|---|---|---|---|---|---|---|---|")
-        for dtype in args.dtypes:
-            for method in methods:
-                rhos, recalls, bad, times = [], [], 0, [0.0, 0.0]
-                for text in chosen:
-                    rows = []
-                    for i, dt in enumerate(("float32", dtype)):
-                        start = time.process_time()
-                        try:
-                            result = attnflow.explain(text, path, method=method, dtype=dt)
-                            rows.append(np.asarray(result.layer_scores(method, layer=-1), dtype=float))
-                        except AttnflowError:
-                            rows.append(None)
-                        times[i] += time.process_time() - start
-                    ref, got = rows
-                    if ref is None or got is None or not np.isfinite(got).all():
+        records, summary = [], []
+        for method in methods:
+            # float32 once per prompt: every dtype is compared with the same reference
+            refs = [run(text, path, method, "float32") for text in chosen]
+            for dtype in args.dtypes:
+                rhos, recalls, bad, times = [], [], 0, [sum(t for _, _, t in refs), 0.0]
+                for text, (ref, ref_why, _) in zip(chosen, refs):
+                    got, why, seconds = run(text, path, method, dtype)
+                    times[1] += seconds
+                    record = {"dtype": dtype, "method": method, "prompt": text, "float32": ref_why, "half": why}
+                    records.append(record)
+                    if ref_why or why:
                         bad += 1
                         continue
-                    rhos.append(spearmanr(ref, got).statistic)
+                    rho = float(spearmanr(ref, got).statistic)
                     k = min(10, len(ref))
-                    recalls.append(len(set(np.argsort(-ref)[:k]) & set(np.argsort(-got)[:k])) / k)
+                    recall = len(set(np.argsort(-ref)[:k]) & set(np.argsort(-got)[:k])) / k
+                    rhos.append(rho)
+                    recalls.append(recall)
+                    record.update(n=len(ref), rho=rho, recall=recall)
+                row = {"dtype": dtype, "method": method, "prompts": len(chosen), "nan_or_refused": bad,
+                       "cpu_s_float32": round(times[0], 1), "cpu_s_half": round(times[1], 1)}
                 if rhos:
-                    print(f"| {dtype} | {method} | {np.median(rhos):.3f} | {min(rhos):.3f} | {np.median(recalls):.2f} | "
-                          f"{min(recalls):.2f} | {bad} | {times[0]:.0f} / {times[1]:.0f} |", flush=True)
+                    row.update(rho_median=float(np.median(rhos)), rho_worst=float(min(rhos)),
+                               recall_median=float(np.median(recalls)), recall_worst=float(min(recalls)))
+                    print(f"| {dtype} | {method} | {np.median(rhos):.3f} | {min(rhos):.3f} | "
+                          f"{np.median(recalls):.2f} | {min(recalls):.2f} | {bad} | {times[0]:.0f} / {times[1]:.0f} |",
+                          flush=True)
                 else:
                     print(f"| {dtype} | {method} | - | - | - | - | {bad} | - |", flush=True)
-    print(f"\nload average {os.getloadavg()[0]:.2f}")
+                summary.append(row)
+        wall = time.perf_counter() - wall
+        print(f"\n{name}: {wall:.0f} s wall; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        report["models"][name] = {"path": path, "wall_s": round(wall), "summary": summary, "records": records,
+                                  "load_average_end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+        if args.json:  # after each model, so a later model's failure keeps the earlier ones
+            with open(args.json, "w") as out:
+                json.dump(report, out, indent=1)
+    print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
