@@ -82,7 +82,8 @@ def main() -> None:
         with torch.no_grad():
             for text in chosen:
                 logits = model(**tokenizer(text, return_tensors="pt")).logits[0, -1]
-                out.append(tokenizer.decode([int(logits.argmax())]))
+                # an overflowed float16 model's NaN logits have no argmax worth naming
+                out.append(tokenizer.decode([int(logits.argmax())]) if torch.isfinite(logits).all() else "(NaN)")
         return out
 
     for name in args.models:
