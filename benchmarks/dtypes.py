@@ -37,7 +37,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--methods", nargs="*", default=None)
     parser.add_argument("--json", default=None, metavar="PATH",
-                        help="write every prompt's rho, recall and refusal here (one file for all models)")
+                        help="write every prompt's rho, recall and refusal here (one file for all models), "
+                             "after every method")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the methods --json already holds for the same prompts and dtypes, print their "
+                             "rows again and run the rest (a run ended midway on a shared machine)")
     args = parser.parse_args()
 
     import numpy as np
@@ -63,6 +67,29 @@ def main() -> None:
           f"methods {', '.join(methods)}", flush=True)
     report = {"prompts": chosen, "per_kind": args.per_kind, "threads": args.threads, "dtypes": args.dtypes,
               "load_average_start": load, "models": {}}
+    if args.resume:
+        if not args.json or not os.path.exists(args.json):
+            parser.error("--resume needs --json naming the file of the earlier run")
+        with open(args.json) as f:
+            earlier = json.load(f)
+        if (earlier["prompts"], earlier["dtypes"]) != (chosen, args.dtypes):
+            parser.error(f"{args.json} holds other prompts or dtypes than this run's")
+        report = earlier
+        report.setdefault("segments", []).append(load)
+
+    def save() -> None:
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(report, out, indent=1)
+
+    def show(row: dict) -> None:
+        if "rho_median" in row:
+            print(f"| {row['dtype']} | {row['method']} | {row['rho_median']:.3f} | {row['rho_worst']:.3f} | "
+                  f"{row['recall_median']:.2f} | {row['recall_worst']:.2f} | {row['nan_or_refused']} | "
+                  f"{row['other_token']} | {row['cpu_s_float32']:.0f} / {row['cpu_s_half']:.0f} |", flush=True)
+        else:
+            print(f"| {row['dtype']} | {row['method']} | - | - | - | - | {row['nan_or_refused']} | "
+                  f"{row['other_token']} | - |", flush=True)
 
     def run(text: str, path: str, method: str, dtype: str) -> tuple[object, str | None, float]:
         """The last layer's score row (None where refused or not finite), the refusal, CPU seconds."""
@@ -89,7 +116,8 @@ def main() -> None:
     for name in args.models:
         path = model_path(name)
         wall = time.perf_counter()
-        predictions = {dt: predicted(path, dt) for dt in ["float32", *args.dtypes]}
+        kept = report["models"].get(name, {})
+        predictions = kept.get("predictions") or {dt: predicted(path, dt) for dt in ["float32", *args.dtypes]}
         for dt in args.dtypes:
             found = [(text, a, b) for text, a, b in zip(chosen, predictions["float32"], predictions[dt]) if a != b]
             print(f"{name} {dt}: {len(found)} of {len(chosen)} prompts predict another token than float32"
@@ -98,10 +126,19 @@ def main() -> None:
         print("| dtype | method | rho median | rho worst | top-10 recall median | worst | NaN/refused | other token "
               "| s (fp32 / half) |")
         print("|---|---|---|---|---|---|---|---|---|")
-        records, summary = [], []
+        records, summary = kept.get("records", []), kept.get("summary", [])
+        entry = report["models"][name] = {"path": path, "wall_s": kept.get("wall_s", 0), "predictions": predictions,
+                                          "summary": summary, "records": records}
+        done = {row["method"] for row in summary}
+        for row in summary:
+            show(row)
+        started = time.perf_counter()
         for method in methods:
+            if method in done:
+                continue
             # float32 once per prompt: every dtype is compared with the same reference
             refs = [run(text, path, method, "float32") for text in chosen]
+            method_rows, method_records = [], []  # kept once every dtype of the method is done
             for dtype in args.dtypes:
                 rhos, recalls, bad, other, times = [], [], 0, 0, [sum(t for _, _, t in refs), 0.0]
                 for i, (text, (ref, ref_why, _)) in enumerate(zip(chosen, refs)):
@@ -111,7 +148,7 @@ def main() -> None:
                     record = {"dtype": dtype, "method": method, "prompt": text, "float32": ref_why, "half": why,
                               "tokens": [predictions["float32"][i], predictions[dtype][i]],
                               "counted": same or not reads_output[method]}
-                    records.append(record)
+                    method_records.append(record)
                     if ref_why or why:
                         bad += 1
                         continue
@@ -130,20 +167,19 @@ def main() -> None:
                 if rhos:
                     row.update(rho_median=float(np.median(rhos)), rho_worst=float(min(rhos)),
                                recall_median=float(np.median(recalls)), recall_worst=float(min(recalls)))
-                    print(f"| {dtype} | {method} | {np.median(rhos):.3f} | {min(rhos):.3f} | "
-                          f"{np.median(recalls):.2f} | {min(recalls):.2f} | {bad} | {other} | {times[0]:.0f} / {times[1]:.0f} |",
-                          flush=True)
-                else:
-                    print(f"| {dtype} | {method} | - | - | - | - | {bad} | {other} | - |", flush=True)
-                summary.append(row)
-        wall = time.perf_counter() - wall
-        print(f"\n{name}: {wall:.0f} s wall; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-        report["models"][name] = {"path": path, "wall_s": round(wall), "predictions": predictions,
-                                  "summary": summary, "records": records,
-                                  "load_average_end": " ".join(f"{x:.2f}" for x in os.getloadavg())}
-        if args.json:  # after each model, so a later model's failure keeps the earlier ones
-            with open(args.json, "w") as out:
-                json.dump(report, out, indent=1)
+                show(row)
+                method_rows.append(row)
+            summary += method_rows
+            records += method_records
+            # after every method (a run ended midway keeps what it measured; --resume goes on from there)
+            entry["wall_s"] = kept.get("wall_s", 0) + round(time.perf_counter() - started)
+            save()
+        wall = entry["wall_s"] or round(time.perf_counter() - wall)
+        entry["wall_s"] = wall
+        entry["load_average_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        save()
+        print(f"\n{name}: {wall:.0f} s wall (the methods, over every run that resumed); load average "
+              f"{entry['load_average_end']}", flush=True)
     print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
