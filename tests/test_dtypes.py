@@ -17,6 +17,10 @@ from attnflow.errors import AttnflowError
 
 TEXT = "The keys to the cabinet are on the table near the door of the old house"
 METHODS = [m for m in registry.names("text") if m != "grad-rollout"]
+# Value zeroing in the top layer alone moves the logit by hundredths, about bfloat16's rounding of it: that
+# row's ranking is noise-bound in bfloat16 (0.45-0.55 here depending on the CPU's kernels; median 0.75 on
+# SmolLM2, docs/long-inputs.md "Half precision"), so it is not promised; the sum over layers is
+BELOW_BFLOAT16_ROUNDING = {"ablated-flow-layers"}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +75,9 @@ def test_every_method_runs_on_a_half_model_and_ranks_as_in_float32(decoder, dtyp
         assert values.dtype == np.float64 and np.isfinite(values).all(), method
         # what a user reads: the last layer's ranking of the sources
         rho = spearmanr(ref.layer_scores(method, layer=-1), got.layer_scores(method, layer=-1)).statistic
+        if method in BELOW_BFLOAT16_ROUNDING:
+            assert np.isfinite(rho), method  # there the summed layers' ranking is what holds
+            rho = spearmanr(ref.block(method).values.sum(axis=-2)[0], values.sum(axis=-2)[0]).statistic
         assert rho > 0.5, (method, rho)
 
 
