@@ -17,6 +17,10 @@ from attnflow.errors import AttnflowError
 
 TEXT = "The keys to the cabinet are on the table near the door of the old house"
 METHODS = [m for m in registry.names("text") if m != "grad-rollout"]
+# Value zeroing in the top layer alone moves the logit by hundredths, about bfloat16's rounding of it: that
+# row's ranking is noise-bound in bfloat16 (0.45-0.55 here depending on the CPU's kernels; median 0.75 on
+# SmolLM2, docs/long-inputs.md "Half precision"), so it is not promised; the sum over layers is
+BELOW_BFLOAT16_ROUNDING = {"ablated-flow-layers"}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +75,9 @@ def test_every_method_runs_on_a_half_model_and_ranks_as_in_float32(decoder, dtyp
         assert values.dtype == np.float64 and np.isfinite(values).all(), method
         # what a user reads: the last layer's ranking of the sources
         rho = spearmanr(ref.layer_scores(method, layer=-1), got.layer_scores(method, layer=-1)).statistic
+        if method in BELOW_BFLOAT16_ROUNDING:
+            assert np.isfinite(rho), method  # there the summed layers' ranking is what holds
+            rho = spearmanr(ref.block(method).values.sum(axis=-2)[0], values.sum(axis=-2)[0]).statistic
         assert rho > 0.5, (method, rho)
 
 
@@ -82,3 +89,37 @@ def test_a_float16_overflow_is_refused_in_a_sentence(decoder):
         hot.model.layers[0].mlp.down_proj.weight.mul_(1e6)  # the residual stream past float16's 65504
     with pytest.raises(AttnflowError, match="overflow in float16.*bfloat16 or float32"):
         attnflow.explain(TEXT, hot, tokenizer=tokenizer, method="rollout")
+
+
+def _overflowing(model):
+    """``model`` in float16 with its residual stream pushed past float16's 65504 after the first layer."""
+    hot = type(model)(model.config).to(torch.float16).eval()
+    hot.load_state_dict({k: v.to(torch.float16) for k, v in model.state_dict().items()})
+    hot.set_attn_implementation(model.config._attn_implementation)
+    with torch.no_grad():
+        hot.model.layers[0].mlp.down_proj.weight.mul_(1e6)
+    return hot
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if "decoder" in registry.get(m).models])
+def test_every_method_refuses_a_float16_overflow_with_the_same_sentence(decoder, method):
+    # flow read the NaN maps first and said only "attentions contain NaN or infinite values", with no
+    # next step (Gemma 3 270M in float16 overflows at its 8th layer on every prompt of benchmarks/dtypes.py)
+    model, tokenizer, _ = decoder
+    with pytest.raises(AttnflowError, match="overflow in float16.*load it in bfloat16 or float32"):
+        attnflow.explain(TEXT, _overflowing(model), tokenizer=tokenizer, method=method)
+
+
+def test_a_float16_overflow_is_refused_before_the_per_source_passes(decoder):
+    # ablated flow ran all of its n (x layers) edited passes on the NaN model before the scores were
+    # refused: 26 s per prompt for a refusal on Gemma 3 270M
+    model, tokenizer, _ = decoder
+    hot = _overflowing(model)
+    passes = []
+    handle = hot.model.register_forward_pre_hook(lambda module, args: passes.append(1))
+    try:
+        with pytest.raises(AttnflowError, match="overflow in float16"):
+            attnflow.explain(TEXT, hot, tokenizer=tokenizer, method="ablated-flow-layers")
+    finally:
+        handle.remove()
+    assert len(passes) <= 2, len(passes)  # the capture pass and the clean readout, not one per source and layer

@@ -165,14 +165,21 @@ def _blocks(attentions: AttentionMaps, methods: list[str], rows_for: Callable[[s
 def refuse_overflow(values: np.ndarray, method: str, model: Any) -> None:
     """A model in float16 or bfloat16 whose numbers overflowed gives infinite or NaN scores: refused in a
     sentence with the next step, not returned (float32 and wider models are left as they compute)."""
-    from attnflow.hf.weights import dtype_name
+    from attnflow.hf.weights import refuse_overflow as refuse
 
-    name = dtype_name(model)
-    if name not in ("float16", "bfloat16") or np.isfinite(values).all():
-        return
-    wider = "bfloat16 or float32" if name == "float16" else "float32"
-    raise AttnflowError(f"{method} gave infinite or NaN scores: the model's numbers overflow in {name} on this "
-                        f"input; load it in {wider} (dtype=..., --dtype)")
+    refuse(model, values, f"{method} gave infinite or NaN scores")
+
+
+def refuse_capture_overflow(maps: AttentionMaps, model: Any) -> None:
+    """The same refusal from the capture pass, before any method runs: a float16 model that overflowed
+    there gives NaN maps, rows or logits, which flow's input check would refuse without saying why, and
+    on which a per-source method would run all of its passes before its scores were refused."""
+    from attnflow.hf.weights import refuse_overflow as refuse
+
+    rows = maps.rows.values.values() if maps.rows is not None else ()
+    for values in (maps.attentions, *rows, maps.last_logits):
+        if values is not None:
+            refuse(model, values, "the capture pass gave infinite or NaN attention weights or logits")
 
 
 def _rows_for(targets: Any, flow_targets: str, target: int, n: int,
@@ -414,6 +421,7 @@ def attribute(run: CapturedInput, settings: Settings, *, methods: list[str], sho
                             prediction=run.prediction, model=run.name, params=settings.as_dict(),
                             faithfulness=faithfulness, notes=notes)
 
+    refuse_capture_overflow(run.maps, run.model)
     blocks = _blocks(run.maps, methods, first_rows, settings, progress, run=run,
                      spans=None if found is None else found[0], notes=notes)
     if later:

@@ -61,7 +61,7 @@ from attnflow.capture.values import projections
 from attnflow.errors import AttnflowError
 from attnflow.hf.kind import kind_of
 from attnflow.hf.points import receiving
-from attnflow.hf.weights import input_device
+from attnflow.hf.weights import input_device, refuse_overflow
 
 READOUTS = ("logit", "logprob", "contrastive")
 LAYER_MODES = ("all", "each")
@@ -324,6 +324,8 @@ def _run(model: Any, ids: torch.Tensor, targets: list[int], elements: list[tuple
             prefix.grow(last + 1)
             clean_logits = torch.stack([prefix.logits[t] for t in targets])
         clean_logits = torch.as_tensor(clean_logits)
+        # a float16 model that overflowed: refused now, not after one pass per source (and layer)
+        refuse_overflow(model, clean_logits, f"{method}'s clean pass gave infinite or NaN logits")
         explained = (clean_logits.argmax(-1).cpu() if tokens is None
                      else torch.as_tensor(np.atleast_1d(tokens)).long())
         foil_ids = None if foils is None else torch.as_tensor(np.atleast_1d(foils)).long()
