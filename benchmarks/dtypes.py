@@ -49,7 +49,7 @@ def main() -> None:
     from scipy.stats import spearmanr
 
     import attnflow
-    from attnflow.capture.load import cached_model
+    from attnflow.hf.load import cached_model
     from attnflow.config import registry
     from attnflow.errors import AttnflowError
     from decoder_prompts import prompts
