@@ -13,7 +13,7 @@ from attnflow.interventions import budgeted
 from attnflow.interventions.attribution_patching import attribution_patching
 from attnflow.hf.architectures import layer_windows
 from attnflow.interventions.budgeted import TAIL, budgeted_ablated_flow, runs_compute
-from attnflow.interventions.compute import Shapes
+from attnflow.interventions.compute import CALL_POSITIONS, Shapes
 from attnflow.units.segments import segments
 from attnflow.errors import AttnflowError
 from tests.factory import tiny_decoder, tiny_model
@@ -185,6 +185,10 @@ def test_the_unit_is_a_forward_pass_counted_in_multiply_accumulates(decoder):
     assert shapes.forward(n) == n * layers * per_layer + layers * 2 * heads * d * n * (n + 1) / 2 + h * c.vocab_size
     # a run from a cache attends to the cached keys too; rows multiply it
     assert shapes.run(20, 23, rows=4) == 4 * (3 * layers * per_layer + layers * 2 * heads * d * (21 + 22 + 23))
+    # each batch of exact runs also pays a call's fixed price (CALL_POSITIONS positions' linear work)
+    assert shapes.call == CALL_POSITIONS * layers * per_layer
+    two = runs_compute(shapes, [20, 21, 22], [22], 2, rebuild=False)  # batches [20, 21] and [22]
+    assert two == shapes.run(20, 23, rows=2, logits=1) + shapes.run(22, 23, logits=1) + 2 * shapes.call
     # a sliding window caps the keys a query sees
     assert _causal_keys(0, 10, 4) == 1 + 2 + 3 + 4 * 7 and _causal_keys(5, 10, None) == 6 + 7 + 8 + 9 + 10
     assert _causal_keys(2, 6, 3) == 3 + 3 + 3 + 3 and _causal_keys(0, 3, 8) == 6

@@ -33,7 +33,9 @@ time agree, also in time). The plan:
   runs. How many get re-scored follows from the budget and from where the spans start.
 
 What is counted is what runs: each re-scoring's batches are priced before they are chosen as they
-will be run, and added as they run. What the counts leave out: element-wise work (norms, softmax, the
+will be run (each batch with a call's fixed price, ``attnflow.interventions.compute.CALL_POSITIONS``:
+the short re-runs of the latest spans cost far more than their multiply-accumulates), and added as they
+run. What the counts leave out: element-wise work (norms, softmax, the
 position encoding: a few percent), and, on models whose rows cannot share the clean prefix
 (``attnflow.interventions.shared_prefix.usable``), the copies of the clean key/value cache that every row
 of a batch starts from (memory traffic, not multiply-accumulates); ``benchmarks/budget.py`` measures
@@ -84,14 +86,14 @@ class Budgeted(SpanAblation):
 def runs_compute(shapes: Shapes, starts: list[int], targets: list[int], batch_size: int, rebuild: bool) -> float:
     """MACs of the exact runs of spans starting at ``starts`` as ``ablate_spans`` runs them: in the
     batches of ``attnflow.interventions.span_ablation.batches`` (a batch's rows all run from its first
-    start: padding counted), each with its logits; ``rebuild``: the clean prefix is run up to each
-    batch's start (no clean cache to crop)."""
+    start: padding counted), each with its logits and a call's fixed price; ``rebuild``: the clean
+    prefix is run up to each batch's start (no clean cache to crop)."""
     last, total = max(targets), 0.0
     groups = batches(starts, last, batch_size)
     for group in groups:
         j0 = starts[group[0]]
         keep = last + 1 - min(t for t in targets if t >= j0)
-        total += shapes.run(j0, last + 1, rows=len(group), logits=keep)
+        total += shapes.run(j0, last + 1, rows=len(group), logits=keep) + shapes.call
     if rebuild and starts:
         total += shapes.run(0, max(starts[g[0]] for g in groups), logits=len(groups))
     return total
@@ -106,7 +108,8 @@ def estimate_compute(shapes: Shapes, targets: list[int]) -> float:
     long = long_input(m)
     forward = shapes.run(0, m, logits=keep)
     again = shapes.run(0, m) if long else 0.0  # the layers, not the logits
-    return forward + len(targets) * (shapes.backward(m, sdpa=long, logits=keep) + again)
+    # a call's fixed price once: the pass and its backward passes run in one call of the model's graph
+    return forward + len(targets) * (shapes.backward(m, sdpa=long, logits=keep) + again) + shapes.call
 
 
 def _croppable(model: Any) -> bool:

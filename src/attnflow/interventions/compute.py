@@ -10,6 +10,17 @@ Counted in multiply-accumulates (MACs) of the matrix products, which are nearly 
 - per position whose logits are computed, ``hidden * vocab`` (``logits``).
 
 Norms, the position encoding, softmax and activations (element-wise) are left out: a few percent.
+
+What the MACs leave out and a CPU does not: **a fixed price per call** (``call``). A re-run that runs a
+few positions reads every weight matrix once for little arithmetic (a matrix-vector product is bound by
+memory, not multiplies), and attnflow's own per-call work (installing the edit and the shared prefix's
+receivers, copying the rows' logits out) does not shrink with the positions. Measured on SmolLM2-135M
+(float32, one CPU thread, ``benchmarks/budget.py``'s prompt of 200 tokens), an exact re-run batch took
+17-56 positions' worth of the linear layers more than its MACs (median about 30: one row of one
+position cost 0.155 forward passes of the prompt where its MACs are 0.006), whatever its rows and
+positions; ``CALL_POSITIONS`` prices each call at that many positions' linear work. It is a
+measurement of one machine, not of every device: where a call's fixed cost is larger (an accelerator's
+kernel launches), the count is low for short re-runs; at 2,000 tokens it is a hundredth of a pass.
 **The unit is one forward pass of the input as a language model runs it to predict the next token**:
 every position, the last one's logits (``model(input_ids, logits_to_keep=1)``, as a generation's first
 pass and attnflow's capture pass run it). Every position's logits would add ``n * hidden * vocab``, a
@@ -29,6 +40,7 @@ API::
     shapes.run(start, stop, rows=1, logits=0)   # MACs of rows x positions [start, stop), causal keys [0, p]
     shapes.forward(n)                           # the unit: a forward pass of n positions, the last one's logits
     shapes.backward(n, sdpa=False)              # the estimate's backward pass over n positions
+    shapes.call                                 # the fixed price of one call that runs the model (a batch)
 """
 
 from __future__ import annotations
@@ -38,6 +50,8 @@ from typing import Any
 
 from attnflow.hf.architectures import layer_windows
 from attnflow.hf.points import hook_points
+
+CALL_POSITIONS = 30  # one call's fixed price, in positions' linear work (see the module docstring)
 
 
 def _causal_keys(start: int, stop: int, window: int | None) -> float:
@@ -52,13 +66,15 @@ def _causal_keys(start: int, stop: int, window: int | None) -> float:
 
 @dataclass(frozen=True)
 class Shapes:
-    """MACs per position (``linear``), per attended key per layer (``pair``, with ``windows``) and per
-    position's logits (``logits``); see the module docstring."""
+    """MACs per position (``linear``), per attended key per layer (``pair``, with ``windows``), per
+    position's logits (``logits``) and the fixed price of a call that runs the model (``call``, in MACs:
+    ``CALL_POSITIONS`` positions' linear work); see the module docstring."""
 
     linear: float
     pair: tuple[float, ...]
     windows: tuple[int | None, ...]
     logits: float
+    call: float = 0.0
 
     @classmethod
     def of(cls, model: Any) -> Shapes:
@@ -81,7 +97,7 @@ class Shapes:
         vocab = int(out.weight.shape[0]) if out is not None else int(config.vocab_size)
         return cls(linear=linear, pair=(2.0 * heads * head_dim,) * points.layers,
                    windows=windows if len(windows) == points.layers else (None,) * points.layers,
-                   logits=float(hidden * vocab))
+                   logits=float(hidden * vocab), call=CALL_POSITIONS * linear)
 
     def run(self, start: int, stop: int, rows: int = 1, logits: int = 0) -> float:
         """``rows`` runs of positions ``[start, stop)`` (the keys before ``start`` from a cache), with
