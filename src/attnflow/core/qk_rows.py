@@ -139,8 +139,9 @@ def target_rows(layers: Sequence[QK], positions: Any, *, methods: Sequence[str] 
     for done, layer in enumerate(range(n_layers - 1, -1, -1)):
         qk = first_layer if layer == n_layers - 1 else layers[layer]
         _check_layer(qk, n, layer)
-        if qk.query.device != device:  # a model dispatched over devices: its layers' inputs come to the top's
-            qk = QK(qk.query.to(device), qk.key.to(device), qk.scaling, qk.softcap, qk.window)
+        # a model dispatched over devices: its layers' inputs come to the top's; and laid out as (heads, n, d)
+        # (the kernel received a transposed view): each chunk's matrix product reads them in that order
+        qk = QK(qk.query.to(device).contiguous(), qk.key.to(device).contiguous(), qk.scaling, qk.softcap, qk.window)
         if "rollout" in out:
             offset[layer] = chains.shape[0]
             chains = torch.cat([chains, starts])
@@ -236,8 +237,14 @@ def head_weights(qk: QK, queries: torch.Tensor, lo: int, hi: int, *, causal: boo
     queries = queries.to(device)
     heads, kv_heads, d = qk.query.shape[0], qk.key.shape[0], qk.query.shape[-1]
     c, group = len(queries), heads // kv_heads
-    # the scaling on the chunk's queries (c x d numbers) rather than on its scores (c x keys per head)
-    q = qk.query.index_select(1, queries).to(dtype).mul_(qk.scaling).reshape(kv_heads, group * c, d)
+    # the scaling on the chunk's queries (c x d numbers) rather than on its scores (c x keys per head); a
+    # run of consecutive queries (a chunk) is sliced, not gathered: index_select took a quarter of the sweep
+    first = int(queries[0]) if c else 0
+    if c and int(queries[-1]) - first + 1 == c and (c == 1 or bool((queries.diff() == 1).all())):
+        q = qk.query[:, first:first + c].to(dtype) * qk.scaling
+    else:
+        q = qk.query.index_select(1, queries).to(dtype).mul_(qk.scaling)
+    q = q.reshape(kv_heads, group * c, d)
     k = qk.key[:, lo:hi].to(dtype)
     s = torch.matmul(q, k.transpose(-1, -2)).reshape(heads, c, hi - lo)
     if qk.softcap is not None:
