@@ -99,9 +99,10 @@ def test_spans_reach_the_methods_and_every_token_carries_its_span_score(decoder,
     exact = ablate_spans(model, ids, groups).scores[0, 0]
     est = attribution_patching(model, ids).scores[0, 0]
     for name, expected in (("ablated-flow", exact), ("ablated-flow-estimate", [est[g].sum() for g in groups]),
-                           ("ablated-flow-budgeted", exact)):  # 4 spans fit the budget: exact
-        context = Context(kind="text", attentions=None, settings=None, rows=[n - 1], model=model, input_ids=ids,
-                          spans=groups)
+                           ("ablated-flow-budgeted", exact)):  # 4 spans fit a budget of 10: exact
+        # (one batch of 4 rows over ~20 positions plus a call's fixed price of 30 positions: above the default 5)
+        context = Context(kind="text", attentions=None, settings=Settings(budget=10.0), rows=[n - 1], model=model,
+                          input_ids=ids, spans=groups)
         got = get(name)(context)[0, 0]
         for s, g in enumerate(groups):
             np.testing.assert_allclose(got[g], expected[s], atol=1e-10)
