@@ -197,7 +197,7 @@ def test_backward_memory_follows_what_the_record_keeps_and_covers_what_was_measu
     model = _smollm2_shape()
     keeps = {name: registry.get(name).keeps for name in ("ablated-flow-estimate", "attnlrp", "alti-logit",
                                                          "ablated-flow-budgeted")}
-    assert keeps == {"ablated-flow-estimate": "checkpointed", "attnlrp": "autograd", "alti-logit": "decomposition",
+    assert keeps == {"ablated-flow-estimate": "checkpointed", "attnlrp": "chunked", "alti-logit": "decomposition",
                      "ablated-flow-budgeted": "checkpointed"}
     assert backward_memory("checkpointed", model, 512) >= 1.06e9
     assert backward_memory("checkpointed", model, 1024) >= 0.33e9
