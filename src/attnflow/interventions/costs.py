@@ -53,7 +53,8 @@ BYTES_ONE_LAYER = 40        # the same for the one layer a checkpointed backward
 CHECKPOINTED_SDPA_MARGIN = 1.75  # a checkpointed pass on SDPA: measured peak over the counted tensors (backward_memory)
 PER_SOURCE_SDPA_MARGIN = 1.25   # exact runs on SDPA: measured peak over per_source_memory's count (per_source_memory)
 CHUNK_TENSORS = 6           # AttnLRP's long path: chunk-sized tensors alive at once (see chunked_memory)
-CHUNKED_MARGIN = 1.5        # its measured peak over the counted tensors (see chunked_memory)
+CHUNKED_MARGIN = 1.25       # its measured peak over the counted tensors, above CHUNKED_FIXED (see chunked_memory)
+CHUNKED_FIXED = 512 * 2**20  # bytes its measured peaks hold whatever the length (see chunked_memory)
 BACKWARD_PASSES = 2         # a plain forward + backward method's time in passes (measured 1.8-1.9, see prepare)
 LONG_SECONDS = 60.0          # an estimate this long names a method that answers within a stated cost
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -231,14 +232,18 @@ def chunked_memory(model: Any, n: int) -> int:
     ``CHECKPOINT_FROM`` positions): every layer's input (kept for the recomputation) and the additive mask,
     one recomputed layer's activations and their gradients, and its attention's chunks of query rows
     (``CHUNK_BYTES`` each in float32, ``CHUNK_TENSORS`` of them alive at once: scores, weights and their
-    gradients), times ``CHUNKED_MARGIN`` for what the allocator holds besides."""
+    gradients), times ``CHUNKED_MARGIN``, plus ``CHUNKED_FIXED``. Measured at the Llama-3.2-1B shape in
+    bfloat16 (peak RSS above the loaded model, one thread): through ``attnflow.explain``
+    (``benchmarks/long_context.py``) 0.95 GB at 1,024 tokens and 1.03 GB at 2,048 (counted here: 0.42
+    and 0.65 GB; modelled: 1.06 and 1.34 GB); ``attnlrp`` alone with 2 of its 16 layers 0.58 and 0.63 GB
+    (counted 0.36 and 0.53). The plain pass's ``"autograd"`` model says 11 and 39 GB there."""
     from attnflow.interventions.attnlrp import CHUNK_BYTES
 
     s, size = _shape(model), _element_size(model)
     kept = s["layers"] * n * s["hidden"] * size + n * n * size
     layer = n * (6 * s["hidden"] + 3 * s["inner"]) * size * 2
     chunk = CHUNK_TENSORS * min(CHUNK_BYTES, s["heads"] * n * n * max(size, 4))
-    return int(CHUNKED_MARGIN * (kept + layer + chunk))
+    return int(CHUNKED_MARGIN * (kept + layer + chunk)) + CHUNKED_FIXED
 
 
 def _on_sdpa(model: Any) -> bool:
