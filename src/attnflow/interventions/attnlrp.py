@@ -56,7 +56,8 @@ the same; the keys' and values' gradients are summed over chunks in float32 or w
 
 API::
 
-    attnlrp(model, input_ids, targets=None, *, tokens=None, foils=None, readout="logit", observe=None) -> LRP
+    attnlrp(model, input_ids, targets=None, *, tokens=None, foils=None, readout="logit", observe=None,
+            checkpoint=None) -> LRP
     LRP.relevance  # (len(targets), n) float64: R_j per target (a classifier: one row)
     LRP.logits     # (len(targets),) the explained z (or z_c - z_f)
 """
