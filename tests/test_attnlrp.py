@@ -17,6 +17,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnflow
 from attnflow.hf.architectures import LRP_GATES
@@ -228,6 +229,113 @@ def test_one_attention_layer_against_a_naive_loop_of_the_papers_rules():
     np.testing.assert_allclose(got[0], Rq, atol=1e-12)
     np.testing.assert_allclose(got[1][0], Rk, atol=1e-12)
     np.testing.assert_allclose(got[2][0], Rv, atol=1e-12)
+
+
+# --------------------------------------------------------------------------------- the long path
+# From CHECKPOINT_FROM positions each layer is recomputed in the backward pass and its attention is
+# recomputed chunk of query rows by chunk (_ChunkedAttention): the same relevances, no (heads, n, n).
+
+
+def _small_chunks(monkeypatch, heads: int, n: int, rows: int = 3) -> None:
+    """Chunks of ``rows`` query rows on a float64 model's ``n`` keys (several chunks per layer)."""
+    from attnflow.interventions import attnlrp as module
+
+    monkeypatch.setattr(module, "CHUNK_BYTES", rows * heads * n * 8, raising=False)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_long_path_gives_the_same_relevances_and_conserves(kind, monkeypatch):
+    model = _tiny(kind)
+    terms, observe, reset = _bias_terms(model)
+    ids = torch.randint(0, VOCAB, (11,), generator=torch.Generator().manual_seed(1))
+    targets = None if kind == "bert" else [4, 10]
+    _small_chunks(monkeypatch, model.config.num_attention_heads, 11)
+    for foils in (None, [5, 7] if targets else [1]):
+        readout = "logit" if foils is None else "contrastive"
+        plain = attnlrp(model, ids, targets, readout=readout, foils=foils, checkpoint=False)
+        reset()  # observe sees each chunk's scores and weights during each backward pass
+        long = attnlrp(model, ids, targets, readout=readout, foils=foils, observe=observe, checkpoint=True)
+        np.testing.assert_allclose(long.relevance, plain.relevance, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(long.logits, plain.logits, rtol=0, atol=1e-12)
+        assert long.tokens == plain.tokens and np.abs(plain.relevance).max() > 1e-2
+        np.testing.assert_allclose(long.relevance.sum(), long.logits.sum() - sum(terms.values()), atol=1e-10)
+        assert abs(terms["softmax"]) > 1e-3
+
+
+class _Attention(TorchDispatchMode):
+    """The shapes of the attention-like tensors ``(b, heads, rows, keys)`` any operation creates."""
+
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.heads, self.shapes = heads, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[1] == self.heads:
+                self.shapes.add(tuple(t.shape))
+        return out
+
+
+def test_a_long_input_never_forms_a_layers_heads_square(monkeypatch):
+    """The default call on a long input (CHECKPOINT_FROM lowered so that 13 tokens are long) creates
+    no ``(heads, n, n)`` tensor at all, only chunks of query rows, so it holds less than one layer's at
+    any time (today's path keeps every layer's for the backward pass); and it keeps only each layer's
+    input through the forward pass (the layers are recomputed in the backward pass)."""
+    from attnflow.interventions import attribution_patching as patching
+
+    model, n = _LLAMA, 13  # no other axis of the tiny Llama is 13 long
+    heads = model.config.num_attention_heads
+    ids = torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(2))
+    plain = attnlrp(model, ids, [6, n - 1])
+    with _Attention(heads) as short:  # the check bites: below CHECKPOINT_FROM the pass forms them
+        attnlrp(model, ids, [6, n - 1])
+    assert (1, heads, n, n) in short.shapes
+    monkeypatch.setattr(patching, "CHECKPOINT_FROM", 8)
+    _small_chunks(monkeypatch, heads, n, rows=4)
+    with _Attention(heads) as long:
+        found = attnlrp(model, ids, [6, n - 1])
+    head_dim = model.config.hidden_size // heads
+    rows = {s[2] for s in long.shapes if s[3] == n and s[2] != head_dim}  # not the keys transposed (b, h, d, n)
+    assert rows and max(rows) <= 4 and (1, heads, n, n) not in long.shapes, long.shapes
+    np.testing.assert_allclose(found.relevance, plain.relevance, rtol=0, atol=1e-8)
+
+    calls = []
+    real = patching._checkpointed
+
+    def spy(forward, args, kwargs):  # counts each run of a layer: in the forward pass and recomputed
+        def counted(*a, **k):
+            calls.append(1)
+            return forward(*a, **k)
+        return real(counted, args, kwargs)
+
+    from attnflow.interventions import attnlrp as module
+
+    monkeypatch.setattr(module, "checkpointed", spy)
+    attnlrp(model, ids)
+    assert len(calls) == 2 * model.config.num_hidden_layers  # the forward pass, then the backward's recomputation
+
+
+def test_the_long_path_leaves_the_model_as_it_was_also_after_an_error(monkeypatch):
+    from tests.test_model_unchanged import assert_unchanged, snapshot
+
+    model = _tiny("gemma3_text")
+    _small_chunks(monkeypatch, model.config.num_attention_heads, 11)
+    before = snapshot(model)
+    ids = torch.randint(0, VOCAB, (11,), generator=torch.Generator().manual_seed(1))
+    attnlrp(model, ids, [4, 10], checkpoint=True)
+    assert_unchanged(before, snapshot(model))
+
+    def stop(done, total):
+        if done == 2:  # after the first target's backward pass, inside the scope
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        attnlrp(model, ids, [4, 10], checkpoint=True, progress=stop)
+    assert_unchanged(before, snapshot(model))
+    from attnflow.hf.points import installed_on
+
+    assert installed_on(model) == {}
 
 
 # ------------------------------------------------------------------------------ through the front doors

@@ -197,7 +197,7 @@ def test_backward_memory_follows_what_the_record_keeps_and_covers_what_was_measu
     model = _smollm2_shape()
     keeps = {name: registry.get(name).keeps for name in ("ablated-flow-estimate", "attnlrp", "alti-logit",
                                                          "ablated-flow-budgeted")}
-    assert keeps == {"ablated-flow-estimate": "checkpointed", "attnlrp": "autograd", "alti-logit": "decomposition",
+    assert keeps == {"ablated-flow-estimate": "checkpointed", "attnlrp": "chunked", "alti-logit": "decomposition",
                      "ablated-flow-budgeted": "checkpointed"}
     assert backward_memory("checkpointed", model, 512) >= 1.06e9
     assert backward_memory("checkpointed", model, 1024) >= 0.33e9
@@ -214,6 +214,35 @@ def test_backward_memory_follows_what_the_record_keeps_and_covers_what_was_measu
     assert backward_memory("checkpointed", sdpa, 8192) < 8 * 2**30 < backward_memory("checkpointed", model, 8192)
     assert backward_memory("checkpointed", sdpa, 8192) == pytest.approx(2 * backward_memory("checkpointed", sdpa, 4096),
                                                                         rel=1e-6)
+
+
+def test_attnlrp_long_path_memory_covers_what_was_measured_at_the_1b_shape():
+    """AttnLRP at the Llama-3.2-1B shape in bfloat16 (``benchmarks/long_context.py --model llama-3.2-1b
+    --dtype bfloat16 --steps "method attnlrp"``, peak RSS above the loaded model): 0.95 GB at 1,024 tokens
+    and 1.03 GB at 2,048 on its long path, where the plain pass (every layer's attention kept) was modelled
+    at 11 and 39 GB and refused; 0.96 GB at 256 on the plain pass. The model covers each, fits the default
+    budget, and below CHECKPOINT_FROM is the plain pass's until that no longer fits the budget, where the
+    long path runs instead (the call takes the same choice: ``long_path``)."""
+    from types import SimpleNamespace
+
+    import torch
+    import transformers
+
+    from attnflow.config import registry
+    from attnflow.interventions.costs import backward_memory, long_path
+
+    shape = transformers.LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                     num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=128256)
+    model = SimpleNamespace(config=shape, parameters=lambda: iter([torch.zeros(1, dtype=torch.bfloat16)]))
+    keeps, budget = registry.get("attnlrp").keeps, 8 * 2**30
+    for n, measured in ((256, 0.96e9), (1024, 0.95e9), (2048, 1.03e9)):
+        assert measured <= backward_memory(keeps, model, n, budget) < 2e9
+    assert backward_memory("autograd", model, 2048) > 30e9
+    assert not long_path(model, 256, budget) and long_path(model, 2048, budget)
+    assert backward_memory(keeps, model, 256, budget) == backward_memory("autograd", model, 256)
+    # 1,000 tokens: the plain pass would need more than the budget, so the long path runs there too
+    assert backward_memory("autograd", model, 1000) > budget
+    assert long_path(model, 1000, budget) and backward_memory(keeps, model, 1000, budget) < 2e9
 
 
 def test_each_method_is_refused_by_its_own_memory_model(monkeypatch):

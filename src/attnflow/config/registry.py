@@ -92,7 +92,8 @@ WHILE_CHEAP = "every target while cheap, else the explained one"  # flow: up to 
 # what a method that runs the model keeps for its backward pass (attnflow.interventions.costs sizes it from this):
 # every layer's attention in float64 and float32 plus a decomposition's arrays (the logit paths), autograd's
 # activations of every layer, or of one layer at a time from attribution_patching.CHECKPOINT_FROM positions
-KEEPS = ("decomposition", "autograd", "checkpointed")
+# ("checkpointed"), there with attention in chunks of query rows ("chunked": AttnLRP's long path)
+KEEPS = ("decomposition", "autograd", "checkpointed", "chunked")
 ROWS = (EVERY_TARGET, WHILE_CHEAP)
 # What a method reads of the capture pass: the attention maps, only the explained target's rows (which the
 # row capture computes on the model's fast attention without the maps: attnflow.capture.rows), or nothing
@@ -141,8 +142,8 @@ class Method:
         exact_max: The longest input (tokens) on which a decoder default runs itself.
         needs_row: A column of the architecture table a model's row must set (its rules are per
             family).
-        keeps: What its backward pass keeps, for the memory budget: "decomposition", "autograd" or
-            "checkpointed".
+        keeps: What its backward pass keeps, for the memory budget: "decomposition", "autograd",
+            "checkpointed" or "chunked".
         backward_per_row: One backward pass per explained row (per generated token), each counted in
             progress.
         captured: What it reads of the capture pass: "maps", "rows" (the explained target's rows
@@ -293,7 +294,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            "attnflow.api.methods.attnlrp:attnlrp",
            "layer-wise relevance of each token for the explained logit, one forward and one backward pass "
            "(decoders, classifiers)", models=("decoder", "classifier"), reads=("spans",), needs_row="lrp_gate",
-           keeps="autograd", backward_per_row=True, captured="nothing"),
+           keeps="chunked", backward_per_row=True, captured="nothing"),
     Method("occlusion", ("text",), PER_SOURCE, False, "leave-one-out deletion (Jain & Wallace 2019)",
            "attnflow.api.methods.ablation:occlusion", "drop of the predicted token's logit when a token is deleted "
            "(decoders)", models=("decoder",), reads=(), captured="nothing"),

@@ -45,9 +45,19 @@ eager attention does otherwise, and receivers on the ``norms``, ``activations``,
 leaf and the unembedding's output. Per-architecture facts (the gated product's factors) are the
 architecture table's ``lrp_gate`` column; norms and activations are the hook points' groups.
 
+Long inputs: autograd would keep every layer's attention weights ``(heads, n, n)`` (and their float32
+softmax) for the backward pass, 16 x 32 x 2,048^2 numbers twice over for a Llama-3.2-1B at 2,048
+tokens. From ``CHECKPOINT_FROM`` positions (or where that does not fit the memory budget) each decoder
+layer keeps only its input (``layers.i.block``, activation checkpointing) and is recomputed, with the
+same receivers and hence the same rules, in the backward pass; its attention (``_ChunkedAttention``)
+keeps only queries, keys and values and recomputes the rules chunk of query rows by chunk there, so no
+``(heads, n, n)`` tensor is ever whole. Every rule above is per query row or linear, so the relevances are
+the same; the keys' and values' gradients are summed over chunks in float32 or wider.
+
 API::
 
-    attnlrp(model, input_ids, targets=None, *, tokens=None, foils=None, readout="logit", observe=None) -> LRP
+    attnlrp(model, input_ids, targets=None, *, tokens=None, foils=None, readout="logit", observe=None,
+            checkpoint=None) -> LRP
     LRP.relevance  # (len(targets), n) float64: R_j per target (a classifier: one row)
     LRP.logits     # (len(targets),) the explained z (or z_c - z_f)
 """
@@ -67,8 +77,13 @@ from attnflow.errors import AttnflowError
 from attnflow.hf.kind import kind_of
 from attnflow.hf.points import hook_points, receiving
 from attnflow.hf.weights import input_device, parameter
+from attnflow.interventions.attribution_patching import _checkpointed as checkpointed
+from attnflow.interventions.costs import long_path
 
 READOUTS = ("logit", "contrastive")
+# the long path's attention: the most bytes one chunk of query rows' scores takes (float32 or wider); its
+# backward pass holds a few such tensors at a time (scores, weights and their gradients)
+CHUNK_BYTES = 32 * 2**20
 
 
 @dataclass
@@ -84,13 +99,15 @@ class LRP:
 
 
 class _Pass:
-    """The active pass: the input-embedding leaf, the unembedding's output, the attention calls seen."""
+    """The active pass: the input-embedding leaf, the unembedding's output, the attention calls seen;
+    ``chunked``: the long path's attention (``_ChunkedAttention``)."""
 
-    def __init__(self, observe: Callable[..., None] | None) -> None:
+    def __init__(self, observe: Callable[..., None] | None, chunked: bool = False) -> None:
         self.leaf: torch.Tensor | None = None
         self.unembedded: torch.Tensor | None = None
         self.observe = observe
         self.calls = 0
+        self.chunked = chunked
 
 
 # ------------------------------------------------------------------------------------- the rules
@@ -109,32 +126,95 @@ def identity(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return y.detach() + (x - x.detach()) * ratio.detach()
 
 
-def _attention(state: _Pass) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+def _rules(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           attention_mask: torch.Tensor | None, dropout: float, scaling: float | None,
+           softcap: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eager attention with AttnLRP's rules: ``(output (b, n, heads, d), scores, weights (b, heads, n, m))``
+    for query ``(b, heads, n, d)``, key/value ``(b, kv heads, m, d)`` and an additive mask."""
+    groups = int(getattr(module, "num_key_value_groups", 1) or 1)
+    if groups > 1:  # grouped-query heads: each key/value head serves `groups` query heads (linear: gradients sum)
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    scores = uniform(torch.matmul(query, key.transpose(-1, -2))) * scaling
+    if softcap is not None:
+        scores = identity(scores, torch.tanh(scores / softcap) * softcap)
+    if attention_mask is not None:
+        scores = scores + attention_mask[..., :key.shape[-2]]
+    # the softmax rule is x * (the standard gradient): nothing to change; softmax at least in float32 as eager does
+    weights = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1).to(query.dtype)
+    used = torch.nn.functional.dropout(weights, p=dropout, training=True) if dropout and module.training else weights
+    out = uniform(torch.matmul(used, value))
+    return out.transpose(1, 2).contiguous(), scores, weights
+
+
+def _query_chunks(query: torch.Tensor, key: torch.Tensor) -> list[slice]:
+    """Query rows in chunks whose scores ``(b, heads, rows, m)`` take at most ``CHUNK_BYTES`` in float32
+    (or the wider dtype)."""
+    b, heads, n = query.shape[:3]
+    size = torch.empty((), dtype=torch.promote_types(query.dtype, torch.float32)).element_size()
+    rows = max(1, CHUNK_BYTES // max(1, b * heads * key.shape[-2] * size))
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
+
+
+def _mask_rows(mask: torch.Tensor | None, rows: slice) -> torch.Tensor | None:
+    return mask if mask is None or mask.shape[-2] == 1 else mask[..., rows, :]
+
+
+class _ChunkedAttention(torch.autograd.Function):
+    """``_rules``' output, with only the queries, keys, values and mask kept for the backward pass: the
+    backward pass recomputes the rules chunk of query rows by chunk (``_query_chunks``) and backpropagates
+    each chunk through them, so no ``(heads, n, m)`` tensor exists whole. Softmax and the rules are per
+    query row, so each chunk's gradient into its queries is exact; the keys' and values' are sums over
+    chunks, accumulated in float32 or wider. ``observe`` sees each chunk's scores and weights during the
+    backward pass."""
+
+    @staticmethod
+    def forward(ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                module: Any, scaling: float | None, softcap: float | None, observe: Any) -> torch.Tensor:
+        ctx.save_for_backward(query, key, value, mask)
+        ctx.settings = (module, scaling, softcap, observe)
+        return torch.cat([_rules(module, query[:, :, rows], key, value, _mask_rows(mask, rows), 0.0, scaling,
+                                 softcap)[0] for rows in _query_chunks(query, key)], dim=1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        query, key, value, mask = ctx.saved_tensors
+        module, scaling, softcap, observe = ctx.settings
+        wide = torch.promote_types(key.dtype, torch.float32)
+        grad_query = torch.empty_like(query)
+        grad_key = torch.zeros(key.shape, dtype=wide, device=key.device)
+        grad_value = torch.zeros(value.shape, dtype=wide, device=value.device)
+        with torch.enable_grad():
+            k, v = key.detach().requires_grad_(True), value.detach().requires_grad_(True)
+            for rows in _query_chunks(query, key):
+                q = query[:, :, rows].detach().requires_grad_(True)
+                out, scores, weights = _rules(module, q, k, v, _mask_rows(mask, rows), 0.0, scaling, softcap)
+                if observe is not None:
+                    observe(module, scores, weights)
+                gq, gk, gv = torch.autograd.grad(out, (q, k, v), grad[:, rows])
+                grad_query[:, :, rows] = gq
+                grad_key += gk
+                grad_value += gv
+        return grad_query, grad_key.to(key.dtype), grad_value.to(value.dtype), None, None, None, None, None
+
+
+def _attention(state: _Pass) -> Callable[..., tuple[torch.Tensor, torch.Tensor | None]]:
     """The kernel receiver of every layer (``layers.i.attn.kernel``): eager attention (query
-    ``(b, heads, n, d)``, key/value ``(b, kv heads, m, d)``, an additive mask) with AttnLRP's rules."""
+    ``(b, heads, n, d)``, key/value ``(b, kv heads, m, d)``, an additive mask) with AttnLRP's rules; on the
+    long path (``state.chunked``) through ``_ChunkedAttention`` (no weights returned)."""
 
     def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                  softcap: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        groups = int(getattr(module, "num_key_value_groups", 1) or 1)
-        if groups > 1:  # grouped-query heads: each key/value head serves `groups` query heads (linear: gradients sum)
-            key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-        if scaling is None:
-            scaling = query.size(-1) ** -0.5
-        scores = uniform(torch.matmul(query, key.transpose(-1, -2))) * scaling
-        if softcap is not None:
-            scores = identity(scores, torch.tanh(scores / softcap) * softcap)
-        if attention_mask is not None:
-            scores = scores + attention_mask[..., :key.shape[-2]]
-        # the softmax rule is x * (the standard gradient): nothing to change; softmax at least in float32 as eager does
-        weights = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1).to(query.dtype)
+                  softcap: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         state.calls += 1
+        if state.chunked and not (dropout and module.training):
+            return _ChunkedAttention.apply(query, key, value, attention_mask, module, scaling, softcap,
+                                           state.observe), None
+        out, scores, weights = _rules(module, query, key, value, attention_mask, dropout, scaling, softcap)
         if state.observe is not None:
             state.observe(module, scores, weights)
-        if dropout and module.training:
-            weights = torch.nn.functional.dropout(weights, p=dropout, training=True)
-        out = uniform(torch.matmul(weights, value))
-        return out.transpose(1, 2).contiguous(), weights
+        return out, weights
 
     return attention
 
@@ -181,6 +261,8 @@ def _receivers(model: Any, state: _Pass, gate: tuple[str, ...], decoder: bool) -
     if gate:
         wanted.update(dict.fromkeys(points.names("mlp.gate"), _half))
     wanted.update(dict.fromkeys(points.names("attn.kernel"), _attention(state)))
+    if state.chunked:  # keep each layer's input only, recompute the layer (rules and all) in the backward pass
+        wanted.update(dict.fromkeys(points.names("block"), checkpointed))
     wanted["embed"] = leaf
     if decoder:
         wanted["unembed"] = lambda module, args, output: setattr(state, "unembedded", output)
@@ -210,7 +292,7 @@ def _kind(model: Any) -> tuple[bool, tuple[str, ...]]:
 
 def attnlrp(model: Any, input_ids: Any, targets: Any = None, *, tokens: Any = None, foils: Any = None,
             readout: str = "logit", observe: Callable[..., None] | None = None,
-            progress: Callable[[int, int], None] | None = None) -> LRP:
+            progress: Callable[[int, int], None] | None = None, checkpoint: bool | None = None) -> LRP:
     """AttnLRP relevances of every input token (see the module docstring).
 
     input_ids: ``(n,)`` or ``(1, n)`` token ids. targets: a decoder's positions whose next-token logit is
@@ -219,11 +301,20 @@ def attnlrp(model: Any, input_ids: Any, targets: Any = None, *, tokens: Any = No
         (default: the argmax). readout: ``"logit"``, or ``"contrastive"`` with ``foils`` (explains
         ``z_c - z_f``, linear in the logits, so it conserves too).
     observe: for tests and studies, called as ``observe(module, scores, weights)`` with each attention
-        softmax's input and output (``(b, heads, n, m)``) during the forward pass.
+        softmax's input and output (``(b, heads, n, m)``) during the forward pass; on the long path with
+        each chunk of query rows ``(b, heads, rows, m)`` during each backward pass instead.
     progress: ``progress(done, total)`` after the forward pass and after each target's backward pass
         (``total = 1 + len(targets)``).
+    checkpoint: the long path: keep only each decoder layer's input and recompute the layer, with its
+        rules, in the backward pass (``layers.i.block``), and its attention chunk of query rows by chunk
+        (``_ChunkedAttention``): memory is one layer's activations and a few ``CHUNK_BYTES`` instead of
+        every layer's ``(heads, n, n)`` weights, for about one more forward pass of time. None: from
+        ``attnflow.interventions.attribution_patching.CHECKPOINT_FROM`` positions, or where the plain pass
+        would not fit the memory budget (``attnflow.interventions.costs.long_path``). The relevances are
+        the same either way (up to floating-point summation order).
 
-    Cost: one forward pass with autograd recording and one backward pass per target.
+    Cost: one forward pass with autograd recording and one backward pass per target (on the long path,
+    each backward pass recomputes every layer once).
     """
     if readout not in READOUTS:
         raise AttnflowError(f"AttnLRP's relevances sum to a logit (up to its bias terms), so readout must be one of "
@@ -247,8 +338,9 @@ def attnlrp(model: Any, input_ids: Any, targets: Any = None, *, tokens: Any = No
     if readout == "contrastive" and foils is None:
         raise AttnflowError(f"readout='contrastive' needs one foil token per target ({len(targets)} targets)")
     device = input_device(model)
-    state = _Pass(observe)
     last = max(targets)
+    positions = last + 1 if decoder else n
+    state = _Pass(observe, chunked=long_path(model, positions) if checkpoint is None else bool(checkpoint))
     feed: dict[str, Any] = {"input_ids": ids[None, :last + 1 if decoder else n].to(device), "use_cache": False}
     if decoder:
         feed["logits_to_keep"] = last + 1 - min(targets)

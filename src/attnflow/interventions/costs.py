@@ -19,7 +19,9 @@ and memory; during it, progress; always, memory held under a budget.
   (``BATCH`` at most); even one sequence over the budget is refused. ``FORWARD_BACKWARD``
   keeps what its record's ``keeps`` fact says (``backward_memory``): the logit-path methods
   (``attnflow.interventions.logit_paths``) every layer's attention ``(layers, heads, n, n)`` in float64
-  for the decomposition and float32 kept by autograd; AttnLRP autograd's activations of every layer;
+  for the decomposition and float32 kept by autograd; AttnLRP autograd's activations of every layer, or on
+  its long path every layer's input and one layer's activations with its attention in chunks of query rows
+  (``chunked_memory``);
   the one-pass estimate (and the budgeted chooser that runs it) one layer's at a time from
   ``CHECKPOINT_FROM`` positions, and there no attention weights at all where it runs attention on SDPA
   (``attnflow.interventions.efficient_attention``); the budgeted chooser's exact runs, a per-source
@@ -50,6 +52,9 @@ BYTES_AUTOGRAD = 16         # bytes per attention number autograd keeps for one 
 BYTES_ONE_LAYER = 40        # the same for the one layer a checkpointed backward pass recomputes at a time
 CHECKPOINTED_SDPA_MARGIN = 1.75  # a checkpointed pass on SDPA: measured peak over the counted tensors (backward_memory)
 PER_SOURCE_SDPA_MARGIN = 1.25   # exact runs on SDPA: measured peak over per_source_memory's count (per_source_memory)
+CHUNK_TENSORS = 6           # AttnLRP's long path: chunk-sized tensors alive at once (see chunked_memory)
+CHUNKED_MARGIN = 1.25       # its measured peak over the counted tensors, above CHUNKED_FIXED (see chunked_memory)
+CHUNKED_FIXED = 512 * 2**20  # bytes its measured peaks hold whatever the length (see chunked_memory)
 BACKWARD_PASSES = 2         # a plain forward + backward method's time in passes (measured 1.8-1.9, see prepare)
 LONG_SECONDS = 60.0          # an estimate this long names a method that answers within a stated cost
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -174,7 +179,7 @@ def gradient_memory(model: Any, n: int) -> int:
     return maps * BYTES_PER_ATTENTION + tokens
 
 
-def backward_memory(keeps: str, model: Any, n: int) -> int:
+def backward_memory(keeps: str, model: Any, n: int, budget: int | None = None) -> int:
     """Bytes a forward + backward method keeps on ``n`` tokens, by what its record says it keeps
     (``attnflow.config.registry.KEEPS``): ``"decomposition"`` ``gradient_memory``;
     ``"autograd"`` every layer's attention as autograd keeps it for the backward pass, plus each
@@ -190,13 +195,17 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
     and their gradients. Measured (``benchmarks/long_one_pass.py``, SmolLM2-135M, 8,192 tokens, one
     thread): 0.25, 0.62 and 2.19 GB at 1,024, 2,048 and 8,192 tokens, 1.18 to 1.48 times the tensors
     counted here (0.21, 0.42, 1.66 GB); ``CHECKPOINTED_SDPA_MARGIN`` 1.75 gives 0.36, 0.73 and 2.91
-    GB. Before SDPA that pass was modelled at 25 GB at 8,192 tokens (one layer's eager attention)."""
+    GB. Before SDPA that pass was modelled at 25 GB at 8,192 tokens (one layer's eager attention).
+    ``"chunked"``: ``"autograd"`` where AttnLRP runs its plain pass, ``chunked_memory`` where it takes its
+    long path (``long_path``, under ``budget``)."""
     if keeps == "decomposition":
         return gradient_memory(model, n)
     from attnflow.interventions.attribution_patching import CHECKPOINT_FROM
 
     s, size = _shape(model), _element_size(model)
     per_token = n * (6 * s["hidden"] + 3 * s["inner"]) * size * 2  # one layer's activations and their gradients
+    if keeps == "chunked" and long_path(model, n, budget):
+        return chunked_memory(model, n)
     if keeps == "checkpointed" and n >= CHECKPOINT_FROM:
         kept = s["layers"] * n * s["hidden"] * size  # every layer's input, kept for the recomputation
         if not _on_sdpa(model):  # eager attention: one layer's (heads, n, n) weights and softmax graph at a time
@@ -205,6 +214,36 @@ def backward_memory(keeps: str, model: Any, n: int) -> int:
         values = 3 * s["layers"] * n * s["kv"] * s["head_dim"] * size
         return int(CHECKPOINTED_SDPA_MARGIN * (per_token + kept + values))
     return s["layers"] * (s["heads"] * n * n * BYTES_AUTOGRAD + per_token)
+
+
+def long_path(model: Any, n: int, budget: int | None = None) -> bool:
+    """Whether AttnLRP takes its long path (``attnflow.interventions.attnlrp``) on ``n`` positions: from
+    ``CHECKPOINT_FROM`` positions, and below where its plain pass (every layer's attention kept) would
+    not fit the memory budget."""
+    from attnflow.interventions.attribution_patching import CHECKPOINT_FROM
+
+    if n >= CHECKPOINT_FROM:
+        return True
+    return backward_memory("autograd", model, n) > (memory_budget() if budget is None else budget)
+
+
+def chunked_memory(model: Any, n: int) -> int:
+    """Bytes AttnLRP's long path keeps on ``n`` tokens (``attnflow.interventions.attnlrp``, from
+    ``CHECKPOINT_FROM`` positions): every layer's input (kept for the recomputation) and the additive mask,
+    one recomputed layer's activations and their gradients, and its attention's chunks of query rows
+    (``CHUNK_BYTES`` each in float32, ``CHUNK_TENSORS`` of them alive at once: scores, weights and their
+    gradients), times ``CHUNKED_MARGIN``, plus ``CHUNKED_FIXED``. Measured at the Llama-3.2-1B shape in
+    bfloat16 (peak RSS above the loaded model, one thread): through ``attnflow.explain``
+    (``benchmarks/long_context.py``) 0.95 GB at 1,024 tokens and 1.03 GB at 2,048 (counted here: 0.42
+    and 0.65 GB; modelled: 1.06 and 1.34 GB); ``attnlrp`` alone with 2 of its 16 layers 0.58 and 0.63 GB
+    (counted 0.36 and 0.53). The plain pass's ``"autograd"`` model says 11 and 39 GB there."""
+    from attnflow.interventions.attnlrp import CHUNK_BYTES
+
+    s, size = _shape(model), _element_size(model)
+    kept = s["layers"] * n * s["hidden"] * size + n * n * size
+    layer = n * (6 * s["hidden"] + 3 * s["inner"]) * size * 2
+    chunk = CHUNK_TENSORS * min(CHUNK_BYTES, s["heads"] * n * n * max(size, 4))
+    return int(CHUNKED_MARGIN * (kept + layer + chunk)) + CHUNKED_FIXED
 
 
 def _on_sdpa(model: Any) -> bool:
@@ -288,11 +327,12 @@ def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, 
         return
     budget = memory_budget() if budget is None else budget
     if record.cost in (FORWARD_BACKWARD, BUDGETED):
-        memory = backward_memory(record.keeps, model, tokens)
+        memory = backward_memory(record.keeps, model, tokens, budget)
         if memory > budget:
             longest = int(tokens * (budget / memory) ** 0.5)
-            what = ("every layer's attention over the whole input" if record.keeps != "checkpointed"
-                    else "a layer's attention over the whole input at a time")
+            what = {"checkpointed": "a layer's attention over the whole input at a time",
+                    "chunked": "every layer's input and one layer's activations at a time"}.get(
+                        record.keeps, "every layer's attention over the whole input")
             raise AttnflowError(
                 f"{record.name} keeps {what}: about {_size(memory)} for {tokens} tokens, over the "
                 f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text (about {longest} "
@@ -329,7 +369,7 @@ def fit_to_budget(record: Method, context: Context) -> Context:
     if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
         return _budgeted_batch(context, n, budget)
     if record.cost == FORWARD_BACKWARD:
-        memory = backward_memory(record.keeps, model, len(ids))
+        memory = backward_memory(record.keeps, model, len(ids), budget)
         # one forward pass, then one backward pass per row (each about a pass) or one for every row
         batch, variants, steps = 1, 1, 1 + len(rows) if record.backward_per_row else 2
     else:
