@@ -313,7 +313,8 @@ def test_a_method_over_the_budget_is_refused_before_the_capture_pass(minilm_path
     monkeypatch.setattr(text_api, "capture", lambda *a, **k: captured.append(1) or real(*a, **k))
     monkeypatch.setattr(rows_capture, "capture_rows", lambda *a, **k: captured.append(1) or real_rows(*a, **k))
     monkeypatch.setenv("ATTNFLOW_MEMORY_BUDGET", "1K")
-    with pytest.raises(AttnflowError, match=r"alti-logit keeps every layer's ALTI contributions.*1\.0 KiB memory budget"):
+    with pytest.raises(AttnflowError,
+                       match=r"alti-logit keeps every layer's ALTI contributions.*1\.0 KiB memory budget"):
         attnflow.explain("the keys to the old cabinet are on the table", model, tokenizer=tokenizer,
                          method=["rollout", "alti-logit"])
     assert captured == []

@@ -316,7 +316,8 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
     n_layers = len(modules)
     index = torch.tensor(positions, device=leaves[0].device)
     # only the rows at ``positions``: grads[l, p] is zero elsewhere (positions do not interact on the direct path)
-    g = torch.stack([torch.zeros_like(leaf[0, index]) if gr is None else gr[0, index] for gr, leaf in zip(grads, leaves)])
+    g = torch.stack([torch.zeros_like(leaf[0, index]) if gr is None else gr[0, index]
+                     for gr, leaf in zip(grads, leaves)])
     ctx = torch.stack([leaf[0, index].detach() for leaf in leaves]).to(torch.float64).cpu()
     del grads
     state.leaves = leaves = []
@@ -328,7 +329,7 @@ def logit_paths(model: Any, inputs: Any, targets: Any = None, *, tokens: Any = N
     w_o = [f.w_o.detach().reshape(f.w_o.shape[0], heads, d) for f in found]  # views: no copy of the weights
     values = torch.stack([v.cpu() for v in state.v])
     state.v = []
-    return LogitPaths(attentions=state.rows.cpu(), values=values, w_o=w_o, grads=g.reshape(n_layers, len(positions), heads, d),
-                      select=select, positions=positions, targets=targets,
-                      tokens=[int(t) for t in explained.tolist()], logits=value.cpu().numpy(),
+    return LogitPaths(attentions=state.rows.cpu(), values=values, w_o=w_o,
+                      grads=g.reshape(n_layers, len(positions), heads, d), select=select, positions=positions,
+                      targets=targets, tokens=[int(t) for t in explained.tolist()], logits=value.cpu().numpy(),
                       attention_part=part.numpy(), decoder=decoder, alti=state.scores)
