@@ -12,8 +12,8 @@ import attnflow
 from attnflow.interventions.ablation import ablated_flow, occlusion
 from attnflow.interventions.logit_paths import logit_paths
 from attnflow.core.logit_attribution import (
-    alti_contributions,
     alti_logit,
+    alti_normalised,
     direct_logit_attribution,
 )
 from tests.factory import tiny_model
@@ -35,10 +35,10 @@ def teacher_forced(model, ids, token, method):
     if method.startswith("occlusion"):
         return occlusion(model, ids, replacement="mean" if method == "occlusion-mean" else None, tokens=[token],
                          batch_size=1).scores[0]
-    p = logit_paths(model, ids, tokens=[token])
+    p = logit_paths(model, ids, tokens=[token], alti=method == "alti-logit")
     dla = direct_logit_attribution(p.attentions, p.values, p.grads, p.select)
     if method == "alti-logit":
-        dla = alti_logit(dla, alti_contributions(p.attentions, p.values, p.w_o, p.residual))
+        dla = alti_logit(dla, [alti_normalised(s) for s in p.alti])
     return dla[0].cumsum(0).numpy()
 
 

@@ -4,14 +4,18 @@ token's share by naive per-head loops, and ALTI's contribution matrix by naive l
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from attnflow.interventions.logit_paths import logit_paths
 from attnflow.core.logit_attribution import (
     alti_contributions,
     alti_logit,
+    alti_normalised,
     direct_logit_attribution,
 )
 from attnflow.errors import AttnflowError
@@ -155,23 +159,43 @@ def test_per_layer_contributions_sum_to_the_attention_part_of_the_logit(kind):
     ids = _ids()
     target = len(ids) - 1 if kind != "bert" else 0
     parts, naive_dla, c = oracle(kind, model, ids, target)
-    found = logit_paths(model, ids, targets=None)
+    found = logit_paths(model, ids, targets=None, alti=True)
     assert found.tokens == [c]
     dla = direct_logit_attribution(found.attentions, found.values, found.grads, found.select)[0].numpy()
     np.testing.assert_allclose(found.attention_part[0], parts, atol=1e-6)  # Gemma norms run in float32
     np.testing.assert_allclose(dla.sum(-1), parts, atol=1e-4)
     np.testing.assert_allclose(dla, naive_dla, atol=1e-6)
-    contributions = alti_contributions(found.attentions, found.values, found.w_o, found.residual, chunk=4)
+    contributions = torch.stack([alti_normalised(s) for s in found.alti])  # made layer by layer in the pass
+    np.testing.assert_allclose(contributions.sum(-1).numpy(), 1.0, atol=1e-12)
     alti = alti_logit(torch.as_tensor(dla)[None], contributions)[0].numpy()
     np.testing.assert_allclose(alti.sum(-1), parts, atol=1e-4)
     assert np.ptp(parts) > 1e-3 and np.abs(alti - dla).max() > 1e-6  # not flat; ALTI moves the shares
 
 
+def _full(model, ids):
+    """Every layer's full attention ``(L, H, n, n)``, values ``(L, n, kv, d)``, ``W_O`` per head ``(L, D, H,
+    d)`` and input ``(L, n, D)`` of a tiny decoder (``FAMILIES``' module names), from transformers' own
+    outputs and hooks on the value projections."""
+    kind = model.config.model_type
+    path = FAMILIES[kind]
+    L, H = model.config.num_hidden_layers, model.config.num_attention_heads
+    d = getattr(model.config, "head_dim", None) or model.config.hidden_size // H
+    seen, handles = _record(model, [path.format(l) + ".v_proj" for l in range(L)])
+    try:
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([ids]), output_attentions=True, output_hidden_states=True)
+    finally:
+        for h in handles:
+            h.remove()
+    v = torch.stack([seen[path.format(l) + ".v_proj"][1][0].reshape(len(ids), -1, d) for l in range(L)])
+    w = torch.stack([model.get_submodule(path.format(l) + ".o_proj").weight.reshape(-1, H, d) for l in range(L)])
+    return (torch.stack([a[0] for a in out.attentions]).detach(), v.detach(), w.detach(),
+            torch.stack(out.hidden_states[:L])[:, 0].detach())
+
+
 def test_alti_contributions_equal_naive_loops():
     model = tiny_model("llama")
-    found = logit_paths(model, _ids())
-    a, v, x = found.attentions, found.values, found.residual
-    w = torch.stack([layer.double() for layer in found.w_o])
+    a, v, w, x = _full(model, _ids())
     L, H, n, _ = a.shape
     expected = np.zeros((L, n, n))
     for l in range(L):
@@ -188,6 +212,9 @@ def test_alti_contributions_equal_naive_loops():
     np.testing.assert_allclose(alti_contributions(a, v, w, x, chunk=3, dtype=torch.float64).numpy(), expected,
                                atol=1e-12)
     np.testing.assert_allclose(alti_contributions(a, v, w, x).numpy(), expected, atol=1e-5)  # float32 by default
+    # the logit paths' scores, made layer by layer while the model ran, are the same
+    found = logit_paths(model, _ids(), alti=True)
+    np.testing.assert_allclose(torch.stack([alti_normalised(s) for s in found.alti]).numpy(), expected, atol=1e-5)
 
 
 def test_several_targets_share_one_pass_and_equal_each_alone():
@@ -230,3 +257,57 @@ def test_on_smollm2_the_layers_sum_to_the_attention_part(smollm2):
     dla = direct_logit_attribution(found.attentions, found.values, found.grads, found.select)[0].numpy()
     np.testing.assert_allclose(dla.sum(-1), parts, atol=2e-4)
     np.testing.assert_allclose(dla, naive_dla, atol=2e-4)
+
+
+class _Made(TorchDispatchMode):
+    """The shape and dtype of every tensor any operation creates while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[tuple[tuple[int, ...], torch.dtype]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.made.append((tuple(t.shape), t.dtype))
+        return out
+
+
+def _beyond_one_layer(made, n, layers, heads):
+    """Tensors with two axes of length n (query and key) that hold more than one layer's heads, or a
+    float64 square per layer: what keeping every layer's attention (or contributions) forms."""
+    return [(s, dtype) for s, dtype in made if sum(d == n for d in s) >= 2
+            and (int(np.prod(s)) > heads * n * n or (dtype == torch.float64 and layers in s))]
+
+
+@pytest.mark.parametrize("method", ["logit_attribution", "alti_logit"])
+def test_a_decoder_target_never_forms_every_layers_attention(method, monkeypatch):
+    """Both methods through their registry functions, explaining two decoder targets of 61 tokens: no
+    tensor with every layer's (or several layers') ``(n, n)`` weights or a float64 ``(layers, n, n)`` is
+    formed; one layer's ``(heads, n, n)`` (the model's own, float64 here) and ALTI's float32 ``(layers, n,
+    n)`` scores are the most. What the pass returns is several times smaller than the full tensors the
+    decompositions used to read (every layer's weights and inputs in float64)."""
+    from attnflow.api.methods import logit
+    from attnflow.interventions import logit_paths as paths_module
+
+    model = tiny_model("llama")  # 3 layers, 4 heads, hidden 32: no axis of length 61
+    monkeypatch.setattr(paths_module, "ALTI_WORKING", 8 * 61 * 32 * 4 * 2)  # ALTI's chunks of 8 query rows
+    ids = _ids(61)
+    n, L, H = len(ids), model.config.num_hidden_layers, model.config.num_attention_heads
+    context = SimpleNamespace(model=model, input_ids=ids, rows=[40, n - 1], layers=None, tokens=None, foils=None)
+    with _Made() as new:
+        scores = getattr(logit, method)(context)
+    assert len(new.made) > 100 and (1, H, n, n) in [s for s, _ in new.made]  # the model's own layer, no more
+    assert not _beyond_one_layer(new.made, n, L, H), _beyond_one_layer(new.made, n, L, H)
+    found = logit_paths(model, ids, targets=[40, n - 1], alti=method == "alti_logit")
+    np.testing.assert_allclose(scores[-1].sum(-1), found.attention_part.sum(-1), atol=1e-10)
+    kept = sum(t.numel() * t.element_size() for t in (found.attentions, found.values, found.grads, found.alti)
+               if t is not None)
+    # 4.9x (ALTI: its float32 (layers, n, n) scores) and 11x (DLA) here, with 3 layers of 4 heads; at Llama-3.2-1B's
+    # shape (16 layers of 32 heads) in bfloat16 at 2,048 tokens, 17.7 GB against 0.30 GB and 0.04 GB
+    assert 4 * kept < L * H * n * n * 8 + L * n * model.config.hidden_size * 8
+    with _Made() as full:  # the check bites: the full tensors and contributions form both
+        alti_contributions(*_full(model, ids))
+    found = _beyond_one_layer(full.made, n, L, H)
+    assert ((L, H, n, n), torch.float64) in found and ((L, n, n), torch.float64) in found

@@ -90,10 +90,12 @@ ATTENTION_READS = ("weighting", "causal_norm", "residual", "head_fusion")
 EVERY_TARGET = "every target"
 WHILE_CHEAP = "every target while cheap, else the explained one"  # flow: up to core.methods.FLOW_ALL_MAX tokens
 # what a method that runs the model keeps for its backward pass (attnflow.interventions.costs sizes it from this):
-# every layer's attention in float64 and float32 plus a decomposition's arrays (the logit paths), autograd's
-# activations of every layer, or of one layer at a time from attribution_patching.CHECKPOINT_FROM positions
-# ("checkpointed"), there with attention in chunks of query rows ("chunked": AttnLRP's long path)
-KEEPS = ("decomposition", "autograd", "checkpointed", "chunked")
+# every layer's attention in float64 and float32 plus a decomposition's arrays (grad-rollout), the logit paths'
+# attention rows at the targets and every layer's values ("target rows"; "alti scores": also every layer's
+# (n, n) ALTI scores, one layer's attention at a time), autograd's activations of every layer, or of one layer at
+# a time from attribution_patching.CHECKPOINT_FROM positions ("checkpointed"), there with attention in chunks of
+# query rows ("chunked": AttnLRP's long path)
+KEEPS = ("decomposition", "target rows", "alti scores", "autograd", "checkpointed", "chunked")
 ROWS = (EVERY_TARGET, WHILE_CHEAP)
 # What a method reads of the capture pass: the attention maps, only the explained target's rows (which the
 # row capture computes on the model's fast attention without the maps: attnflow.capture.rows), or nothing
@@ -142,8 +144,8 @@ class Method:
         exact_max: The longest input (tokens) on which a decoder default runs itself.
         needs_row: A column of the architecture table a model's row must set (its rules are per
             family).
-        keeps: What its backward pass keeps, for the memory budget: "decomposition", "autograd",
-            "checkpointed" or "chunked".
+        keeps: What its backward pass keeps, for the memory budget: "decomposition", "target rows",
+            "alti scores", "autograd", "checkpointed" or "chunked".
         backward_per_row: One backward pass per explained row (per generated token), each counted in
             progress.
         captured: What it reads of the capture pass: "maps", "rows" (the explained target's rows
@@ -305,11 +307,11 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method("alti-logit", ("text",), FORWARD_BACKWARD, True, "Ferrando et al. 2023 (ALTI-Logit)",
            "attnflow.api.methods.logit:alti_logit",
            "each token's share of the logit through attention + residual, layers 1..l (decoders, classifiers)",
-           models=("decoder", "classifier"), reads=(), captured="nothing"),
+           models=("decoder", "classifier"), reads=(), keeps="alti scores", captured="nothing"),
     Method("logit-attribution", ("text",), FORWARD_BACKWARD, True, "direct logit attribution of attention outputs",
            "attnflow.api.methods.logit:logit_attribution",
            "each token's direct share of the logit via attention outputs, layers 1..l (decoders, classifiers)",
-           models=("decoder", "classifier"), reads=(), captured="nothing"),
+           models=("decoder", "classifier"), reads=(), keeps="target rows", captured="nothing"),
 )}
 
 ALL = "all"

@@ -4,11 +4,13 @@ by layer, split exactly (pure tensor math; ``attnflow.interventions.logit_paths`
 Shapes (one input; ``L`` layers, ``H`` query heads sharing ``kv`` key/value heads, ``n`` tokens,
 ``d`` head size, ``D`` hidden size; attention's query axis is the second to last):
 
-- ``attentions (L, H, n, n)``, ``values (L, n, kv, d)`` (what the value projection output, bias included)
-- ``grads (L, n, H, d)``: the linear map from layer ``l``'s attention output at position ``p`` (the
+- ``attentions (L, H, P, n)``: the query rows of ``P`` positions (every position, or only those a
+  target reads: a decoder's own; see ``select``), ``values (L, n, kv, d)`` (what the value projection
+  output, bias included)
+- ``grads (L, P, H, d)``: the linear map from layer ``l``'s attention output at position ``p`` (the
   heads' weighted value sums, before ``W_O``) to the explained logit, norms frozen (direct path)
-- ``select (targets, n)``: which positions' attention outputs feed target ``i``'s logit
-  (a decoder: its own position; a classifier: all of them)
+- ``select (targets, P)``: which positions' attention outputs feed target ``i``'s logit
+  (a decoder: its own position, the only one whose row it needs; a classifier: all of them)
 
 **Direct logit attribution** (DLA) of attention outputs: layer ``l``'s attention output at ``p`` is
 ``ctx_l[p] = sum_j sum_h alpha[l, h, p, j] v[l, j, kv(h)]`` (per head), so its part of the logit,
@@ -37,72 +39,106 @@ projection's bias belongs to no token.
 API (stable)::
 
     direct_logit_attribution(attentions, values, grads, select) -> (targets, L, n)
+    alti_scores(attentions_l, values_l, w_o_l, residual_l, chunk=64, dtype=float32) -> (n, n), one layer
+    alti_normalised(scores_l) -> C_l (n, n) float64
     alti_contributions(attentions, values, w_o, residual, chunk=64, dtype=float32) -> C (L, n, n)
     alti_logit(dla, contributions) -> (targets, L, n)
+
+Memory: ALTI needs each layer's full ``(H, n, n)`` weights, but only one layer's at a time
+(``alti_scores``, while the model runs); the rollout holds ``R (n, n)``. DLA needs only the rows
+``select`` reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 
 def _expand(values: torch.Tensor, heads: int) -> torch.Tensor:
-    """``(L, n, kv, d)`` -> ``(L, n, H, d)``: query head ``h`` reads key/value head ``h // (H / kv)``."""
-    kv = values.shape[2]
-    return values.repeat_interleave(heads // kv, dim=2) if kv != heads else values
+    """``(..., n, kv, d)`` -> ``(..., n, H, d)``: query head ``h`` reads key/value head ``h // (H / kv)``."""
+    kv = values.shape[-2]
+    return values.repeat_interleave(heads // kv, dim=-2) if kv != heads else values
 
 
 def direct_logit_attribution(attentions: torch.Tensor, values: torch.Tensor, grads: torch.Tensor,
                              select: torch.Tensor) -> torch.Tensor:
-    """``(targets, L, n)``: see the module docstring."""
-    heads = attentions.shape[1]
-    v = _expand(values, heads)
-    # (L, p, j, h): v_j^{kv(h)} . grads[l, p, h]
-    dots = torch.einsum("ljhd,lphd->lpjh", v, grads)
-    per_position = torch.einsum("lhpj,lpjh->lpj", attentions, dots)  # (L, p, j)
-    return torch.einsum("ip,lpj->ilj", select.to(per_position.dtype), per_position)
+    """``(targets, L, n)``: see the module docstring. ``attentions (L, H, P, n)`` holds the query rows
+    of the ``P`` positions ``grads (L, P, H, d)`` and ``select (targets, P)`` are taken at (all ``n``, or
+    a decoder's targets alone); any float dtype, computed in float64 one layer at a time."""
+    n_layers, heads = attentions.shape[:2]
+    out = torch.empty(select.shape[0], n_layers, attentions.shape[-1], dtype=torch.float64)
+    chosen = select.to(torch.float64)
+    for layer in range(n_layers):
+        v = _expand(values[layer].to(torch.float64), heads)  # (j, h, d)
+        dots = torch.einsum("jhd,phd->pjh", v, grads[layer].to(torch.float64))  # v_j^{kv(h)} . grads[l, p, h]
+        per_position = torch.einsum("hpj,pjh->pj", attentions[layer].to(torch.float64), dots)  # (p, j)
+        out[:, layer] = chosen @ per_position
+    return out
+
+
+def alti_scores(attentions: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor, residual: torch.Tensor,
+                chunk: int = 64, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """One layer's unnormalised ALTI scores ``(n, n)`` in ``dtype``: ``max(0, ||y_t||_1 - ||y_t -
+    T_t(x_j)||_1)`` (rows ``t``, columns ``j``). ``attentions (H, n, n)``, ``values (n, kv, d)``, ``w_o
+    (D, H, d)`` (may stay on the model's device, a view of its weights), ``residual (n, D)``: the layer's
+    input; any float dtypes, read in ``dtype``. ``chunk`` rows of ``t`` at a time (working memory about
+    ``2 chunk n D`` numbers, beside ``H n D`` for the heads' transformed values); a chunk's columns stop
+    at its last non-zero weight (a decoder's causal mask: about half the work), where every later
+    column scores exactly 0 anyway. ``n (H d D + n H D)`` multiply-adds at most."""
+    heads, n, _ = attentions.shape
+    scores = torch.zeros(n, n, dtype=dtype)
+    v = _expand(values, heads).to(dtype)
+    # (H, n, d) @ (H, d, D): each token's transformed value per head
+    f = torch.bmm(v.transpose(0, 1), w_o.to(device=v.device, dtype=dtype).permute(1, 2, 0))
+    f_by_source = f.transpose(0, 1)  # (j, H, D)
+    del v
+    for start in range(0, n, chunk):
+        rows = slice(start, min(n, start + chunk))
+        att = attentions[:, rows].to(dtype)  # (H, chunk, n)
+        used = att.ne(0).any(1).any(0).nonzero()
+        end = max(int(used[-1]) + 1 if len(used) else 0, rows.stop)  # the diagonal is always counted
+        # T[t, j] = sum_h alpha[h, t, j] f[h, j]: per source j, (t, H) @ (H, D)
+        t = torch.bmm(att[..., :end].permute(2, 1, 0), f_by_source[:end]).transpose(0, 1)  # (chunk, end, D)
+        del att
+        idx = torch.arange(rows.start, rows.stop)
+        t[idx - start, idx] += residual[rows].to(dtype)
+        y = t.sum(1, keepdim=True)
+        distance = torch.sub(y, t, out=t).abs_().sum(-1)  # (y - t) in place of t: one (chunk, end, D) at a time
+        scores[rows, :end] = (y.abs().sum(-1) - distance).clamp_min(0)
+    return scores
+
+
+def alti_normalised(scores: torch.Tensor) -> torch.Tensor:
+    """ALTI's ``C_l (n, n)`` float64 from ``alti_scores``: each row over its sum (rows sum to one; an
+    all-zero row stays zero)."""
+    score = scores.to(torch.float64)
+    total = score.sum(-1, keepdim=True)
+    return torch.where(total > 0, score / torch.where(total > 0, total, 1), 0)
 
 
 def alti_contributions(attentions: torch.Tensor, values: torch.Tensor, w_o: Any, residual: torch.Tensor,
                        chunk: int = 64, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """ALTI's ``C_l (L, n, n)`` (rows: positions ``t``, columns: contributing tokens ``j``), rows
-    summing to one. ``w_o (L, D, H, d)`` (or a list of ``L`` such ``(D, H, d)``): each head's slice of
-    the output projection;
-    ``residual (L, n, D)``: each layer's input. ``w_o`` may stay on the model's device (views of its
-    weights); it is read where ``values`` are. ``chunk`` rows of ``t`` at a time (memory ``chunk n D``).
-    Computed in ``dtype`` (float32 by default: contributions only weigh the exact per-layer totals,
-    whose sums do not depend on them) and returned as float64. ``L n (H d D + n H D)`` multiply-adds."""
-    n_layers, heads, n, _ = attentions.shape
-    out = torch.zeros(n_layers, n, n, dtype=torch.float64)
-    v = _expand(values, heads).to(dtype)
-    att = attentions.to(dtype)
-    x = residual.to(dtype)
-    for layer in range(n_layers):
-        # (H, n, d) @ (H, d, D): each token's transformed value per head
-        f = torch.bmm(v[layer].transpose(0, 1), w_o[layer].to(device=v.device, dtype=dtype).permute(1, 2, 0))
-        f_by_source = f.transpose(0, 1)  # (j, H, D)
-        for start in range(0, n, chunk):
-            rows = slice(start, min(n, start + chunk))
-            # T[t, j] = sum_h alpha[h, t, j] f[h, j]: per source j, (t, H) @ (H, D)
-            t = torch.bmm(att[layer, :, rows].permute(2, 1, 0), f_by_source).transpose(0, 1)  # (chunk, n, D)
-            idx = torch.arange(rows.start, rows.stop)
-            t[idx - start, idx] += x[layer, rows]
-            y = t.sum(1, keepdim=True)
-            score = (y.abs().sum(-1) - (y - t).abs().sum(-1)).clamp_min(0).to(torch.float64)  # (chunk, n)
-            total = score.sum(-1, keepdim=True)
-            out[layer, rows] = torch.where(total > 0, score / torch.where(total > 0, total, 1), 0)
-    return out
+    summing to one, float64. ``attentions (L, H, n, n)``, ``values (L, n, kv, d)``, ``w_o (L, D, H, d)``
+    (or a list of ``L`` such ``(D, H, d)``): each head's slice of the output projection; ``residual (L,
+    n, D)``: each layer's input. Scores computed in ``dtype`` (float32 by default: contributions only
+    weigh the exact per-layer totals, whose sums do not depend on them), one layer at a time
+    (``alti_scores``, which the logit paths run on each layer as the model runs)."""
+    return torch.stack([alti_normalised(alti_scores(attentions[layer], values[layer], w_o[layer], residual[layer],
+                                                    chunk, dtype)) for layer in range(attentions.shape[0])])
 
 
-def alti_logit(dla: torch.Tensor, contributions: torch.Tensor) -> torch.Tensor:
+def alti_logit(dla: torch.Tensor, contributions: Iterable[torch.Tensor]) -> torch.Tensor:
     """``(targets, L, n)``: layer ``l``'s token logit contributions traced to the input with ALTI's
-    rollout of the layers below (see the module docstring)."""
-    n_layers, n = contributions.shape[0], contributions.shape[-1]
+    rollout of the layers below (see the module docstring). ``contributions``: ``C (L, n, n)``, or any
+    iterable of the ``L`` layers' ``C_l`` (e.g. normalised one at a time from ``alti_scores``)."""
+    n = dla.shape[-1]
     out = torch.empty_like(dla)
-    rolled = torch.eye(n, dtype=contributions.dtype)
-    for layer in range(n_layers):
-        out[:, layer] = dla[:, layer] @ rolled
-        rolled = contributions[layer] @ rolled
+    rolled = torch.eye(n, dtype=torch.float64)
+    for layer, c in enumerate(contributions):
+        out[:, layer] = dla[:, layer] @ rolled.to(dla.dtype)
+        rolled = c.to(torch.float64) @ rolled
     return out

@@ -415,6 +415,12 @@ def can_switch(model: Any) -> bool:
     return callable(setter) and (not callable(can) or bool(can()))
 
 
+def attention_function(name: str, module: Any) -> Callable:
+    """The attention function ``name`` (``"eager"``: ``module``'s own modelling file's) that a kernel
+    receiver may call itself, e.g. to run the model's own computation under ``torch.no_grad``."""
+    return _implementation_function(name, module)
+
+
 def _implementation_function(name: str, module: Any) -> Callable:
     if name == "eager":  # each modelling file has its own (Gemma 2's soft-caps, GPT-2's scales by layer, ...)
         eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)

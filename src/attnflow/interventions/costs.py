@@ -18,10 +18,11 @@ and memory; during it, progress; always, memory held under a budget.
   layer's attention scores at a time, so the batch size is the number of such sequences that fit
   (``BATCH`` at most); even one sequence over the budget is refused. ``FORWARD_BACKWARD``
   keeps what its record's ``keeps`` fact says (``backward_memory``): the logit-path methods
-  (``attnflow.interventions.logit_paths``) every layer's attention ``(layers, heads, n, n)`` in float64
-  for the decomposition and float32 kept by autograd; AttnLRP autograd's activations of every layer, or on
-  its long path every layer's input and one layer's activations with its attention in chunks of query rows
-  (``chunked_memory``);
+  (``attnflow.interventions.logit_paths``, ``logit_paths_memory``) the targets' attention rows and
+  every layer's values, ALTI-Logit also every layer's ``(n, n)`` scores, each with one layer's attention
+  at a time; grad-rollout every layer's attention ``(layers, heads, n, n)`` in float64 and float32 kept by
+  autograd; AttnLRP autograd's activations of every layer, or on its long path every layer's input and one
+  layer's activations with its attention in chunks of query rows (``chunked_memory``);
   the one-pass estimate (and the budgeted chooser that runs it) one layer's at a time from
   ``CHECKPOINT_FROM`` positions, and there no attention weights at all where it runs attention on SDPA
   (``attnflow.interventions.efficient_attention``); the budgeted chooser's exact runs, a per-source
@@ -55,6 +56,9 @@ PER_SOURCE_SDPA_MARGIN = 1.25   # exact runs on SDPA: measured peak over per_sou
 CHUNK_TENSORS = 6           # AttnLRP's long path: chunk-sized tensors alive at once (see chunked_memory)
 CHUNKED_MARGIN = 1.25       # its measured peak over the counted tensors, above CHUNKED_FIXED (see chunked_memory)
 CHUNKED_FIXED = 512 * 2**20  # bytes its measured peaks hold whatever the length (see chunked_memory)
+LOGIT_PATHS_MARGIN = 1.5    # the logit paths' measured peak over logit_paths_memory's count (see there)
+LOGIT_PATHS_PASSES = 4      # their pass on eager attention, its backward and DLA: measured 2.5-4.1 plain passes
+ALTI_UNIT_PASSES = 27       # ALTI's scores, in passes per unit of alti_passes's ratio (see there)
 BACKWARD_PASSES = 2         # a plain forward + backward method's time in passes (measured 1.8-1.9, see prepare)
 LONG_SECONDS = 60.0          # an estimate this long names a method that answers within a stated cost
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -166,7 +170,8 @@ def per_source_memory(model: Any, n: int, sdpa: bool = False) -> tuple[int, int]
 
 
 def gradient_memory(model: Any, n: int) -> int:
-    """Bytes a forward + backward method keeps on ``n`` tokens (``attnflow.interventions.logit_paths``):
+    """Bytes a forward + backward method keeps on ``n`` tokens when it keeps every layer's attention
+    (grad-rollout; the logit paths did until they kept only what their decompositions read):
     every layer's attention ``(layers, heads, n, n)`` as float64 for the decomposition, as the model's
     dtype kept by autograd for the backward pass (weights and scores), and one float64 working copy of
     a layer's share in the decomposition; plus the values, residual and gradients per token."""
@@ -179,9 +184,82 @@ def gradient_memory(model: Any, n: int) -> int:
     return maps * BYTES_PER_ATTENTION + tokens
 
 
-def backward_memory(keeps: str, model: Any, n: int, budget: int | None = None) -> int:
+def _logits_rows(model: Any, n: int, rows: int) -> int:
+    """How many positions' logits a logit-path pass makes: the targets' where the model's forward takes
+    ``logits_to_keep`` (``attnflow.interventions.logit_paths``), else every position's."""
+    import inspect
+
+    forward = getattr(model, "forward", None)
+    try:
+        return rows if forward is not None and "logits_to_keep" in inspect.signature(forward).parameters else n
+    except (TypeError, ValueError):
+        return n
+
+
+def _kept_rows(model: Any, n: int, rows: int) -> int:
+    """The attention rows a logit-path pass keeps per layer: a decoder's targets; a classifier's logit
+    reads every position."""
+    from attnflow.hf.kind import kind_of
+
+    try:
+        classifier = kind_of(model.config).head == "classification"
+    except Exception:  # a stand-in without a usable config: a decoder's rows
+        classifier = False
+    return n if classifier else max(1, min(rows, n))
+
+
+def logit_paths_memory(model: Any, n: int, rows: int = 1, alti: bool = False) -> int:
+    """Bytes the logit-path methods (``attnflow.interventions.logit_paths`` and the decompositions after
+    it) take above the model on ``n`` tokens explaining ``rows`` targets: what the pass keeps to the end
+    (every layer's values, the output projections' inputs as autograd leaves and their gradients, the
+    targets' attention rows in the model's dtype; ``alti``: every layer's ``(n, n)`` ALTI scores in
+    float32), plus the largest of what exists one at a time: one layer's eager attention (its scores,
+    the float32 softmax and its cast, the mask), ALTI's work on one layer (its weights, each token's
+    transformed value per head ``(H, n, hidden)`` float32 and a chunk's working arrays), a feed-forward
+    block, the logits, the float64 decomposition of one layer and ALTI's rollout ``(n, n)``; times
+    ``LOGIT_PATHS_MARGIN``. Measured (``benchmarks/long_context.py --steps "method NAME"``, peak RSS above the
+    loaded model in a fresh process): Llama-3.2-1B's shape in bfloat16 at 2,048 tokens, logit-attribution
+    1.73 GB and alti-logit 1.90 GB against counts of 1.39 and 1.66 GB (1.25 and 1.15 times: one layer's eager
+    attention, about 1.07 GB, is the largest part of both); SmolLM2-135M in float32 at 512 tokens, 0.08 and
+    0.23 GB against 0.11 and 0.27 GB."""
+    from attnflow.interventions.logit_paths import ALTI_WORKING
+
+    s, size = _shape(model), _element_size(model)
+    layers, heads, kv, d, hidden = s["layers"], s["heads"], s["kv"], s["head_dim"], s["hidden"]
+    kept_rows = _kept_rows(model, n, rows)
+    kept = layers * n * (kv + 2 * heads) * d * size + layers * heads * kept_rows * n * size
+    kept += 2 * layers * kept_rows * heads * d * 8  # the targets' gradients and contexts in float64
+    attention = heads * n * n * (2 * size + 4) + n * n * size
+    ffn = n * (3 * s["inner"] + 4 * hidden) * size
+    logits = 2 * _logits_rows(model, n, kept_rows) * s["vocab"] * size
+    decomposition = n * heads * d * 8 + kept_rows * n * heads * 8 * 3
+    largest = max(attention, ffn, logits, decomposition)
+    if alti:
+        kept += layers * n * n * 4
+        chunk = max(1, min(64, ALTI_WORKING // (2 * n * hidden * 4)))
+        work = heads * n * n * size + heads * n * (hidden + d) * 4 + 2 * chunk * n * hidden * 4 + n * n * 4
+        largest = max(largest, work, 3 * n * n * 8)
+    return int(LOGIT_PATHS_MARGIN * (kept + largest))
+
+
+def alti_passes(model: Any, n: int) -> float:
+    """ALTI's scores on ``n`` tokens in plain forward passes: ``layers n^2 heads hidden / 2`` multiply-adds
+    and as many memory-bound element-wise steps (a decoder's causal half), against a pass's ``n x
+    parameters`` multiply-adds, times ``ALTI_UNIT_PASSES`` (measured: 592 CPU seconds beyond the pass and DLA
+    against a 25 s SDPA pass at Llama-3.2-1B's shape in bfloat16 at 2,048 tokens, a ratio of 0.87: 27 passes
+    per unit; SmolLM2-135M at 512 tokens in float32: 8.5 passes in all, modelled 12)."""
+    s = _shape(model)
+    try:
+        parameters = sum(p.numel() for p in model.parameters())
+    except (AttributeError, TypeError):  # a stand-in: a decoder's weights from its shape
+        parameters = s["layers"] * (4 * s["hidden"] ** 2 + 3 * s["hidden"] * s["inner"]) + s["vocab"] * s["hidden"]
+    return ALTI_UNIT_PASSES * s["layers"] * n * s["heads"] * s["hidden"] / 2 / max(parameters, 1)
+
+
+def backward_memory(keeps: str, model: Any, n: int, budget: int | None = None, rows: int = 1) -> int:
     """Bytes a forward + backward method keeps on ``n`` tokens, by what its record says it keeps
-    (``attnflow.config.registry.KEEPS``): ``"decomposition"`` ``gradient_memory``;
+    (``attnflow.config.registry.KEEPS``): ``"decomposition"`` ``gradient_memory``; ``"target rows"`` and
+    ``"alti scores"`` ``logit_paths_memory`` for ``rows`` targets;
     ``"autograd"`` every layer's attention as autograd keeps it for the backward pass, plus each
     layer's per-token activations and their gradients; ``"checkpointed"`` the same below
     ``attnflow.interventions.attribution_patching.CHECKPOINT_FROM`` positions, and from there one layer's
@@ -200,6 +278,8 @@ def backward_memory(keeps: str, model: Any, n: int, budget: int | None = None) -
     long path (``long_path``, under ``budget``)."""
     if keeps == "decomposition":
         return gradient_memory(model, n)
+    if keeps in ("target rows", "alti scores"):
+        return logit_paths_memory(model, n, rows, alti=keeps == "alti scores")
     from attnflow.interventions.attribution_patching import CHECKPOINT_FROM
 
     s, size = _shape(model), _element_size(model)
@@ -317,7 +397,8 @@ def pass_costs(model: Any, ids: Any) -> tuple[float, float]:
     return a, b
 
 
-def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, budget: int | None = None) -> None:
+def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, budget: int | None = None,
+                       rows: int = 1) -> None:
     """Refuse ``record`` on ``tokens`` input tokens (``explained``: the last explained position + 1)
     when its working memory cannot fit the budget (see the module docstring), in one sentence saying
     the estimate, the budget and what to do. Reads only ``model.config`` and the parameters' element
@@ -327,12 +408,16 @@ def refuse_over_budget(record: Method, model: Any, tokens: int, explained: int, 
         return
     budget = memory_budget() if budget is None else budget
     if record.cost in (FORWARD_BACKWARD, BUDGETED):
-        memory = backward_memory(record.keeps, model, tokens, budget)
+        memory = backward_memory(record.keeps, model, tokens, budget, rows)
         if memory > budget:
             longest = int(tokens * (budget / memory) ** 0.5)
             what = {"checkpointed": "a layer's attention over the whole input at a time",
-                    "chunked": "every layer's input and one layer's activations at a time"}.get(
-                        record.keeps, "every layer's attention over the whole input")
+                    "target rows": "the explained rows of every layer's attention, and a layer's attention over "
+                                   "the whole input at a time",
+                    "chunked": "every layer's input and one layer's activations at a time",
+                    "alti scores": "every layer's ALTI contributions over the whole input (layers x n x n), and a "
+                                   "layer's attention at a time"}.get(record.keeps,
+                                                                      "every layer's attention over the whole input")
             raise AttnflowError(
                 f"{record.name} keeps {what}: about {_size(memory)} for {tokens} tokens, over the "
                 f"{_size(budget)} memory budget (ATTNFLOW_MEMORY_BUDGET); explain a shorter text (about {longest} "
@@ -365,11 +450,11 @@ def fit_to_budget(record: Method, context: Context) -> Context:
     n = int(max(rows)) + 1 if len(rows) else len(ids)
     budget = memory_budget()
     model = context.model
-    refuse_over_budget(record, model, len(ids), n, budget)
+    refuse_over_budget(record, model, len(ids), n, budget, rows=len(rows))
     if record.cost == BUDGETED:  # its runs are counted by its own progress (the chooser's plan)
         return _budgeted_batch(context, n, budget)
     if record.cost == FORWARD_BACKWARD:
-        memory = backward_memory(record.keeps, model, len(ids), budget)
+        memory = backward_memory(record.keeps, model, len(ids), budget, len(rows))
         # one forward pass, then one backward pass per row (each about a pass) or one for every row
         batch, variants, steps = 1, 1, 1 + len(rows) if record.backward_per_row else 2
     else:
@@ -391,7 +476,9 @@ def fit_to_budget(record: Method, context: Context) -> Context:
             # a forward pass, a backward pass and the float64 decomposition over (L, H, n, n): measured
             # 12 passes' time on a 30-layer, 9-head float32 Llama at 512 tokens (10.7 s against 0.9 s); without
             # the decomposition, 1.8-1.9 passes (the estimate, AttnLRP: benchmarks/attnlrp_faithfulness.py)
-            passes = GRADIENT_PASSES if record.keeps == "decomposition" else BACKWARD_PASSES
+            passes = {"decomposition": GRADIENT_PASSES, "target rows": LOGIT_PATHS_PASSES,
+                      "alti scores": LOGIT_PATHS_PASSES + alti_passes(model, len(ids))}.get(record.keeps,
+                                                                                         BACKWARD_PASSES)
             if record.backward_per_row:  # the forward pass once, a backward pass (passes - 1) per row
                 passes = 1 + (passes - 1) * len(rows)
             seconds = passes * took

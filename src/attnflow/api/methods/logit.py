@@ -20,17 +20,17 @@ import numpy as np
 import torch
 
 from attnflow.interventions.logit_paths import LogitPaths, logit_paths
-from attnflow.core.logit_attribution import alti_contributions, direct_logit_attribution
+from attnflow.core.logit_attribution import alti_normalised, direct_logit_attribution
 from attnflow.core.logit_attribution import alti_logit as _alti_logit
 from attnflow.errors import AttnflowError
 
 
-def _paths(context: Any) -> tuple[LogitPaths, list[int]]:
+def _paths(context: Any, alti: bool = False) -> tuple[LogitPaths, list[int]]:
     if context.model is None or context.input_ids is None:
         raise AttnflowError("logit attribution runs the model; use attnflow.explain or attnflow.generate with a model")
     ids = torch.as_tensor(np.asarray(context.input_ids)).reshape(-1)
     rows = list(range(ids.numel())) if context.rows is None else [int(r) for r in context.rows]
-    paths = logit_paths(context.model, ids, targets=rows, tokens=context.tokens, foils=context.foils)
+    paths = logit_paths(context.model, ids, targets=rows, tokens=context.tokens, foils=context.foils, alti=alti)
     return paths, rows
 
 
@@ -50,7 +50,7 @@ def logit_attribution(context: Any) -> np.ndarray:
 
 
 def alti_logit(context: Any) -> np.ndarray:
-    paths, rows = _paths(context)
+    paths, rows = _paths(context, alti=True)  # ALTI's scores made layer by layer while the model ran
     dla = direct_logit_attribution(paths.attentions, paths.values, paths.grads, paths.select)
-    contributions = alti_contributions(paths.attentions, paths.values, paths.w_o, paths.residual)
+    contributions = (alti_normalised(scores) for scores in paths.alti)  # one float64 C_l at a time
     return _shaped(_alti_logit(dla, contributions), paths, rows, context.layers)
