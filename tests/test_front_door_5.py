@@ -231,6 +231,24 @@ def test_a_budget_below_what_the_call_spends_at_least_is_refused_in_one_line(mon
     assert 3 < least < 4 and f"at least: about {least:g} forward passes" in err
 
 
+def test_the_default_budget_rises_to_what_the_call_spends_at_least(monkeypatch, decoder_dir):
+    """A long input's estimate alone can cost more than the default budget (SmolLM2 at 16,384 tokens: 5.1
+    passes): the default rises to that least and says so in meta (budget, asked); a budget given is refused."""
+    from attnflow.hf.architectures import layer_windows
+    from attnflow.interventions.compute import Shapes
+
+    def shapes(cls, model):  # a call's fixed price of 100 positions on a 29-token input: the estimate alone passes 5
+        layers = len(layer_windows(model))
+        return Shapes(linear=1.0, pair=(0.0,) * layers, windows=(None,) * layers, logits=0.0, call=100.0)
+
+    monkeypatch.setattr(Shapes, "of", classmethod(shapes))
+    result = attnflow.explain(LONG, decoder_dir, method="ablated-flow-budgeted")
+    report = result.meta["ablated-flow-budgeted"]
+    assert report["asked"] == 5.0 and report["budget"] > 5.0 and report["cost"] <= report["budget"] + 1e-9
+    with pytest.raises(AttnflowError, match="budget 5.5 is below what ablated-flow-budgeted spends here at least"):
+        attnflow.explain(LONG, decoder_dir, method="ablated-flow-budgeted", budget=5.5)
+
+
 def test_budget_nan_says_what_a_budget_is(monkeypatch, capsys, tmp_path):
     refused(monkeypatch, capsys, tmp_path, "explain", KEYS, "--budget", "nan", "--json", "o.json",
             message="budget must be a number in [3, 100000]; got nan")
