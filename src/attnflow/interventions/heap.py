@@ -7,17 +7,22 @@ a few to a few tens of MiB (a layer's hidden states, queries, values) all come f
 checkpointed pass (``attnflow.interventions.attribution_patching``) keeps every layer's input, small
 and long-lived, between one layer's short-lived activations; the freed stretches between the kept
 inputs are too small for the next layer's larger requests, which grow the heap instead, and every
-freed page stays resident. Measured on SmolLM2-135M, the estimate's pass at 4,096 tokens (one thread,
-in a fresh process): 0.58 GB of live allocations above the loaded model, 1.83 GB resident; which
-requests land where depends on what ran before in the process, so the same pass peaked 0.5 GB
-apart from call to call at 8,192 tokens (the decoder defaults 1.90 GB, ``--by sentence`` 2.42 GB,
-with the same tensors).
+freed page stays resident. Measured on SmolLM2-135M, the estimate's pass alone at 4,096 tokens (one
+thread, in a fresh process): 0.58 GB of live allocations above the loaded model, 1.83 GB resident.
+Which requests land where depends on what ran before in the process, so ``attnflow.explain``'s peak
+(in that pass) varied from call to call: 0.63 to 0.90 GB at 2,048 tokens over five runs of the
+decoder defaults and ``spans="sentence"`` alike (whose live allocations there are the same), 1.90 GB
+(defaults) against 2.42 GB (by sentence) at 8,192 (``docs/long-inputs.md``).
 
 ``release()`` returns the resident pages of freed heap blocks (glibc's ``malloc_trim(0)``: the whole
 free pages inside each free block, not only the heap's top). Called before each checkpointed layer
-runs, forward and recomputed, the resident size stays near what is live: 0.87 GB at 4,096 tokens.
+runs, forward and recomputed, the resident size stays near what is live: the estimate's pass at
+4,096 tokens 0.62 GB (0.58 GB live, the same scores bit for bit); ``explain`` at 4,096 tokens 0.66 GB
+by sentence and 0.68 GB with the decoder defaults, at 8,192 tokens 1.30 and 1.31 GB.
 It changes no value, only which pages are resident; the pages reused afterwards are faulted in again
-(zero-filled), a few per cent of the pass's time. Elsewhere (another C library, no ``malloc_trim``)
+(zero-filled): ``explain``'s CPU time over a forward pass, by sentence and with the decoder defaults,
+was 5.5 and 5.9 against 5.5 and 5.5 before at 4,096 tokens, 6.2 and 7.0 against 6.3 and 6.4 at 8,192
+(up to about a tenth more, on a shared machine). Elsewhere (another C library, no ``malloc_trim``)
 it does nothing.
 
 API::
@@ -37,7 +42,7 @@ def _trim() -> Any:
     """glibc's ``malloc_trim`` from this process's own symbols, or None where there is none."""
     try:
         found = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    except OSError:
+    except (OSError, TypeError):  # TypeError: Windows takes no CDLL(None)
         return None
     if found is not None:
         found.argtypes, found.restype = [ctypes.c_size_t], ctypes.c_int
