@@ -61,6 +61,7 @@ import torch
 
 from attnflow.interventions.ablation import LAYER_MODES, Ablation, checked_inputs, readout_values, value_projections
 from attnflow.interventions.efficient_attention import efficient_attention
+from attnflow.interventions.heap import release
 from attnflow.capture.streaming import architecture_fixes
 from attnflow.hf.load import output_cache
 from attnflow.errors import AttnflowError
@@ -138,13 +139,21 @@ def _checkpointed(forward: Any, args: tuple, kwargs: dict) -> Any:
     """Around a decoder layer (its ``layers.i.block`` hook point): keep only its inputs and recompute the
     rest in the backward pass (memory: one layer's activations at a time instead of every layer's; about
     one more forward pass of compute). The recomputation runs in this call's context: autograd may run it
-    on a device thread of its own, where this thread's receivers and attention choice would be unseen."""
+    on a device thread of its own, where this thread's receivers and attention choice would be unseen.
+    Before each run, forward and recomputed, the heap's freed pages go back to the operating system
+    (``attnflow.interventions.heap``): the kept inputs would otherwise leave the freed activations
+    between them resident, up to three times the pass's live memory."""
     if not torch.is_grad_enabled():
         return forward(*args, **kwargs)
     from torch.utils.checkpoint import checkpoint
 
     context = contextvars.copy_context()
-    return checkpoint(lambda *a, **k: context.run(forward, *a, **k), *args, use_reentrant=False, **kwargs)
+
+    def run(*a: Any, **k: Any) -> Any:
+        release()
+        return context.run(forward, *a, **k)
+
+    return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
 
 def _receivers(model: Any, state: _Pass) -> dict[str, Any]:
