@@ -78,12 +78,12 @@ from attnflow.hf.kind import kind_of
 from attnflow.hf.points import hook_points, receiving
 from attnflow.hf.weights import input_device, parameter
 from attnflow.interventions.attribution_patching import _checkpointed as checkpointed
-from attnflow.interventions.costs import long_path
+from attnflow.interventions.costs import ATTNLRP_CHUNK_BYTES, long_path
 
 READOUTS = ("logit", "contrastive")
 # the long path's attention: the most bytes one chunk of query rows' scores takes (float32 or wider); its
 # backward pass holds a few such tensors at a time (scores, weights and their gradients)
-CHUNK_BYTES = 32 * 2**20
+CHUNK_BYTES = ATTNLRP_CHUNK_BYTES  # float32 scores of one chunk of query rows (costs.py sizes the path with it)
 
 
 @dataclass

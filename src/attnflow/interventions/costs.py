@@ -53,6 +53,7 @@ BYTES_AUTOGRAD = 16         # bytes per attention number autograd keeps for one 
 BYTES_ONE_LAYER = 40        # the same for the one layer a checkpointed backward pass recomputes at a time
 CHECKPOINTED_SDPA_MARGIN = 1.75  # a checkpointed pass on SDPA: measured peak over the counted tensors (backward_memory)
 PER_SOURCE_SDPA_MARGIN = 1.25   # exact runs on SDPA: measured peak over per_source_memory's count (per_source_memory)
+ATTNLRP_CHUNK_BYTES = 32 * 2**20  # AttnLRP's long path: one chunk of query rows' scores in float32
 CHUNK_TENSORS = 6           # AttnLRP's long path: chunk-sized tensors alive at once (see chunked_memory)
 CHUNKED_MARGIN = 1.25       # its measured peak over the counted tensors, above CHUNKED_FIXED (see chunked_memory)
 CHUNKED_FIXED = 512 * 2**20  # bytes its measured peaks hold whatever the length (see chunked_memory)
@@ -311,18 +312,16 @@ def chunked_memory(model: Any, n: int) -> int:
     """Bytes AttnLRP's long path keeps on ``n`` tokens (``attnflow.interventions.attnlrp``, from
     ``CHECKPOINT_FROM`` positions): every layer's input (kept for the recomputation) and the additive mask,
     one recomputed layer's activations and their gradients, and its attention's chunks of query rows
-    (``CHUNK_BYTES`` each in float32, ``CHUNK_TENSORS`` of them alive at once: scores, weights and their
+    (``ATTNLRP_CHUNK_BYTES`` each in float32, ``CHUNK_TENSORS`` of them alive at once: scores, weights and their
     gradients), times ``CHUNKED_MARGIN``, plus ``CHUNKED_FIXED``. Measured at the Llama-3.2-1B shape in
     bfloat16 (peak RSS above the loaded model, one thread): through ``attnflow.explain``
     (``benchmarks/long_context.py``) 0.95 GB at 1,024 tokens and 1.03 GB at 2,048 (counted here: 0.42
     and 0.65 GB; modelled: 1.06 and 1.34 GB); ``attnlrp`` alone with 2 of its 16 layers 0.58 and 0.63 GB
     (counted 0.36 and 0.53). The plain pass's ``"autograd"`` model says 11 and 39 GB there."""
-    from attnflow.interventions.attnlrp import CHUNK_BYTES
-
     s, size = _shape(model), _element_size(model)
     kept = s["layers"] * n * s["hidden"] * size + n * n * size
     layer = n * (6 * s["hidden"] + 3 * s["inner"]) * size * 2
-    chunk = CHUNK_TENSORS * min(CHUNK_BYTES, s["heads"] * n * n * max(size, 4))
+    chunk = CHUNK_TENSORS * min(ATTNLRP_CHUNK_BYTES, s["heads"] * n * n * max(size, 4))
     return int(CHUNKED_MARGIN * (kept + layer + chunk)) + CHUNKED_FIXED
 
 
