@@ -358,11 +358,15 @@ def test_a_checkpointed_pass_hands_freed_heap_pages_back_before_each_layer_runs(
     layers = model.config.num_hidden_layers
     calls = []
     monkeypatch.setattr(module, "release", lambda: calls.append(1) or True)
+    small = attribution_patching(model, _ids(10), targets=targets, checkpoint=True, sdpa=False)
+    assert calls == []  # a layer input under RELEASE_FROM bytes: its few pages are not worth faulting in again
+    monkeypatch.setattr(module, "RELEASE_FROM", 0)
     plain = attribution_patching(model, _ids(10), targets=targets, checkpoint=False)
     assert calls == []  # nothing kept between layers: nothing to hand back
     kept = attribution_patching(model, _ids(10), targets=targets, checkpoint=True, sdpa=False)
     assert len(calls) == layers * (1 + len(targets))  # the forward pass, then each target's recomputation
     np.testing.assert_allclose(kept.scores, plain.scores, atol=1e-12)
+    np.testing.assert_allclose(small.scores, kept.scores, atol=0)
 
 
 def _resident_anonymous() -> int:
