@@ -29,7 +29,7 @@ from attnflow.capture.text import max_length
 from attnflow.units.vocabulary import warn_unknown_words
 from attnflow.config import registry
 from attnflow.config.registry import Context
-from attnflow.config.settings import UNSET, Settings
+from attnflow.config.settings import UNSET, Settings, is_default
 from attnflow.core.maps import AttentionMaps
 from attnflow.core.methods import FLOW_ALL_MAX
 from attnflow.errors import AttnflowError
@@ -277,7 +277,7 @@ class _Decision:
         if self.methods is None:
             self.methods, self.added = text_methods(
                 self.asked, decoder=_kind(bound).lm, explains_last=target == len(ids) - 1, named=self.named,
-                paper_only=self.paper_only, n_tokens=len(ids), budget=settings.budget != Settings().budget)
+                paper_only=self.paper_only, n_tokens=len(ids), budget=not is_default("budget", settings.budget))
             check_computed(self.asked, settings, self.methods, spans=self.spans)
         return _Plan(methods=self.methods, added=self.added, ids=ids, target=target)
 

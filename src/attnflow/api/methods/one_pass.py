@@ -31,6 +31,7 @@ from attnflow.units.spans import spread
 from attnflow.interventions.attribution_patching import attribution_patching
 from attnflow.interventions.budgeted import BUDGET, budgeted_ablated_flow, estimate_compute
 from attnflow.interventions.compute import Shapes
+from attnflow.config.settings import is_default
 from attnflow.errors import AttnflowError
 
 # What the budget counts (help, table and result.meta say it): the passes of the whole call, each token position
@@ -79,9 +80,9 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     # generation's own passes are not explaining), then the estimate: one forward and one backward pass per row
     spent = CAPTURE if context.attentions is not None else 0.0
     least = spent + estimate_compute(shapes, sorted(rows)) / unit
-    # a budget the user gave is kept or refused; the default (BUDGET) rises to what the call spends at least
+    # a budget the user gave is kept or refused; the default rises to what the call spends at least
     # (a long input's checkpointed estimate alone passes 5 from about 16,000 tokens on SmolLM2)
-    if asked < least and len(rows) == 1 and asked != BUDGET:
+    if asked < least and len(rows) == 1 and not is_default("budget", asked):
         enough = math.ceil(least * 100) / 100  # the least, rounded up to what a user types
         raise AttnflowError(f"budget {asked:g} is below what ablated-flow-budgeted spends here at least: about "
                             f"{enough:g} forward passes (the capture pass, the estimate's forward and backward "
