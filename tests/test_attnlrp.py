@@ -301,7 +301,7 @@ def test_a_long_input_never_forms_a_layers_heads_square(monkeypatch):
     np.testing.assert_allclose(found.relevance, plain.relevance, rtol=0, atol=1e-8)
 
     calls = []
-    real = patching._checkpointed
+    real = patching.checkpointed
 
     def spy(forward, args, kwargs):  # counts each run of a layer: in the forward pass and recomputed
         def counted(*a, **k):

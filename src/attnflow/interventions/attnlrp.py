@@ -77,7 +77,7 @@ from attnflow.errors import AttnflowError
 from attnflow.hf.kind import kind_of
 from attnflow.hf.points import hook_points, receiving
 from attnflow.hf.weights import input_device, parameter
-from attnflow.interventions.attribution_patching import _checkpointed as checkpointed
+from attnflow.interventions.attribution_patching import checkpointed
 from attnflow.interventions.costs import ATTNLRP_CHUNK_BYTES, long_path
 
 READOUTS = ("logit", "contrastive")

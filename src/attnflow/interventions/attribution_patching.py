@@ -139,7 +139,7 @@ def _gradient_hook(state: _Pass, layer: int) -> Any:
     return hook
 
 
-def _checkpointed(forward: Any, args: tuple, kwargs: dict) -> Any:
+def checkpointed(forward: Any, args: tuple, kwargs: dict) -> Any:
     """Around a decoder layer (its ``layers.i.block`` hook point): keep only its inputs and recompute the
     rest in the backward pass (memory: one layer's activations at a time instead of every layer's; about
     one more forward pass of compute). The recomputation runs in this call's context: autograd may run it
@@ -175,7 +175,7 @@ def _receivers(model: Any, state: _Pass) -> dict[str, Any]:
     wanted: dict[str, Any] = {name: _value_receiver(state, layer)
                               for layer, name in enumerate(points.names("attn.value"))}
     if state.checkpoint:
-        wanted.update(dict.fromkeys(points.names("block"), _checkpointed))
+        wanted.update(dict.fromkeys(points.names("block"), checkpointed))
     return wanted
 
 
