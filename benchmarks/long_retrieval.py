@@ -39,8 +39,8 @@ THINGS = ["the blue safe", "the garden gate", "the old shed", "the back door", "
           "the attic", "the tool chest"]
 
 
-def prompt(rng: random.Random, tokenizer, tokens: int) -> tuple[str, str, str]:
-    """(text, key sentence, answer word) of about ``tokens`` tokens."""
+def prompt(rng: random.Random, tokenizer, tokens: int) -> tuple[str, str, str, list[str]]:
+    """(text, key sentence, answer word, distractor sentences) of about ``tokens`` tokens."""
     sentences = re.split(r"(?<=[.!?])\s+", " ".join(PROSE.split()))
     things = rng.sample(THINGS, 4)
     words = rng.sample(WORDS, 4)
@@ -55,7 +55,7 @@ def prompt(rng: random.Random, tokenizer, tokens: int) -> tuple[str, str, str]:
         body.pop()
     for fact in facts:
         body.insert(rng.randrange(len(body) + 1), fact)
-    return " ".join(body) + question, facts[0], words[0]
+    return " ".join(body) + question, facts[0], words[0], facts[1:]
 
 
 SPAN_METHODS = ("ablated-flow-budgeted", "ablated-flow", "ablated-flow-estimate")
@@ -70,11 +70,13 @@ def wilson(k: int, n: int) -> str:
     return f"{p:.0%} [{max(0.0, centre - half):.0%}, {min(1.0, centre + half):.0%}]"
 
 
-def sentence_rank(result, method: str, key: str, layout: tuple | None = None) -> int:
+def sentence_rank(result, method: str, key: str, layout: tuple | None = None,
+                  distractors: tuple = ()) -> tuple[int, str]:
     """Rank (1 = first) of the sentence holding ``key`` among the document's sentences (the spans before
     "Question:"; the question and the answer's start are the query, not retrieved text), by ``method``'s
     last-layer scores: a span method gives each token its span's score (read once per span), a token
-    method's scores are summed over the span's tokens."""
+    method's scores are summed over the span's tokens; and which sentence came first: "key", "distractor",
+    "sentence 0" (the document's first: the model's attention sink among its tokens) or "sentence i"."""
     import numpy as np
 
     labels, spans = layout or (result.meta.get("span_labels") or [], result.meta["spans"])
@@ -85,7 +87,10 @@ def sentence_rank(result, method: str, key: str, layout: tuple | None = None) ->
     scores = [row[g[0]] if by_span else row[g].sum() for g in groups]
     which = next(i for i, label in enumerate(labels[:document]) if key.rstrip(".") in label)
     order = np.argsort(-np.asarray(scores), kind="stable")
-    return int(np.where(order == which)[0][0]) + 1
+    top = int(order[0])
+    kind = "key" if top == which else "distractor" if any(d.rstrip(".") in labels[top] for d in distractors) \
+        else f"sentence {top}"
+    return int(np.where(order == which)[0][0]) + 1, kind
 
 
 def main() -> None:
@@ -113,10 +118,11 @@ def main() -> None:
         rng = random.Random(args.seed + tokens)
         methods = list(args.methods) + (["ablated-flow"] if tokens <= args.exact_max else [])
         ranks: dict[str, list[int]] = {m: [] for m in methods}
+        firsts: dict[str, list[str]] = {m: [] for m in methods}  # which sentence each method put first
         seconds: dict[str, float] = {m: 0.0 for m in methods}
         right = 0
         for i in range(args.prompts):
-            text, key, word = prompt(rng, tokenizer, tokens)
+            text, key, word, distractors = prompt(rng, tokenizer, tokens)
             ids = tokenizer(text, return_tensors="pt").input_ids
             with torch.no_grad():
                 answer = tokenizer.decode(model(input_ids=ids, logits_to_keep=1).logits[0, -1].argmax()).strip()
@@ -135,18 +141,24 @@ def main() -> None:
                 seconds[method] += time.perf_counter() - start
                 if method in SPAN_METHODS and layout is None:
                     layout = (result.meta.get("span_labels") or [], result.meta["spans"])
-                ranks[method].append(sentence_rank(result, method, key, None if method in SPAN_METHODS else layout))
+                rank, top = sentence_rank(result, method, key, None if method in SPAN_METHODS else layout,
+                                          distractors)
+                ranks[method].append(rank)
+                firsts[method].append(top)
             print(f"  {tokens} #{i}: {ids.shape[1]} tokens, ranks " +
-                  ", ".join(f"{m} {ranks[m][-1]}" for m in methods), flush=True)
+                  ", ".join(f"{m} {ranks[m][-1]}" + ("" if firsts[m][-1] == "key" else f" (first: {firsts[m][-1]})")
+                            for m in methods), flush=True)
         print(f"\n{tokens} tokens: the model answered {right}/{args.prompts} right; load average "
               f"{os.getloadavg()[0]:.2f}")
-        print("| method | answer's sentence first | mean rank | s per prompt |")
-        print("|---|---|---|---|")
+        print("| method | answer's sentence first | mean rank | first instead | s per prompt |")
+        print("|---|---|---|---|---|")
         for method in methods:
             got = ranks[method]
-            firsts = sum(r == 1 for r in got)
+            top = sum(r == 1 for r in got)
             mean = sum(got) / len(got) if got else float("nan")
-            print(f"| {method} | {firsts}/{len(got)} = {wilson(firsts, len(got))} | {mean:.2f} | "
+            others = [f for f in firsts[method] if f != "key"]
+            instead = ", ".join(f"{k} x{others.count(k)}" for k in sorted(set(others))) or "-"
+            print(f"| {method} | {top}/{len(got)} = {wilson(top, len(got))} | {mean:.2f} | {instead} | "
                   f"{seconds[method] / max(1, len(got)):.1f} |", flush=True)
 
 
