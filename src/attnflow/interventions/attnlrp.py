@@ -82,8 +82,9 @@ from attnflow.interventions.costs import ATTNLRP_CHUNK_BYTES, long_path
 
 READOUTS = ("logit", "contrastive")
 # the long path's attention: the most bytes one chunk of query rows' scores takes (float32 or wider); its
-# backward pass holds a few such tensors at a time (scores, weights and their gradients)
-CHUNK_BYTES = ATTNLRP_CHUNK_BYTES  # float32 scores of one chunk of query rows (costs.py sizes the path with it)
+# backward pass holds a few such tensors at a time (scores, weights and their gradients). Set in costs.py,
+# whose memory model sizes the path with it (costs cannot import this module: a cycle)
+CHUNK_BYTES = ATTNLRP_CHUNK_BYTES
 
 
 @dataclass

@@ -62,15 +62,15 @@ import torch
 from attnflow.interventions.ablation import LAYER_MODES, Ablation, checked_inputs, readout_values, value_projections
 from attnflow.interventions.efficient_attention import efficient_attention
 from attnflow.interventions.heap import release
-
-# A layer input of at least this many bytes has the checkpointed pass release the heap before the layer runs
-# (SmolLM2-135M in float32: 3,641 tokens; measured where it mattered, 4,096 and 8,192 tokens)
-RELEASE_FROM = 8 * 2**20
 from attnflow.capture.streaming import architecture_fixes
 from attnflow.hf.load import output_cache
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import hook_points, own_implementation, receiving
 from attnflow.hf.weights import input_device
+
+# A layer input of at least this many bytes has the checkpointed pass release the heap before the layer runs
+# (SmolLM2-135M in float32: 3,641 tokens; measured where it mattered, 4,096 and 8,192 tokens)
+RELEASE_FROM = 8 * 2**20
 
 
 @dataclass

@@ -16,7 +16,8 @@ decoder defaults and ``spans="sentence"`` alike (whose live allocations there ar
 
 ``release()`` returns the resident pages of freed heap blocks (glibc's ``malloc_trim(0)``: the whole
 free pages inside each free block, not only the heap's top). Called before each checkpointed layer
-runs (where a layer's input takes ``attribution_patching.RELEASE_FROM``, 8 MiB, or more), forward and recomputed, the resident size stays near what is live: the estimate's pass at
+runs (where a layer's input takes ``attribution_patching.RELEASE_FROM``, 8 MiB, or more), forward
+and recomputed, the resident size stays near what is live: the estimate's pass at
 4,096 tokens 0.62 GB (0.58 GB live, the same scores bit for bit); ``explain`` at 4,096 tokens 0.66 GB
 by sentence and 0.68 GB with the decoder defaults, at 8,192 tokens 1.30 and 1.31 GB.
 It changes no value, only which pages are resident; the pages reused afterwards are faulted in again
