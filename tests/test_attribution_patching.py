@@ -388,3 +388,30 @@ def test_release_hands_back_the_pages_of_freed_heap_blocks_between_live_ones():
     assert release()
     assert before - _resident_anonymous() > 48 * 2**20
     assert all(float(b[-1]) == 1.0 for b in blocks)  # the live blocks untouched
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2", "gemma2", "qwen2"])
+@pytest.mark.parametrize("long", [False, True])
+def test_the_target_attention_is_every_heads_row_of_eager_attention(kind, long, monkeypatch):
+    """What the budgeted chooser reads beside the estimate: each head's attention row of each target, kept by a
+    kernel receiver from the queries and keys (grouped-query heads, a sliding window shorter than the input,
+    soft-capped logits, GPT-2's scaling), equal to the weights eager attention returns; on the long path
+    (checkpointed, on SDPA where it can be) the recomputed layers do not overwrite them."""
+    from attnflow.interventions import attribution_patching as module
+
+    if long:
+        monkeypatch.setattr(module, "CHECKPOINT_FROM", 4)
+    model = _build(kind)
+    ids = _ids(10, seed=3)
+    est = attribution_patching(model, ids, targets=[4, 9], target_attention=True)
+    assert est.target_attention.shape == (2, model.config.num_hidden_layers, 4, 10)
+    assert est.attention == ("sdpa" if long and kind != "gemma2" else "eager")
+    with torch.no_grad():
+        weights = model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    for layer, w in enumerate(weights):
+        np.testing.assert_allclose(est.target_attention[:, layer], w[0][:, [4, 9]].transpose(0, 1).numpy(),
+                                   atol=1e-6)
+    assert np.ptp(est.target_attention) > 0.1  # the rows differ between heads and targets: the check bites
+    # the scores are those of a pass without it
+    np.testing.assert_allclose(est.scores, attribution_patching(model, ids, targets=[4, 9]).scores, atol=1e-12)
+    assert attribution_patching(model, ids).target_attention is None

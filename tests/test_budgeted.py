@@ -12,7 +12,7 @@ import pytest
 from attnflow.interventions import budgeted
 from attnflow.interventions.attribution_patching import attribution_patching
 from attnflow.hf.architectures import layer_windows
-from attnflow.interventions.budgeted import TAIL, budgeted_ablated_flow, runs_compute
+from attnflow.interventions.budgeted import TAIL, alternating, attention_shares, budgeted_ablated_flow, runs_compute
 from attnflow.interventions.compute import CALL_POSITIONS, Shapes
 from attnflow.units.segments import segments
 from attnflow.errors import AttnflowError
@@ -122,6 +122,30 @@ def test_sentences_and_several_targets(decoder):
     mixed = budgeted_ablated_flow(model, ids, [10, n - 1], budget=4)
     assert mixed.plan == "estimate+refine" and mixed.cost <= 4
     _check_against_oracles(model, "llama", ids, mixed)
+
+
+def test_attended_spans_take_turns_with_the_top_of_the_scores(decoder):
+    """With ``attended`` (the span methods) the top phase alternates between the current scores' order and
+    the target's attention (a span's largest share of one head's row, the first position left out): the most
+    attended span is re-run exactly even where its estimate ranks it low; the scores stay the exact runs' and
+    the estimate's."""
+    model, tokenizer = decoder
+    enc = tokenizer(TEXT, return_offsets_mapping=True)
+    ids, spans = enc["input_ids"], segments(TEXT, enc["offset_mapping"], "word")
+    est = attribution_patching(model, ids, target_attention=True)
+    rows = est.target_attention  # (1, layers, heads, n)
+    shares = attention_shares(rows, spans)
+    naive = [max(sum(rows[0, layer, head, p] for p in span if p != 0) for layer in range(rows.shape[1])
+                 for head in range(rows.shape[2])) for span in spans]
+    np.testing.assert_allclose(shares, naive, atol=1e-12)
+    most = int(np.argmax(shares))
+    by_score = np.argsort([-est.scores[0, 0, s].sum() for s in spans], kind="stable")
+    assert most != by_score[0]  # the estimate's order alone would not take it first
+    plain = budgeted_ablated_flow(model, ids, spans=spans, budget=3, tail=0.0, batch_size=4)
+    found = budgeted_ablated_flow(model, ids, spans=spans, budget=3, tail=0.0, batch_size=4, attended=True)
+    assert found.exact[most] and not plain.exact[most] and found.cost <= 3
+    _check_against_oracles(model, "llama", ids, found)
+    assert alternating([3, 1, 2], [1, 0, 3]) == [3, 1, 0, 2]
 
 
 def test_a_sliding_window_model_rebuilds_its_prefixes_within_the_budget():

@@ -63,6 +63,8 @@ from attnflow.interventions.ablation import LAYER_MODES, Ablation, checked_input
 from attnflow.interventions.efficient_attention import efficient_attention
 from attnflow.interventions.heap import release
 from attnflow.capture.streaming import architecture_fixes
+from attnflow.core.qk_rows import QK, head_weights
+from attnflow.hf.architectures import layer_windows
 from attnflow.hf.load import output_cache
 from attnflow.errors import AttnflowError
 from attnflow.hf.points import hook_points, own_implementation, receiving
@@ -82,6 +84,8 @@ class Patching(Ablation):
     logits: torch.Tensor | None = None
     cache: Any = field(default=None, repr=False)
     attention: str = "eager"  # what the pass's attention ran on: "sdpa" (counted calls) or the model's own
+    # with target_attention: every head's attention from each target, (targets, layers, heads, last + 1) float32
+    target_attention: np.ndarray | None = field(default=None, repr=False)
 
 
 CHECKPOINT_FROM = 1024  # positions from which each layer is recomputed in the backward pass (memory: one layer)
@@ -107,6 +111,7 @@ class _Pass:
         self.scores = np.zeros((targets, len(found), n))
         self.target = 0
         self.checkpoint = checkpoint
+        self.attended: list[torch.Tensor | None] = [None] * len(found)  # per layer (heads, targets, m)
 
 
 def _value_receiver(state: _Pass, layer: int) -> Any:
@@ -126,6 +131,23 @@ def _value_receiver(state: _Pass, layer: int) -> Any:
             state.hooked[layer] = True
             output.register_hook(_gradient_hook(state, layer))
         return output if layer == 0 else None
+    return receiver
+
+
+def _attention_receiver(state: _Pass, layer: int, targets: torch.Tensor, window: int | None) -> Any:
+    """A kernel receiver keeping every head's attention from the targets' queries (``head_weights``: the
+    causal mask, the layer's window, a soft-cap where the kernel is given one); None lets the kernel run.
+    A checkpointed layer's recomputation calls it again with the same queries: the first call's rows are
+    kept."""
+    def receiver(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> None:
+        if state.attended[layer] is None:
+            scaling = kwargs.get("scaling")
+            qk = QK(query[0].detach(), key[0].detach(),
+                    float(query.shape[-1] ** -0.5 if scaling is None else scaling),
+                    softcap=kwargs.get("softcap"), window=window)
+            with torch.no_grad():
+                state.attended[layer] = head_weights(qk, targets.to(query.device), 0, key.shape[-2]).cpu()
+        return None
     return receiver
 
 
@@ -169,13 +191,20 @@ def _layer_bytes(args: tuple) -> int:
     return 0 if first is None else first.numel() * first.element_size()
 
 
-def _receivers(model: Any, state: _Pass) -> dict[str, Any]:
-    """The pass's receivers: the value projections' gradient hooks and (checkpointing) around each layer."""
+def _receivers(model: Any, state: _Pass, targets: list[int] | None = None) -> dict[str, Any]:
+    """The pass's receivers: the value projections' gradient hooks, (checkpointing) around each layer, and
+    with ``targets`` each layer's attention kernel (``_attention_receiver``)."""
     points = hook_points(model)
     wanted: dict[str, Any] = {name: _value_receiver(state, layer)
                               for layer, name in enumerate(points.names("attn.value"))}
     if state.checkpoint:
         wanted.update(dict.fromkeys(points.names("block"), checkpointed))
+    if targets is not None:
+        windows = layer_windows(model)
+        positions = torch.as_tensor(targets, dtype=torch.long)
+        wanted.update({name: _attention_receiver(state, layer, positions, windows[layer] if layer < len(windows)
+                                                 else None)
+                       for layer, name in enumerate(points.names("attn.kernel"))})
     return wanted
 
 
@@ -192,7 +221,8 @@ def _detached(cache: Any) -> Any:
 def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, layers: str = "all",
                          readout: str = "logit", tokens: Any = None, foils: Any = None,
                          keep_cache: bool = False, checkpoint: bool | None = None,
-                         sdpa: bool | None = None, progress: Any = None) -> Patching:
+                         sdpa: bool | None = None, progress: Any = None,
+                         target_attention: bool = False) -> Patching:
     """The one-pass estimate of ablated flow (see the module docstring).
 
     input_ids: ``(n,)`` or ``(1, n)`` token ids of a causal decoder. targets: positions explained
@@ -208,6 +238,10 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
         recomputed; None: when checkpointing. ``Patching.attention`` says what the pass ran on.
     progress: ``progress(done, total)`` after the forward pass and after each target's backward pass
         (``total = 1 + len(targets)``).
+    target_attention: also keep every head's attention from each target over the sources, read from the
+        queries and keys as the pass's attention kernel receives them (no ``(heads, n, n)`` formed; the
+        budgeted chooser's second way to pick spans for exact runs): ``Patching.target_attention``,
+        ``(targets, layers, heads, last + 1)`` float32 (8.8 MB for one target at 8,192 tokens of SmolLM2).
 
     Returns a ``Patching`` with ``scores (len(targets), 1 or layers, n)``; sources after a
     target score 0 for it.
@@ -228,7 +262,7 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     # checkpointed (long inputs): attention on SDPA where it is the same function (no (heads, n, n) weights
     # kept or recomputed in the backward pass); the backward passes run inside the block, which recompute layers
     with torch.enable_grad(), architecture_fixes(model), efficient_attention(model, sdpa) as kernel, \
-            receiving(model, _receivers(model, state)):
+            receiving(model, _receivers(model, state, targets if target_attention else None)):
         out = model(input_ids=ids[None, :last + 1].to(device), use_cache=keep_cache, logits_to_keep=keep)
         logits = out.logits[0, [t - last - 1 + keep for t in targets]]
         explained = (logits.detach().argmax(-1).cpu() if tokens is None
@@ -255,7 +289,13 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
         scores = scores.sum(1, keepdims=True)
     clean_logits = logits.detach().cpu()
     clean = readout_values(clean_logits, explained, foil_ids, readout)
+    attended = None
+    if target_attention:
+        if any(a is None for a in state.attended):
+            raise AttnflowError("a layer's attention kernel did not run; the architecture table names the wrong "
+                                "module for its attention")
+        attended = torch.stack(state.attended).permute(2, 0, 1, 3).numpy()  # (targets, layers, heads, m)
     return Patching(scores=scores, targets=targets, tokens=[int(c) for c in explained.tolist()],
                     clean=clean.numpy(), readout=readout, method="ablated-flow-estimate", logits=clean_logits,
                     cache=_detached(output_cache(out)) if keep_cache else None,
-                    attention="sdpa" if kernel.calls else own_implementation(model))
+                    attention="sdpa" if kernel.calls else own_implementation(model), target_attention=attended)

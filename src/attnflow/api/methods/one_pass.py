@@ -8,7 +8,8 @@ zeroing the source's values lowers the explained token's logit):
 - ``ablated_flow_estimate``: ``(1, rows, n)``, first order of zeroing in every layer at once;
 - ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
 - ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
-  (default 5), else the estimate with its latest sources, then its top sources, re-scored exactly.
+  (default 5), else the estimate with its latest sources, then its top sources, re-scored exactly
+  (with spans, the top taken alternately by the estimate and by the target's attention).
   The budget is the compute of the whole call in forward passes of the input (``UNIT``,
   ``attnflow.interventions.compute``): on a text, the capture pass that ``attnflow.explain`` has already
   run counts as 1 (it is the unit: every position, the last one's logits), and the chooser gets what is left. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
@@ -93,6 +94,7 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     groups = _groups(context)
     found = budgeted_ablated_flow(context.model, context.input_ids, sorted(rows), budget=budget - spent,
                                   spans=[[j] for j in range(n)] if groups is None else groups,
+                                  attended=groups is not None,
                                   readout=options["readout"], tokens=options["tokens"], foils=options["foils"],
                                   batch_size=options["batch_size"], progress=options["progress"])
     if context.notes is not None:  # per source (per span with spans): whether its score is exact
