@@ -52,6 +52,12 @@ def test_explain_with_the_estimate_and_the_budget(decoder, monkeypatch):
     # differently (oracles.float32_softmax_atol)
     np.testing.assert_allclose(budgeted[flags], exact[flags], atol=float32_softmax_atol(plain.clean[0], n))
     np.testing.assert_allclose(budgeted[~flags], est.sum(0)[~flags], atol=1e-10)
+    # by span the top also takes spans by the target's attention (interventions.budgeted); by token it does not
+    assert report["ablated-flow-budgeted"]["attended"] is False
+    context = Context(kind="text", attentions=None, settings=Settings(budget=4), rows=[n - 1], model=model,
+                      input_ids=ids, notes=report, spans=[[j] for j in range(n)])
+    get("ablated-flow-budgeted")(context)
+    assert report["ablated-flow-budgeted"]["attended"] is True
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])

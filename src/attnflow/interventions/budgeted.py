@@ -87,13 +87,15 @@ TAIL = 0.75  # share of the refinement budget spent on the latest spans first
 class Budgeted(SpanAblation):
     """Scores per span, ``exact[s]`` whether span ``s`` was scored exactly (else estimated), ``cost``
     in forward passes of the input (see the module docstring), ``plan``: ``"exact"`` or ``"estimate+refine"``, ``tail``: the
-    share of the refinement budget given to the latest spans first."""
+    share of the refinement budget given to the latest spans first, ``attended``: whether the top phase also
+    took spans by the target's attention."""
 
     exact: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     cost: float = 0.0
     budget: float = BUDGET
     plan: str = "exact"
     tail: float = TAIL
+    attended: bool = False
 
 
 def runs_compute(shapes: Shapes, starts: list[int], targets: list[int], batch_size: int, rebuild: bool) -> float:
@@ -255,4 +257,5 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
     exact |= ~visible  # a span after every target scores 0 exactly
     return Budgeted(scores=scores, targets=sorted_targets, tokens=list(explained), clean=est.clean, readout=readout,
                     method="ablated-flow", spans=spans, steps=int(run), exact=exact, cost=spent / unit,
-                    budget=budget, plan="estimate+refine", tail=float(tail))
+                    budget=budget, plan="estimate+refine", tail=float(tail),
+                    attended=read is not None)

@@ -14,7 +14,7 @@ zeroing the source's values lowers the explained token's logit):
   ``attnflow.interventions.compute``): on a text, the capture pass that ``attnflow.explain`` has already
   run counts as 1 (it is the unit: every position, the last one's logits), and the chooser gets what is left. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
   ``"ablated-flow-budgeted"``: ``exact`` per source, ``cost`` and ``budget`` in that unit, ``unit``,
-  ``plan``, ``tail``).
+  ``plan``, ``tail``, ``attended``).
 
 The context may give ``tokens`` (explained token per row), ``readout``, ``foils`` as for ablated flow,
 and ``spans`` (groups of positions; ``attnflow.units.spans``): each token then carries its span's score.
@@ -100,6 +100,7 @@ def ablated_flow_budgeted(context: Any) -> np.ndarray:
     if context.notes is not None:  # per source (per span with spans): whether its score is exact
         context.notes["ablated-flow-budgeted"] = {
             "exact": [bool(e) for e in found.exact], "cost": spent + float(found.cost), "budget": budget,
-            **({"asked": asked} if budget != asked else {}), "unit": UNIT, "plan": found.plan, "tail": found.tail}
+            **({"asked": asked} if budget != asked else {}), "unit": UNIT, "plan": found.plan, "tail": found.tail,
+            "attended": found.attended}
     found.scores = spread(found.scores, found.spans, n)
     return _place(found, rows, None)
