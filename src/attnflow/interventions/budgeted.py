@@ -36,8 +36,8 @@ time agree, also in time). The plan:
      "Efficient Streaming Language Models with Attention Sinks"). The estimate pass reads that attention
      from the queries and keys its kernel receives (no ``(heads, n, n)`` formed). Why: where the target
      retrieves a span (a password stated once in an 8,192-token document), one head reads that span with
-     most of its attention, the span's exact effect is the largest of the document, and the first order
-     can miss it entirely (an estimate of -0.07 where the exact effect is +15.3; rank 235 of 250
+     most of its attention, the span's exact effect is the largest of those run, and the first order
+     can miss it entirely (an estimate of -0.07 where the exact effect is +15.3; rank 236 of 250
      sentences), so the estimate's top never reaches it. The attention only chooses what is re-run: the
      scores stay the exact runs' and the estimate's.
 
