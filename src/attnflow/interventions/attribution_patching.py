@@ -138,7 +138,9 @@ def _attention_receiver(state: _Pass, layer: int, targets: torch.Tensor, window:
     """A kernel receiver keeping every head's attention from the targets' queries (``head_weights``: the
     causal mask, the layer's window, a soft-cap where the kernel is given one); None lets the kernel run.
     A checkpointed layer's recomputation calls it again with the same queries: the first call's rows are
-    kept."""
+    kept. The mask the kernel is given is not read (the causal mask and the table's window are, as in the
+    row capture, which checks them against it; a position bias such as ALiBi is not added): the rows only
+    choose which spans the budgeted chooser re-runs, they score nothing."""
     def receiver(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> None:
         if state.attended[layer] is None:
             scaling = kwargs.get("scaling")
