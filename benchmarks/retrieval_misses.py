@@ -22,7 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from long_retrieval import prompt  # noqa: E402
+from long_retrieval import key_layout, load_smollm2, prompt  # noqa: E402
 
 
 def main() -> None:
@@ -33,19 +33,13 @@ def main() -> None:
     args = parser.parse_args()
 
     import numpy as np
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from attnflow.hf.pypi_models import smollm2_path
     from attnflow.interventions.attribution_patching import attribution_patching
     from attnflow.interventions.budgeted import attention_shares
     from attnflow.interventions.span_ablation import ablate_spans
     from attnflow.units.spans import groups_for
 
-    torch.set_num_threads(args.threads)
-    path = smollm2_path()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model, tokenizer = load_smollm2(args.threads)
     print(f"load average {os.getloadavg()[0]:.2f}; SmolLM2-135M; {args.tokens} tokens", flush=True)
     for case in args.cases:
         seed, index = (int(x) for x in case.split(":"))
@@ -55,9 +49,7 @@ def main() -> None:
         ids = tokenizer(text, return_tensors="pt").input_ids[0]
         n = ids.numel()
         spans, labels = groups_for("sentence", text, tokenizer, n)
-        document = next(i for i, label in enumerate(labels) if label.lstrip().startswith("Question:"))
-        which = next(i for i, label in enumerate(labels[:document]) if key.rstrip(".") in label)
-        others = [i for i, label in enumerate(labels[:document]) if any(d.rstrip(".") in label for d in distractors)]
+        document, which, others = key_layout(labels, key, distractors)
         est = attribution_patching(model, ids, [n - 1], target_attention=True)
         estimate = np.array([est.scores[0, 0, s].sum() for s in spans[:document]])
         shares = attention_shares(est.target_attention, spans[:document])

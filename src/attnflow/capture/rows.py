@@ -158,9 +158,7 @@ class _Keeper:
             if (id(attention_mask), window) not in self.checked:
                 _check_mask(attention_mask, n, window, layer)
                 self.checked[id(attention_mask), window] = attention_mask
-            scaling = kwargs.get("scaling")
-            qk = QK(query[0].detach(), key[0].detach(), float(query.shape[-1] ** -0.5 if scaling is None else scaling),
-                    softcap=kwargs.get("softcap"), window=window)
+            qk = QK.received(query, key, window, **kwargs)
             if self.keep:
                 self.store.put(layer, qk)
             if qk.softcap is None:

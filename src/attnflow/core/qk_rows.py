@@ -80,6 +80,15 @@ class QK:
         if self.window is not None and self.window < 1:
             raise AttnflowError(f"a sliding window must hold at least one key; got {self.window!r}")
 
+    @classmethod
+    def received(cls, query: Any, key: Any, window: int | None, **kwargs: Any) -> QK:
+        """One input's ``QK`` from an attention kernel's call (``attnflow.hf.points``, ``layers.i.attn.kernel``):
+        ``query`` ``(1, heads, n, d)`` and ``key`` detached, the kernel's ``scaling`` (``d ** -0.5`` where it
+        gives none) and ``softcap``."""
+        scaling = kwargs.get("scaling")
+        return cls(query[0].detach(), key[0].detach(), float(query.shape[-1] ** -0.5 if scaling is None else scaling),
+                   softcap=kwargs.get("softcap"), window=window)
+
 
 @dataclass(frozen=True)
 class _Rule:

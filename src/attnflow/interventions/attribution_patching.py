@@ -143,10 +143,7 @@ def _attention_receiver(state: _Pass, layer: int, targets: torch.Tensor, window:
     choose which spans the budgeted chooser re-runs, they score nothing."""
     def receiver(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> None:
         if state.attended[layer] is None:
-            scaling = kwargs.get("scaling")
-            qk = QK(query[0].detach(), key[0].detach(),
-                    float(query.shape[-1] ** -0.5 if scaling is None else scaling),
-                    softcap=kwargs.get("softcap"), window=window)
+            qk = QK.received(query, key, window, **kwargs)
             with torch.no_grad():
                 state.attended[layer] = head_weights(qk, targets.to(query.device), 0, key.shape[-2]).cpu()
         return None

@@ -155,8 +155,7 @@ def _croppable(model: Any) -> bool:
 
 def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, budget: float = BUDGET,
                           spans: Any = None, tail: float = TAIL, attended: bool = False, readout: str = "logit",
-                          tokens: Any = None,
-                          foils: Any = None, batch_size: int = BATCH,
+                          tokens: Any = None, foils: Any = None, batch_size: int = BATCH,
                           progress: Progress | None = None) -> Budgeted:
     """Ablated flow within ``budget`` passes (see the module docstring).
 
