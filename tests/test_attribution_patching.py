@@ -390,8 +390,8 @@ def test_release_hands_back_the_pages_of_freed_heap_blocks_between_live_ones():
     assert all(float(b[-1]) == 1.0 for b in blocks)  # the live blocks untouched
 
 
-@pytest.mark.parametrize("kind", ["llama", "mistral", "gpt2", "gemma2", "qwen2"])
-@pytest.mark.parametrize("long", [False, True])
+@pytest.mark.parametrize("kind,long", [(kind, False) for kind in CASES]
+                         + [(kind, True) for kind in ("llama", "mistral", "gpt2", "gemma2", "qwen2")])
 def test_the_target_attention_is_every_heads_row_of_eager_attention(kind, long, monkeypatch):
     """What the budgeted chooser reads beside the estimate: each head's attention row of each target, kept by a
     kernel receiver from the queries and keys (grouped-query heads, a sliding window shorter than the input,
@@ -415,3 +415,15 @@ def test_the_target_attention_is_every_heads_row_of_eager_attention(kind, long, 
     # the scores are those of a pass without it
     np.testing.assert_allclose(est.scores, attribution_patching(model, ids, targets=[4, 9]).scores, atol=1e-12)
     assert attribution_patching(model, ids).target_attention is None
+    from attnflow.hf.points import installed_on
+
+    assert model.config._attn_implementation == "eager" and installed_on(model) == {}  # the model as it was
+
+
+def test_the_target_attention_of_a_bfloat16_model_is_float32_and_agrees_with_float64():
+    model = _build("llama")
+    ids = _ids(10, seed=3)
+    exact = attribution_patching(model, ids, targets=[9], target_attention=True).target_attention
+    half = attribution_patching(model.to(torch.bfloat16), ids, targets=[9], target_attention=True).target_attention
+    assert half.dtype == np.float32 and np.ptp(exact) > 0.1
+    np.testing.assert_allclose(half, exact, atol=0.05)  # bfloat16 queries and keys: about 3 significant digits
