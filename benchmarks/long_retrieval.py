@@ -4,6 +4,7 @@ of those the model answers right, exact span ablation's rate beside it.)
 
     PYTHONPATH=src python benchmarks/long_retrieval.py [--tokens 8192] [--prompts 20] [--exact-max 2048]
                                                        [--methods ablated-flow-budgeted rollout] [--threads 2]
+                                                       [--seed 0] [--only INDEX ...]
 
 Each prompt is a document: sentences of the prose in benchmarks/texts.py drawn at random, with one key
 sentence ("The password for the garden gate is copper.") and three distractors of the same form about
@@ -122,6 +123,9 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["ablated-flow-budgeted", "rollout"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", type=int, nargs="*",
+                        help="run only these prompts (by index; the others are still drawn, so each index is the "
+                             "same prompt): to re-run those a model answered right without its other forward passes")
     args = parser.parse_args()
 
     import torch
@@ -139,6 +143,8 @@ def main() -> None:
         right = 0
         for i in range(args.prompts):
             text, key, word, distractors = prompt(rng, tokenizer, tokens)
+            if args.only is not None and i not in args.only:
+                continue
             ids = tokenizer(text, return_tensors="pt").input_ids
             with torch.no_grad():
                 answer = tokenizer.decode(model(input_ids=ids, logits_to_keep=1).logits[0, -1].argmax()).strip()
@@ -164,7 +170,8 @@ def main() -> None:
             print(f"  {tokens} #{i}: {ids.shape[1]} tokens, ranks " +
                   ", ".join(f"{m} {ranks[m][-1]}" + ("" if firsts[m][-1] == "key" else f" (first: {firsts[m][-1]})")
                             for m in methods), flush=True)
-        print(f"\n{tokens} tokens: the model answered {right}/{args.prompts} right; load average "
+        asked = args.prompts if args.only is None else len([i for i in args.only if i < args.prompts])
+        print(f"\n{tokens} tokens: the model answered {right}/{asked} right; load average "
               f"{os.getloadavg()[0]:.2f}")
         print("| method | answer's sentence first | mean rank | first instead | s per prompt |")
         print("|---|---|---|---|---|")

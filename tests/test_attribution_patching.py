@@ -211,7 +211,16 @@ def test_checkpointed_layers_give_the_same_estimate(kind):
                                       sdpa=False)
     assert len(calls) > 2  # layer 0 ran again in the backward passes
     np.testing.assert_allclose(recomputed.scores, plain.scores, atol=1e-12)
-    assert recomputed.cache is None and np.ptp(plain.scores) > 1e-3
+    assert np.ptp(plain.scores) > 1e-3
+    # the cache a checkpointed pass keeps comes from its attention kernels (the model's own would be written twice
+    # by the recomputed layers): the same keys and values, layer by layer, as the plain pass's cache
+    kept = attribution_patching(model, ids, targets=[5, 9], checkpoint=False, keep_cache=True).cache
+    assert len(recomputed.cache.layers) == len(kept.layers) == model.config.num_hidden_layers
+    assert max(layer.keys.shape[-2] for layer in recomputed.cache.layers) == 10
+    for mine, theirs in zip(recomputed.cache.layers, kept.layers):
+        assert mine.keys.shape == theirs.keys.shape  # a sliding layer keeps its window (Gemma 2)
+        torch.testing.assert_close(mine.keys, theirs.keys, atol=1e-12, rtol=0)
+        torch.testing.assert_close(mine.values, theirs.values, atol=1e-12, rtol=0)
     # on SDPA (the default when checkpointing, where the family allows it): the same up to eager attention's
     # float32 softmax (most families' eager attention runs it in float32 even in a float64 model; GPT-2's not)
     fused = attribution_patching(model, ids, targets=[5, 9], layers="each", checkpoint=True)

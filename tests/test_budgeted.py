@@ -167,15 +167,15 @@ def test_a_budget_below_the_estimate_is_refused(decoder):
         budgeted_ablated_flow(model, tokenizer(TEXT)["input_ids"], budget=1.5)
 
 
-def test_a_checkpointed_estimate_pass_keeps_no_cache_and_the_rebuilt_prefixes_are_counted(decoder, monkeypatch):
+def test_a_checkpointed_estimate_pass_keeps_its_kernels_cache_where_the_budget_can_use_it(decoder, monkeypatch):
     from attnflow.interventions import attribution_patching as patching
 
     model, tokenizer = decoder
     ids = tokenizer(TEXT)["input_ids"]
     plain = budgeted_ablated_flow(model, ids, budget=5)
     monkeypatch.setattr(patching, "CHECKPOINT_FROM", 8)  # this input counts as long
-    kernels = []
-    real = budgeted.efficient_attention
+    kernels, caches = [], []
+    real, estimate = budgeted.efficient_attention, budgeted.attribution_patching
 
     @contextmanager
     def spy(model, enabled=True):  # the exact re-scoring runs' attention
@@ -183,13 +183,28 @@ def test_a_checkpointed_estimate_pass_keeps_no_cache_and_the_rebuilt_prefixes_ar
             yield kernel
         kernels.append(kernel)
 
+    def kept(*args, **kwargs):  # the estimate pass: whether it kept a cache
+        found = estimate(*args, **kwargs)
+        caches.append(found.cache)
+        return found
+
     monkeypatch.setattr(budgeted, "efficient_attention", spy)
+    monkeypatch.setattr(budgeted, "attribution_patching", kept)
     long = budgeted_ablated_flow(model, ids, budget=5)
     assert long.cost <= 5 and 1 <= long.exact.sum() <= plain.exact.sum()
+    assert caches[-1] is not None  # from the kernels: no prefix rebuilt
     assert kernels and all(k.used and k.calls > 0 for k in kernels)  # on SDPA, as the estimate pass
     assert model.config._attn_implementation == "eager"
-    # prefixes rebuilt in chunks sum in another order than one plain pass (norms and softmax in float32)
     _check_against_oracles(model, "llama", ids, long, atol=1e-5)
+    # a budget the estimate takes whole keeps no cache (its memory would buy nothing) and re-scores nothing
+    least = budgeted.estimate_compute(in_positions(model), [len(ids) - 1]) / in_positions(model).forward(len(ids))
+    bare = budgeted_ablated_flow(model, ids, budget=least)
+    assert caches[-1] is None and not bare.exact.any()
+    # a sliding window's cache cannot be cropped: prefixes are rebuilt, and counted within the budget
+    model = tiny_model("mistral")
+    window = [int(t) for t in np.random.default_rng(4).integers(0, 97, 16)]
+    found = budgeted_ablated_flow(model, window, budget=4, batch_size=4)
+    assert caches[-1] is None and found.cost <= 4 and found.exact.sum() >= 1
 
 
 def test_the_unit_is_a_forward_pass_counted_in_multiply_accumulates(decoder):

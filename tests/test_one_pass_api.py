@@ -54,10 +54,27 @@ def test_explain_with_the_estimate_and_the_budget(decoder, monkeypatch):
     np.testing.assert_allclose(budgeted[~flags], est.sum(0)[~flags], atol=1e-10)
     # by span the top also takes spans by the target's attention (interventions.budgeted); by token it does not
     assert report["ablated-flow-budgeted"]["attended"] is False
+    per_token = [[j] for j in range(n)]
     context = Context(kind="text", attentions=None, settings=Settings(budget=4), rows=[n - 1], model=model,
-                      input_ids=ids, notes=report, spans=[[j] for j in range(n)])
+                      input_ids=ids, notes=report, spans=per_token)
     get("ablated-flow-budgeted")(context)
     assert report["ablated-flow-budgeted"]["attended"] is True
+    # where the estimate alone takes the default budget (here: six rows), by span the default buys a pass of exact
+    # re-runs beyond it; by token, and with a budget given, the budget is kept (raised to the least at most)
+    from attnflow.interventions.budgeted import estimate_compute
+
+    rows = list(range(n - 6, n))
+    shapes = Shapes.of(model)
+    least = estimate_compute(shapes, rows) / shapes.forward(n)
+    assert least > 5
+    for spans, budget, expected in ((None, 5.0, least), (per_token, 5.0, least + 1.0), (None, least + 0.5, least + 0.5),
+                                    (per_token, least + 0.5, least + 0.5)):
+        context = Context(kind="text", attentions=None, settings=Settings(budget=budget), rows=rows, model=model,
+                          input_ids=ids, notes=report, spans=spans)
+        get("ablated-flow-budgeted")(context)
+        note = report["ablated-flow-budgeted"]
+        assert note["budget"] == pytest.approx(expected) and note["cost"] <= expected + 1e-9
+        assert (spans is None and budget == 5.0) or note["exact"].count(True) >= 1
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])

@@ -112,6 +112,7 @@ class _Pass:
         self.target = 0
         self.checkpoint = checkpoint
         self.attended: list[torch.Tensor | None] = [None] * len(found)  # per layer (heads, targets, m)
+        self.kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(found)  # a checkpointed pass's cache
 
 
 def _value_receiver(state: _Pass, layer: int) -> Any:
@@ -148,6 +149,30 @@ def _attention_receiver(state: _Pass, layer: int, targets: torch.Tensor, window:
                 state.attended[layer] = head_weights(qk, targets.to(query.device), 0, key.shape[-2]).cpu()
         return None
     return receiver
+
+
+def _cache_receiver(state: _Pass, layer: int) -> Any:
+    """A kernel receiver keeping the layer's keys and values as the kernel receives them (after the position
+    encoding, grouped heads not repeated): what the model's own cache stores. For a checkpointed pass, whose
+    recomputed layers would write a cache twice; the first call's are kept."""
+    def receiver(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> None:
+        if state.kv[layer] is None:
+            state.kv[layer] = (key.detach(), value.detach())
+        return None
+    return receiver
+
+
+def _kept_cache(model: Any, kv: list[tuple[torch.Tensor, torch.Tensor] | None]) -> Any:
+    """The model's cache class filled with every layer's keys and values (as its attention would have)."""
+    from transformers import DynamicCache
+
+    if any(pair is None for pair in kv):
+        raise AttnflowError("a layer's attention kernel did not run; the architecture table names the wrong module "
+                            "for its attention")
+    cache = DynamicCache(config=model.config)
+    for layer, (key, value) in enumerate(kv):
+        cache.update(key, value, layer)
+    return cache
 
 
 def _gradient_hook(state: _Pass, layer: int) -> Any:
@@ -190,20 +215,25 @@ def _layer_bytes(args: tuple) -> int:
     return 0 if first is None else first.numel() * first.element_size()
 
 
-def _receivers(model: Any, state: _Pass, targets: list[int] | None = None) -> dict[str, Any]:
+def _receivers(model: Any, state: _Pass, targets: list[int] | None = None, cache: bool = False) -> dict[str, Any]:
     """The pass's receivers: the value projections' gradient hooks, (checkpointing) around each layer, and
-    with ``targets`` each layer's attention kernel (``_attention_receiver``)."""
+    at each layer's attention kernel, with ``cache`` the keys and values (``_cache_receiver``) and with
+    ``targets`` the target's attention (``_attention_receiver``)."""
     points = hook_points(model)
     wanted: dict[str, Any] = {name: _value_receiver(state, layer)
                               for layer, name in enumerate(points.names("attn.value"))}
     if state.checkpoint:
         wanted.update(dict.fromkeys(points.names("block"), checkpointed))
-    if targets is not None:
-        windows = layer_windows(model)
-        positions = torch.as_tensor(targets, dtype=torch.long)
-        wanted.update({name: _attention_receiver(state, layer, positions, windows[layer] if layer < len(windows)
-                                                 else None)
-                       for layer, name in enumerate(points.names("attn.kernel"))})
+    kernels: dict[str, list[Any]] = {name: [] for name in points.names("attn.kernel")}
+    windows = layer_windows(model)
+    positions = None if targets is None else torch.as_tensor(targets, dtype=torch.long)
+    for layer, name in enumerate(kernels):
+        if cache:
+            kernels[name].append(_cache_receiver(state, layer))
+        if positions is not None:
+            kernels[name].append(_attention_receiver(state, layer, positions,
+                                                     windows[layer] if layer < len(windows) else None))
+    wanted.update({name: found for name, found in kernels.items() if found})
     return wanted
 
 
@@ -228,8 +258,9 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
         (default: the last). layers: ``"all"`` (the estimate of zeroing in every layer at once: one
         score per source) or ``"each"`` (per layer). readout, tokens, foils: as
         ``attnflow.interventions.ablation.ablated_flow`` (tokens default to the argmax at each target).
-    keep_cache: keep the clean key/value cache of the pass (for an exact re-scoring of some sources);
-        not with checkpointing (a recomputed layer would write its cache twice): then ``cache`` is None.
+    keep_cache: keep the clean key/value cache of the pass (for an exact re-scoring of some sources). With
+        checkpointing (a recomputed layer would write the model's cache twice) it is filled from the keys
+        and values each layer's attention kernel receives in the forward pass: the same tensors.
     checkpoint: recompute each layer in the backward pass instead of keeping its activations (memory
         bounded by one layer's; about a third more time); None: from ``CHECKPOINT_FROM`` positions.
     sdpa: run attention on torch's scaled_dot_product_attention for the pass where it computes the same
@@ -254,15 +285,16 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
     n, last = ids.numel(), max(targets)
     device = input_device(model)
     checkpoint = long_input(last + 1) if checkpoint is None else bool(checkpoint)
-    keep_cache = keep_cache and not checkpoint
+    from_kernel = keep_cache and checkpoint  # the model's own cache would be written again by recomputed layers
     sdpa = checkpoint if sdpa is None else bool(sdpa)
     state = _Pass(found, heads, n, len(targets), checkpoint)
     keep = last + 1 - min(targets)
     # checkpointed (long inputs): attention on SDPA where it is the same function (no (heads, n, n) weights
     # kept or recomputed in the backward pass); the backward passes run inside the block, which recompute layers
     with torch.enable_grad(), architecture_fixes(model), efficient_attention(model, sdpa) as kernel, \
-            receiving(model, _receivers(model, state, targets if target_attention else None)):
-        out = model(input_ids=ids[None, :last + 1].to(device), use_cache=keep_cache, logits_to_keep=keep)
+            receiving(model, _receivers(model, state, targets if target_attention else None, from_kernel)):
+        out = model(input_ids=ids[None, :last + 1].to(device), use_cache=keep_cache and not from_kernel,
+                    logits_to_keep=keep)
         logits = out.logits[0, [t - last - 1 + keep for t in targets]]
         explained = (logits.detach().argmax(-1).cpu() if tokens is None
                      else torch.as_tensor(np.atleast_1d(tokens)).long())
@@ -296,5 +328,6 @@ def attribution_patching(model: Any, input_ids: Any, targets: Any = None, *, lay
         attended = torch.stack(state.attended).permute(2, 0, 1, 3).numpy()  # (targets, layers, heads, m)
     return Patching(scores=scores, targets=targets, tokens=[int(c) for c in explained.tolist()],
                     clean=clean.numpy(), readout=readout, method="ablated-flow-estimate", logits=clean_logits,
-                    cache=_detached(output_cache(out)) if keep_cache else None,
+                    cache=(_kept_cache(model, state.kv) if from_kernel else _detached(output_cache(out))) if keep_cache
+                    else None,
                     attention="sdpa" if kernel.calls else own_implementation(model), target_attention=attended)
