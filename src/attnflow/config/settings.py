@@ -83,7 +83,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
            "predicting the next token (compute counted from the model's shapes: the capture pass 1, the estimate's "
            "forward and backward passes, the exact re-runs as batched; in time, such a pass on SDPA). Exact ablated "
            "flow when it fits, else the one-pass estimate with its latest and its top sources re-scored exactly. "
-           "Left at its default, it rises to what the estimate costs where that is more (a long input).",
+           "Left at its default, it rises to what the estimate costs where that is more (a long input), and by span "
+           "to that plus one pass of re-runs.",
            bounds=(3.0, 100000.0), scope=ANY),
 )}
 
