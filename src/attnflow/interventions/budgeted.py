@@ -197,8 +197,8 @@ def budgeted_ablated_flow(model: Any, input_ids: Any, targets: Any = None, *, bu
         return Budgeted(**vars(found), exact=np.ones(len(spans), dtype=bool), cost=exact_cost, budget=budget,
                         plan="exact")
     # the clean cache is kept where the budget left after the estimate pays for a re-run at all (the latest span's,
-    # the cheapest): at 8,192 tokens on SmolLM2 it holds 377 MB, and at the default budget from about 16,000
-    # tokens the estimate takes all of it; a sliding window's cache cannot be cropped: prefixes are rebuilt
+    # the cheapest): at 8,192 tokens on SmolLM2 it holds 377 MB, and at the default budget by token from about
+    # 16,000 tokens the estimate takes all of it; a sliding window's cache cannot be cropped: prefixes are rebuilt
     cheapest = runs_compute(shapes, [max(starts)], sorted_targets, batch_size, rebuild=False) / unit
     keep = croppable and budget - estimate_cost >= cheapest
     est = attribution_patching(model, ids, sorted_targets, readout=readout, tokens=tokens, foils=foils,

@@ -9,9 +9,8 @@ zeroing the source's values lowers the explained token's logit):
 - ``ablated_flow_estimate_layers``: ``(layers, rows, n)``, first order of zeroing in one layer;
 - ``ablated_flow_budgeted``: ``(1, rows, n)``, exact ablated flow when it fits ``settings.budget``
   (default 5), else the estimate with its latest sources, then its top sources, re-scored exactly
-  (with spans, the first span of the target's attention and of the estimate before the latest, and
-  the top taken alternately by the estimate and by the target's attention; the default budget is
-  then at least ``RERUN`` pass beyond what the capture and the estimate spend).
+  (with spans, the top taken alternately by the estimate and by the target's attention, and the
+  default budget at least ``RERUN`` pass beyond what the capture and the estimate spend).
   The budget is the compute of the whole call in forward passes of the input (``UNIT``,
   ``attnflow.interventions.compute``): on a text, the capture pass that ``attnflow.explain`` has already
   run counts as 1 (it is the unit: every position, the last one's logits), and the chooser gets what is left. Which sources were re-scored goes into ``context.notes`` when the caller gives a dict there (key
